@@ -1,0 +1,201 @@
+//! The Bloom front: a key's first event in a window only sets bits; its counters see it from the
+//! second event on.
+//!
+//! This is the Cold Filter idea (Zhou et al., "Cold Filter: A Meta-Framework for Faster and More
+//! Accurate Stream Processing", SIGMOD 2018) cut down to one bit-layer: one-event sources
+//! (scanners, spoofed floods) then never touch the counters, so they cannot raise the
+//! estimates of real clients.
+//!
+//! The front is register-blocked: all `HASHES` bits of a key sit in one register (a window pair of
+//! two 28-bit sets, see [`crate::pair`]), so the "was it already there?" decision is a single
+//! compare-and-swap, and of two racing first events exactly one is absorbed (the loom model
+//! `front_first_sighting` checks this). The price of blocking is a higher false-positive rate
+//! than a classic Bloom filter of the same size: with `n` keys per register it is about
+//! `(1 - e^(-k n / 28))^k` for `k = 3`. A false positive only means a new key's first event
+//! goes to the counters like any later one.
+
+use crate::hash::KeyHash;
+use crate::pair::REGISTER;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Bits set per key in its register.
+const HASHES: u32 = 3;
+
+/// Bits in one window's half of a register.
+pub(crate) const REGISTER_BITS: u32 = 28;
+
+/// The hash probe that picks a key's register (the rows of the counters use probes below it).
+const PROBE: u32 = crate::count_min::MAX_DEPTH as u32;
+
+/// Whether a key was already in the front when an event of it arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sighting {
+    /// Its first event in this window: the event was recorded in the front.
+    First,
+    /// Seen before in this window (or a false positive).
+    Again,
+}
+
+/// Which windows' fronts hold a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Presence {
+    pub(crate) current: bool,
+    pub(crate) previous: bool,
+}
+
+/// An array of Bloom registers.
+#[derive(Debug)]
+pub(crate) struct Front {
+    registers: Box<[AtomicU64]>,
+}
+
+impl Front {
+    /// Wraps `registers` (zeroed). An empty front is allowed: it never absorbs anything.
+    pub(crate) fn new(registers: Box<[AtomicU64]>) -> Front {
+        Front { registers }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.registers.len()
+    }
+
+    pub(crate) fn is_enabled(&self) -> bool {
+        !self.registers.is_empty()
+    }
+
+    fn locate(&self, hash: KeyHash) -> (&AtomicU64, u32) {
+        let register = &self.registers[hash.index(PROBE, self.registers.len())];
+        (register, mask(hash))
+    }
+
+    /// Records the key in the front of `window`; says whether this was its first event there,
+    /// and whether the previous window's front holds it.
+    pub(crate) fn sight(&self, hash: KeyHash, window: u64) -> (Sighting, Presence) {
+        if !self.is_enabled() {
+            return (Sighting::Again, Presence::default());
+        }
+        let (register, mask) = self.locate(hash);
+        // Relaxed: the decision rests on the compare-and-swap below, which sees the latest word.
+        let mut word = register.load(Ordering::Relaxed);
+        loop {
+            let halves = REGISTER.halves(word, window);
+            let presence = Presence {
+                current: true,
+                previous: halves.previous & mask == mask,
+            };
+            if halves.current & mask == mask {
+                return (Sighting::Again, presence);
+            }
+            let set = REGISTER.update_current(word, window, |bits| bits | mask);
+            // Relaxed: only this register's modification order matters. Of two racing first
+            // events, the second swap fails, rereads a word holding the first one's bits and
+            // returns `Again`: exactly one event is absorbed.
+            match register.compare_exchange(word, set, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return (Sighting::First, presence),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Which windows' fronts hold the key, counting nothing.
+    pub(crate) fn presence(&self, hash: KeyHash, window: u64) -> Presence {
+        if !self.is_enabled() {
+            return Presence::default();
+        }
+        let (register, mask) = self.locate(hash);
+        // Relaxed: a possibly older word can only miss a bit set concurrently, i.e. an event
+        // that has not finished being counted.
+        let halves = REGISTER.halves(register.load(Ordering::Relaxed), window);
+        Presence {
+            current: halves.current & mask == mask,
+            previous: halves.previous & mask == mask,
+        }
+    }
+
+    /// Bits set in `window`'s half across all registers.
+    pub(crate) fn bits_set(&self, window: u64) -> u64 {
+        self.registers
+            .iter()
+            // Relaxed: a statistic.
+            .map(|r| {
+                u64::from(
+                    REGISTER
+                        .value_of(r.load(Ordering::Relaxed), window)
+                        .count_ones(),
+                )
+            })
+            .sum()
+    }
+
+    /// The total number of bits per window.
+    pub(crate) fn capacity_bits(&self) -> u64 {
+        self.registers.len() as u64 * u64::from(REGISTER_BITS)
+    }
+
+    /// Register `index`'s bits for `window`, for exporting a window.
+    pub(crate) fn register_bits(&self, index: usize, window: u64) -> u32 {
+        // Relaxed: a snapshot; any value it had is a valid export.
+        REGISTER.value_of(self.registers[index].load(Ordering::Relaxed), window)
+    }
+
+    /// Sets `bits` in register `index` for `window`, for merging another sketch's window in.
+    pub(crate) fn merge_register(&self, index: usize, bits: u32, window: u64) {
+        if bits != 0 {
+            REGISTER.merge_into(&self.registers[index], window, |old| old | bits);
+        }
+    }
+}
+
+/// The key's bits within its register.
+fn mask(hash: KeyHash) -> u32 {
+    let mut bits = hash.bits();
+    let mut mask = 0;
+    for _ in 0..HASHES {
+        // Multiply-shift of a 16-bit chunk onto 0..28; the result is < 28, so the cast is exact.
+        let position = ((bits & 0xFFFF) * u64::from(REGISTER_BITS)) >> 16;
+        mask |= 1 << position as u32;
+        bits >>= 16;
+    }
+    mask
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::zeroed_atomics;
+
+    #[test]
+    fn masks_have_up_to_three_bits_inside_a_half() {
+        for key in 0..1000u32 {
+            let m = mask(KeyHash::of(3, &key.to_le_bytes()));
+            assert!((1..=3).contains(&m.count_ones()));
+            assert!(m < 1 << REGISTER_BITS);
+        }
+    }
+
+    #[test]
+    fn first_then_again_then_first_in_the_next_window() {
+        let front = Front::new(zeroed_atomics(64));
+        let h = KeyHash::of(1, b"k");
+        assert_eq!(front.sight(h, 0).0, Sighting::First);
+        assert_eq!(front.sight(h, 0).0, Sighting::Again);
+        let (sighting, presence) = front.sight(h, 1);
+        assert_eq!(sighting, Sighting::First);
+        assert!(presence.previous);
+        assert_eq!(
+            front.presence(h, 2),
+            Presence {
+                current: false,
+                previous: true
+            }
+        );
+        assert_eq!(front.presence(h, 3), Presence::default());
+    }
+
+    #[test]
+    fn a_disabled_front_absorbs_nothing() {
+        let front = Front::new(zeroed_atomics(0));
+        assert_eq!(front.sight(KeyHash::of(1, b"k"), 0).0, Sighting::Again);
+        assert_eq!(front.bits_set(0), 0);
+    }
+}

@@ -1,0 +1,240 @@
+//! Sizing a sketch: validated once, then every byte of the budget is placed.
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use crate::bloom::Front;
+use crate::count_min::{CountMin, MAX_DEPTH};
+use crate::error::BuildError;
+use crate::sketch::RateSketch;
+use crate::sync::zeroed_atomics;
+use crate::tally::{Stripes, Tally};
+use crate::window::Windows;
+
+/// Bytes per counter cell and per front register (one 64-bit window pair each).
+const WORD_BYTES: usize = 8;
+
+/// The narrowest row worth building.
+const MIN_WIDTH: usize = 16;
+
+/// Builds a [`RateSketch`]. Every setting has a default; the memory budget is the one to think
+/// about (see the crate docs on sizing).
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use tollgate_sketch::RateSketch;
+/// let sketch = RateSketch::builder()
+///     .window(Duration::from_secs(10))
+///     .memory_bytes(8 << 20)
+///     .depth(4)
+///     .front_share(0.125)
+///     .build()?;
+/// assert!(sketch.memory_bytes() <= 8 << 20);
+/// # Ok::<(), tollgate_sketch::BuildError>(())
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct Builder {
+    window: Duration,
+    memory_bytes: usize,
+    depth: usize,
+    front_share: f64,
+    front_weight: u32,
+    seed: Option<u64>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            window: Duration::from_secs(10),
+            memory_bytes: 4 << 20,
+            depth: 4,
+            front_share: 0.125,
+            front_weight: 1,
+            seed: None,
+        }
+    }
+}
+
+impl Builder {
+    /// The window length `T` (default 10 s). A limit of "N per T" is enforced on the sliding
+    /// estimate over the last `T`.
+    pub fn window(mut self, window: Duration) -> Builder {
+        self.window = window;
+        self
+    }
+
+    /// The whole memory budget in bytes: both windows, counters, front and bookkeeping
+    /// (default 4 MiB). Nothing is allocated after `build`.
+    pub fn memory_bytes(mut self, bytes: usize) -> Builder {
+        self.memory_bytes = bytes;
+        self
+    }
+
+    /// Rows of counters, 1 to 8 (default 4). More rows lower the chance that the overcount
+    /// bound fails (`delta = e^-depth`) but cost one more cache line per event.
+    pub fn depth(mut self, depth: usize) -> Builder {
+        self.depth = depth;
+        self
+    }
+
+    /// The share of memory given to the Bloom front, 0.0 to 0.5 (default 0.125). 0.0 builds a
+    /// plain sketch with no front.
+    pub fn front_share(mut self, share: f64) -> Builder {
+        self.front_share = share;
+        self
+    }
+
+    /// The most weight the front absorbs from a key's first event in a window (default 1).
+    /// Every estimate of a key the front holds includes this much, so set it to a typical
+    /// first event's weight: 1 for events, a packet's size for bytes. A heavier first event
+    /// passes the rest on to the counters.
+    pub fn front_weight(mut self, weight: u32) -> Builder {
+        self.front_weight = weight;
+        self
+    }
+
+    /// The hash seed (default: random per sketch). Sketches whose windows are merged must share
+    /// it; a secret random seed keeps attackers from aiming keys at one counter.
+    pub fn seed(mut self, seed: u64) -> Builder {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Checks the settings and allocates the sketch, all of its memory at once.
+    ///
+    /// # Errors
+    /// A [`BuildError`] naming the setting that is out of range: a zero window, a depth outside
+    /// 1 to 8, a front share outside 0.0 to 0.5, a zero front weight, or a budget too small for
+    /// a sketch of this depth.
+    pub fn build(self) -> Result<RateSketch, BuildError> {
+        if self.window.is_zero() {
+            return Err(BuildError::ZeroWindow);
+        }
+        if !(1..=MAX_DEPTH).contains(&self.depth) {
+            return Err(BuildError::DepthOutOfRange {
+                requested: self.depth,
+            });
+        }
+        if !(0.0..=0.5).contains(&self.front_share) {
+            return Err(BuildError::FrontShareOutOfRange {
+                requested: self.front_share,
+            });
+        }
+        if self.front_weight == 0 {
+            return Err(BuildError::ZeroFrontWeight);
+        }
+        let plan = self.plan()?;
+        let window_nanos = u64::try_from(self.window.as_nanos()).unwrap_or(u64::MAX);
+        Ok(RateSketch::from_parts(
+            CountMin::new(
+                zeroed_atomics(self.depth * plan.width),
+                self.depth,
+                plan.width,
+            ),
+            Front::new(zeroed_atomics(plan.registers)),
+            Stripes::new(),
+            Tally::new(),
+            Windows::new(window_nanos),
+            self.seed.unwrap_or_else(random_seed),
+            self.front_weight,
+        ))
+    }
+
+    /// Splits the budget: fixed bookkeeping first, then the front's share, then the counters.
+    fn plan(&self) -> Result<Plan, BuildError> {
+        let words = self.memory_bytes.saturating_sub(RateSketch::fixed_bytes()) / WORD_BYTES;
+        // Truncation toward zero keeps the front inside its share.
+        let registers = (words as f64 * self.front_share) as usize;
+        let width = (words - registers) / self.depth;
+        if width < MIN_WIDTH {
+            return Err(BuildError::MemoryTooSmall {
+                requested: self.memory_bytes,
+                minimum: self.minimum_bytes(),
+            });
+        }
+        Ok(Plan { width, registers })
+    }
+
+    /// The smallest budget that leaves `MIN_WIDTH` cells per row after the front's share.
+    fn minimum_bytes(&self) -> usize {
+        let cells = self.depth * MIN_WIDTH;
+        // Rounded up, plus one word, so that truncating the front's share cannot starve a row.
+        let words = (cells as f64 / (1.0 - self.front_share)).ceil() as usize + 1;
+        RateSketch::fixed_bytes() + words * WORD_BYTES
+    }
+}
+
+/// Where the budget goes.
+struct Plan {
+    width: usize,
+    registers: usize,
+}
+
+/// A seed from the standard library's per-process random keys (no extra dependency).
+fn random_seed() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(0x746f_6c6c_6761_7465);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_are_errors() {
+        let b = || RateSketch::builder();
+        assert_eq!(
+            b().window(Duration::ZERO).build().unwrap_err(),
+            BuildError::ZeroWindow
+        );
+        assert_eq!(
+            b().depth(0).build().unwrap_err(),
+            BuildError::DepthOutOfRange { requested: 0 }
+        );
+        assert_eq!(
+            b().depth(9).build().unwrap_err(),
+            BuildError::DepthOutOfRange { requested: 9 }
+        );
+        assert!(matches!(
+            b().front_share(0.6).build().unwrap_err(),
+            BuildError::FrontShareOutOfRange { .. }
+        ));
+        assert!(matches!(
+            b().front_share(f64::NAN).build().unwrap_err(),
+            BuildError::FrontShareOutOfRange { .. }
+        ));
+        assert_eq!(
+            b().front_weight(0).build().unwrap_err(),
+            BuildError::ZeroFrontWeight
+        );
+        let err = b().memory_bytes(100).build().unwrap_err();
+        let BuildError::MemoryTooSmall { minimum, .. } = err else {
+            panic!("{err:?}")
+        };
+        assert!(b().memory_bytes(minimum).build().is_ok());
+        assert!(b().memory_bytes(minimum / 2).build().is_err());
+    }
+
+    #[test]
+    fn the_budget_is_used_whole_and_never_exceeded() {
+        for budget in [40_000, 1 << 20, (2 << 20) + 12_345, 32 << 20] {
+            for share in [0.0, 0.125, 0.5] {
+                let sketch = RateSketch::builder()
+                    .memory_bytes(budget)
+                    .front_share(share)
+                    .build()
+                    .unwrap();
+                let used = sketch.memory_bytes();
+                assert!(used <= budget, "{used} > {budget}");
+                // Rounding loses less than one word per row plus one.
+                assert!(
+                    budget - used < WORD_BYTES * (MAX_DEPTH + 2),
+                    "{used} of {budget}"
+                );
+            }
+        }
+    }
+}

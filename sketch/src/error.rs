@@ -1,0 +1,99 @@
+//! The sketch's errors: bad sizes at build time, mismatched shapes at merge time. The hot path
+//! has none.
+
+use std::fmt;
+
+/// Why a [`crate::Builder`] refused to build a sketch.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The window length was zero.
+    ZeroWindow,
+    /// The memory budget cannot hold the smallest useful sketch of the requested depth.
+    MemoryTooSmall {
+        /// The budget given, in bytes.
+        requested: usize,
+        /// The smallest budget that works with the other settings, in bytes.
+        minimum: usize,
+    },
+    /// The depth (rows of counters) was outside `1..=8`.
+    DepthOutOfRange {
+        /// The depth given.
+        requested: usize,
+    },
+    /// The front's share of memory was not a number in `0.0..=0.5`.
+    FrontShareOutOfRange {
+        /// The share given.
+        requested: f64,
+    },
+    /// The front weight was zero (a front that absorbs nothing: disable it instead).
+    ZeroFrontWeight,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::ZeroWindow => write!(f, "the window length must be greater than zero"),
+            BuildError::MemoryTooSmall { requested, minimum } => write!(
+                f,
+                "a memory budget of {requested} bytes is too small: this shape needs at least \
+                 {minimum} bytes"
+            ),
+            BuildError::DepthOutOfRange { requested } => {
+                write!(
+                    f,
+                    "depth {requested} is out of range: it must be 1 to 8 rows"
+                )
+            }
+            BuildError::FrontShareOutOfRange { requested } => write!(
+                f,
+                "front share {requested} is out of range: it must be from 0.0 (no front) to 0.5"
+            ),
+            BuildError::ZeroFrontWeight => write!(
+                f,
+                "the front weight must be at least 1 (use front_share(0.0) to disable the front)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Why a window snapshot could not be merged into a sketch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MergeError {
+    /// The snapshot was taken from a sketch of another shape; counters would not line up.
+    ShapeMismatch {
+        /// Which part of the shape differs.
+        field: &'static str,
+        /// This sketch's value.
+        ours: u64,
+        /// The snapshot's value.
+        theirs: u64,
+    },
+    /// The snapshot's data does not match the shape it claims (a corrupt snapshot).
+    Corrupt {
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+impl fmt::Display for MergeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MergeError::ShapeMismatch {
+                field,
+                ours,
+                theirs,
+            } => write!(
+                f,
+                "cannot merge a window from a sketch of another shape: {field} is {theirs} \
+                 there and {ours} here"
+            ),
+            MergeError::Corrupt { what } => write!(f, "corrupt window snapshot: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for MergeError {}

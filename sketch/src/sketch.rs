@@ -1,0 +1,339 @@
+//! [`RateSketch`]: the windows, the front and the counters behind one call.
+
+use std::time::Duration;
+
+use crate::bloom::{Front, Presence, Sighting};
+use crate::builder::Builder;
+use crate::clock::Tick;
+use crate::count_min::{COUNT_MAX, CountMin};
+use crate::hash::KeyHash;
+use crate::pair::Halves;
+use crate::stats::Stats;
+use crate::tally::{Stripes, Tally};
+use crate::window::{Position, Windows};
+
+/// A fixed-memory, lock-free, sliding-window event counter for any number of keys.
+///
+/// `observe` counts an event and returns the key's sliding-window estimate; `estimate` reads it
+/// without counting. Estimates never fall below the true sliding count (see the crate docs for
+/// how far above they can go). `RateSketch` is `Send + Sync`: share it by reference or `Arc`.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use tollgate_sketch::{RateSketch, Tick};
+/// let sketch = RateSketch::builder()
+///     .window(Duration::from_secs(10))
+///     .memory_bytes(2 << 20)
+///     .build()?;
+/// let now = Tick::from_nanos(1_000_000);
+/// assert_eq!(sketch.observe(b"203.0.113.7", 1, now), 1);
+/// assert_eq!(sketch.observe(b"203.0.113.7", 1, now), 2);
+/// assert_eq!(sketch.estimate(b"203.0.113.7", now), 2);
+/// // A window later, half of the previous window still counts.
+/// let later = now + Duration::from_secs(15);
+/// assert_eq!(sketch.estimate(b"203.0.113.7", later), 1);
+/// # Ok::<(), tollgate_sketch::BuildError>(())
+/// ```
+#[derive(Debug)]
+pub struct RateSketch {
+    counters: CountMin,
+    front: Front,
+    events: Stripes,
+    merged_fronts: Tally,
+    windows: Windows,
+    seed: u64,
+    front_weight: u32,
+}
+
+impl RateSketch {
+    /// A builder with the default settings.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn from_parts(
+        counters: CountMin,
+        front: Front,
+        events: Stripes,
+        merged_fronts: Tally,
+        windows: Windows,
+        seed: u64,
+        front_weight: u32,
+    ) -> RateSketch {
+        RateSketch {
+            counters,
+            front,
+            events,
+            merged_fronts,
+            windows,
+            seed,
+            front_weight,
+        }
+    }
+
+    /// Bytes every sketch holds besides its counters and front.
+    pub(crate) fn fixed_bytes() -> usize {
+        std::mem::size_of::<RateSketch>() + Stripes::new().heap_bytes()
+    }
+
+    /// The key's hash under this sketch's seed, for the `*_hashed` methods.
+    #[must_use]
+    pub fn hash(&self, key: &[u8]) -> KeyHash {
+        KeyHash::of(self.seed, key)
+    }
+
+    /// Counts an event of `weight` for `key` at `now` and returns the key's sliding-window
+    /// estimate including it, rounded up. Lock-free, allocation-free, constant time.
+    ///
+    /// Weights above the largest per-window count ([`RateSketch::max_count`]) saturate.
+    #[must_use = "the estimate is the point of observing; use `estimate` to read without counting"]
+    pub fn observe(&self, key: &[u8], weight: u64, now: Tick) -> u64 {
+        self.observe_hashed(self.hash(key), weight, now)
+    }
+
+    /// [`RateSketch::observe`] with a hash from [`RateSketch::hash`].
+    #[must_use = "the estimate is the point of observing; use `estimate` to read without counting"]
+    pub fn observe_hashed(&self, hash: KeyHash, weight: u64, now: Tick) -> u64 {
+        let at = self.windows.position(now);
+        let weight = u32::try_from(weight).unwrap_or(u32::MAX).min(COUNT_MAX);
+        // Start the counters' cache lines on their way before the front's swap, which on x86
+        // waits for all earlier loads: the misses then overlap instead of adding up.
+        self.counters.prefetch(hash);
+        let (sighting, presence) = self.front.sight(hash, at.index);
+        let absorbed = match sighting {
+            Sighting::First => weight.min(self.front_weight),
+            Sighting::Again => 0,
+        };
+        let counts = if weight > absorbed {
+            self.counters.add(hash, weight - absorbed, at.index)
+        } else {
+            self.counters.estimate(hash, at.index)
+        };
+        self.events.add(at.index, u64::from(weight));
+        self.slide(at, counts, presence)
+    }
+
+    /// The key's sliding-window estimate at `now`, counting nothing.
+    #[must_use]
+    pub fn estimate(&self, key: &[u8], now: Tick) -> u64 {
+        self.estimate_hashed(self.hash(key), now)
+    }
+
+    /// [`RateSketch::estimate`] with a hash from [`RateSketch::hash`].
+    #[must_use]
+    pub fn estimate_hashed(&self, hash: KeyHash, now: Tick) -> u64 {
+        let at = self.windows.position(now);
+        let presence = self.front.presence(hash, at.index);
+        self.slide(at, self.counters.estimate(hash, at.index), presence)
+    }
+
+    /// Adds what the front absorbed to the counters' estimate and interpolates the windows.
+    fn slide(&self, at: Position, counts: Halves, presence: Presence) -> u64 {
+        let mut current = u64::from(counts.current);
+        let mut previous = u64::from(counts.previous);
+        if presence.current {
+            current += self.front_slack(at.index);
+        }
+        if presence.previous {
+            previous += self.front_slack(at.index.wrapping_sub(1));
+        }
+        self.windows.slide(at, current, previous)
+    }
+
+    /// What the fronts merged into `window` may have absorbed of one key: the front weight for
+    /// this sketch's own front and for each one merged in.
+    fn front_slack(&self, window: u64) -> u64 {
+        u64::from(self.front_weight) * (1 + self.merged_fronts.get(window))
+    }
+
+    /// The window length.
+    #[must_use]
+    pub fn window(&self) -> Duration {
+        self.windows.len()
+    }
+
+    /// The index of the window `now` falls in (`now / window`), as used by
+    /// [`RateSketch::export_window`].
+    #[must_use]
+    pub fn window_index(&self, now: Tick) -> u64 {
+        self.windows.position(now).index
+    }
+
+    /// The largest count one counter holds per window (2^24 - 1 = 16,777,215): the largest
+    /// per-window limit the sketch can enforce. Counts saturate there, never wrap.
+    #[must_use]
+    pub const fn max_count() -> u64 {
+        COUNT_MAX as u64
+    }
+
+    /// Bytes held by the sketch, exactly: the struct, its counters, front and statistics. All
+    /// of it is allocated by `build`; nothing is allocated afterwards.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<RateSketch>()
+            + (self.counters.len() + self.front.len()) * std::mem::size_of::<u64>()
+            + self.events.heap_bytes()
+    }
+
+    /// Rows of counters.
+    #[must_use]
+    pub fn depth(&self) -> usize {
+        self.counters.depth()
+    }
+
+    /// Counters per row.
+    #[must_use]
+    pub fn width(&self) -> usize {
+        self.counters.width()
+    }
+
+    /// Registers in the Bloom front (0 when it is disabled).
+    #[must_use]
+    pub fn front_registers(&self) -> usize {
+        self.front.len()
+    }
+
+    /// The overcount bound alone (see [`Stats::overcount_bound`]); cheap enough to poll.
+    #[must_use]
+    pub fn overcount_bound(&self, now: Tick) -> u64 {
+        let at = self.windows.position(now);
+        let events = self.windows.slide(
+            at,
+            self.events.get(at.index),
+            self.events.get(at.index.wrapping_sub(1)),
+        );
+        // eps * N with eps = e / width (Cormode and Muthukrishnan), rounded up.
+        let counters = (std::f64::consts::E * events as f64 / self.width() as f64).ceil() as u64;
+        let front = if self.front.is_enabled() {
+            let slack = self.front_slack(at.index);
+            self.windows
+                .slide(at, slack, self.front_slack(at.index.wrapping_sub(1)))
+        } else {
+            0
+        };
+        counters + front
+    }
+
+    /// The sketch's state at `now`: events per window, front fill, the overcount bound. Scans
+    /// the front (microseconds per MiB): for a stats endpoint, not for every event.
+    #[must_use]
+    pub fn stats(&self, now: Tick) -> Stats {
+        let at = self.windows.position(now);
+        let front_fill = if self.front.is_enabled() {
+            self.front.bits_set(at.index) as f64 / self.front.capacity_bits() as f64
+        } else {
+            0.0
+        };
+        Stats {
+            window_index: at.index,
+            window: self.window(),
+            events_current: self.events.get(at.index),
+            events_previous: self.events.get(at.index.wrapping_sub(1)),
+            front_fill,
+            // A key's bits are about three independent positions: all set with fill^3.
+            front_false_positive_rate: front_fill.powi(3),
+            overcount_bound: self.overcount_bound(now),
+            confidence: 1.0 - (-(self.depth() as f64)).exp(),
+            memory_bytes: self.memory_bytes(),
+        }
+    }
+
+    pub(crate) fn parts(&self) -> (&CountMin, &Front, &Stripes, &Tally) {
+        (
+            &self.counters,
+            &self.front,
+            &self.events,
+            &self.merged_fronts,
+        )
+    }
+
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub(crate) fn front_weight(&self) -> u32 {
+        self.front_weight
+    }
+
+    pub(crate) fn window_nanos(&self) -> u64 {
+        self.windows.len_nanos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sketch() -> RateSketch {
+        RateSketch::builder()
+            .window(Duration::from_nanos(100))
+            .memory_bytes(1 << 16)
+            .seed(1)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn counts_and_slides() {
+        let s = sketch();
+        let t = |n| Tick::from_nanos(n);
+        for i in 1..=10 {
+            assert_eq!(s.observe(b"a", 1, t(10)), i);
+        }
+        assert_eq!(s.estimate(b"a", t(99)), 10);
+        assert_eq!(s.estimate(b"a", t(100)), 10);
+        assert_eq!(s.estimate(b"a", t(150)), 5);
+        assert_eq!(s.estimate(b"a", t(199)), 1);
+        assert_eq!(s.estimate(b"a", t(200)), 0);
+        assert_eq!(s.estimate(b"b", t(10)), 0);
+    }
+
+    #[test]
+    fn weights_count_fully_even_on_a_first_event() {
+        let s = sketch();
+        assert_eq!(s.observe(b"a", 1500, Tick::ZERO), 1500);
+        assert_eq!(s.observe(b"a", 40, Tick::ZERO), 1540);
+    }
+
+    #[test]
+    fn huge_weights_saturate() {
+        let s = sketch();
+        assert_eq!(
+            s.observe(b"a", u64::MAX, Tick::ZERO),
+            RateSketch::max_count()
+        );
+        assert!(s.estimate(b"a", Tick::ZERO) >= RateSketch::max_count());
+    }
+
+    #[test]
+    fn a_plain_sketch_counts_exactly_when_alone() {
+        let s = RateSketch::builder()
+            .front_share(0.0)
+            .memory_bytes(1 << 16)
+            .build()
+            .unwrap();
+        assert_eq!(s.front_registers(), 0);
+        assert_eq!(s.observe(b"a", 3, Tick::ZERO), 3);
+        assert_eq!(s.estimate(b"a", Tick::ZERO), 3);
+        assert_eq!(s.stats(Tick::ZERO).front_fill, 0.0);
+    }
+
+    #[test]
+    fn stats_report_events_and_fill() {
+        let s = sketch();
+        for i in 0..50u32 {
+            let _ = s.observe(&i.to_le_bytes(), 2, Tick::from_nanos(5));
+        }
+        let _ = s.observe(b"x", 1, Tick::from_nanos(105));
+        let stats = s.stats(Tick::from_nanos(105));
+        assert_eq!(stats.window_index, 1);
+        assert_eq!((stats.events_current, stats.events_previous), (1, 100));
+        assert!(
+            stats.front_fill > 0.0 && stats.front_fill < 0.1,
+            "{stats:?}"
+        );
+        assert_eq!(stats.memory_bytes, s.memory_bytes());
+        assert!(stats.overcount_bound >= 1);
+    }
+}

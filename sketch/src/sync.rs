@@ -1,0 +1,45 @@
+//! The only module that names atomic types.
+//!
+//! Under `--cfg loom` the atomics come from loom, so the models in `tests/loom` explore every
+//! interleaving of the real code (crossbeam's pattern). Nothing else in the crate imports
+//! `std::sync::atomic` directly.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A small per-thread number used to spread shared statistics over stripes, so that two threads
+/// counting events do not bounce one cache line between their cores.
+#[cfg(not(loom))]
+pub(crate) fn thread_stripe() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+
+    // Hands out stripe numbers round-robin, once per thread; never on the hot path after that.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    STRIPE.with(|stripe| {
+        let mut value = stripe.get();
+        if value == usize::MAX {
+            // Relaxed: the number only needs to be unique-ish, it orders nothing.
+            value = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            stripe.set(value);
+        }
+        value
+    })
+}
+
+/// Under loom every thread shares stripe 0: the models then also check that the striped
+/// statistics stay exact when threads do collide on one stripe.
+#[cfg(loom)]
+pub(crate) fn thread_stripe() -> usize {
+    0
+}
+
+/// Allocates `len` zeroed atomics in one boxed slice (the sketch's only allocations).
+pub(crate) fn zeroed_atomics(len: usize) -> Box<[AtomicU64]> {
+    (0..len).map(|_| AtomicU64::new(0)).collect()
+}

@@ -1,0 +1,123 @@
+//! Per-window running totals: events counted, fronts merged.
+//!
+//! A [`Tally`] keeps one word per window parity, `[epoch:16 | total:48]`, reset lazily by the
+//! first add that finds it holding an older window, like the counter cells. Events are tallied
+//! on a stripe per thread ([`Stripes`]), each stripe on its own cache line, so two threads
+//! counting events never share a line; reading a total sums the stripes.
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicU64, Ordering, thread_stripe};
+
+const TOTAL_BITS: u32 = 48;
+const TOTAL_MAX: u64 = (1 << TOTAL_BITS) - 1;
+const EPOCH_MASK: u64 = 0xFFFF;
+
+/// A total per window for the current and previous window.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    slots: [AtomicU64; 2],
+}
+
+impl Tally {
+    pub(crate) fn new() -> Tally {
+        Tally {
+            slots: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+
+    fn slot(&self, window: u64) -> &AtomicU64 {
+        // The index is 0 or 1.
+        &self.slots[(window & 1) as usize]
+    }
+
+    /// Adds `amount` to `window`'s total (saturating at 2^48 - 1).
+    pub(crate) fn add(&self, window: u64, amount: u64) {
+        let slot = self.slot(window);
+        let epoch = window & EPOCH_MASK;
+        // Relaxed: a statistic; the swap lands on the latest word.
+        let mut seen = slot.load(Ordering::Relaxed);
+        loop {
+            let total = if seen >> TOTAL_BITS == epoch {
+                seen & TOTAL_MAX
+            } else {
+                0
+            };
+            let next = (epoch << TOTAL_BITS) | total.saturating_add(amount).min(TOTAL_MAX);
+            match slot.compare_exchange_weak(seen, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => seen = actual,
+            }
+        }
+    }
+
+    /// `window`'s total (0 once the slot has moved on to a later window).
+    pub(crate) fn get(&self, window: u64) -> u64 {
+        // Relaxed: a statistic.
+        let word = self.slot(window).load(Ordering::Relaxed);
+        if word >> TOTAL_BITS == window & EPOCH_MASK {
+            word & TOTAL_MAX
+        } else {
+            0
+        }
+    }
+}
+
+/// Event totals striped by thread.
+#[derive(Debug)]
+pub(crate) struct Stripes {
+    stripes: Box<[CachePadded<Tally>]>,
+}
+
+impl Stripes {
+    /// Enough stripes that a handful of threads rarely share one.
+    pub(crate) const COUNT: usize = 16;
+
+    pub(crate) fn new() -> Stripes {
+        Stripes {
+            stripes: (0..Self::COUNT)
+                .map(|_| CachePadded::new(Tally::new()))
+                .collect(),
+        }
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.stripes.len() * std::mem::size_of::<CachePadded<Tally>>()
+    }
+
+    pub(crate) fn add(&self, window: u64, amount: u64) {
+        self.stripes[thread_stripe() % Self::COUNT].add(window, amount);
+    }
+
+    pub(crate) fn get(&self, window: u64) -> u64 {
+        self.stripes.iter().map(|s| s.get(window)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_follow_their_window() {
+        let tally = Tally::new();
+        tally.add(4, 3);
+        tally.add(4, 2);
+        tally.add(5, 7);
+        assert_eq!((tally.get(4), tally.get(5)), (5, 7));
+        tally.add(6, 1);
+        assert_eq!((tally.get(4), tally.get(5), tally.get(6)), (0, 7, 1));
+    }
+
+    #[test]
+    fn stripes_sum_across_threads() {
+        let stripes = Stripes::new();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| (0..1000).for_each(|_| stripes.add(9, 1)));
+            }
+        });
+        assert_eq!(stripes.get(9), 4000);
+    }
+}

@@ -1,0 +1,1 @@
+//! Loom models of the sketch’s lock-free races live in `tests/`.
