@@ -74,7 +74,7 @@ impl RateSketch {
 
     /// Bytes every sketch holds besides its counters and front.
     pub(crate) fn fixed_bytes() -> usize {
-        std::mem::size_of::<RateSketch>() + Stripes::new().heap_bytes()
+        std::mem::size_of::<RateSketch>() + Stripes::HEAP_BYTES
     }
 
     /// The key's hash under this sketch's seed, for the `*_hashed` methods.
@@ -173,7 +173,7 @@ impl RateSketch {
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<RateSketch>()
             + (self.counters.len() + self.front.len()) * std::mem::size_of::<u64>()
-            + self.events.heap_bytes()
+            + Stripes::HEAP_BYTES
     }
 
     /// Rows of counters.

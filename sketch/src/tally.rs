@@ -81,10 +81,8 @@ impl Stripes {
         }
     }
 
-    /// Heap bytes held.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.stripes.len() * std::mem::size_of::<CachePadded<Tally>>()
-    }
+    /// Heap bytes every `Stripes` holds.
+    pub(crate) const HEAP_BYTES: usize = Self::COUNT * std::mem::size_of::<CachePadded<Tally>>();
 
     pub(crate) fn add(&self, window: u64, amount: u64) {
         self.stripes[thread_stripe() % Self::COUNT].add(window, amount);
