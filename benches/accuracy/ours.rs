@@ -1,0 +1,76 @@
+//! Our sketch as a [`Limiter`]: with its Bloom front (the default share) or plain (no front).
+
+use std::time::Duration;
+
+use tollgate_sketch::{BuildError, RateSketch, Tick};
+
+use crate::limiter::Limiter;
+
+/// A fixed seed, so every run hashes the same keys to the same counters.
+const SEED: u64 = 0x7a11_6a7e;
+
+/// Whether the sketch has a Bloom front.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Front {
+    /// The builder's default front share.
+    Default,
+    /// `front_share(0.0)`: counters only.
+    Plain,
+}
+
+/// A [`RateSketch`] keyed by a `u64`'s little-endian bytes, counting events of weight 1.
+#[derive(Debug)]
+pub(crate) struct Ours {
+    sketch: RateSketch,
+    front: Front,
+}
+
+impl Ours {
+    /// A sketch over windows of `window` in a budget of `memory_bytes`.
+    pub(crate) fn new(
+        window: Duration,
+        memory_bytes: usize,
+        front: Front,
+    ) -> Result<Ours, BuildError> {
+        let builder = RateSketch::builder()
+            .window(window)
+            .memory_bytes(memory_bytes)
+            .seed(SEED);
+        let builder = match front {
+            Front::Default => builder,
+            Front::Plain => builder.front_share(0.0),
+        };
+        Ok(Ours {
+            sketch: builder.build()?,
+            front,
+        })
+    }
+
+    /// The key's estimate at `now`, counting nothing.
+    pub(crate) fn estimate(&self, key: u64, now: u64) -> u64 {
+        self.sketch
+            .estimate(&key.to_le_bytes(), Tick::from_nanos(now))
+    }
+}
+
+impl Limiter for Ours {
+    fn observe(&mut self, key: u64, now: u64) -> u64 {
+        self.sketch
+            .observe(&key.to_le_bytes(), 1, Tick::from_nanos(now))
+    }
+
+    fn name(&self) -> String {
+        match self.front {
+            Front::Default => "tollgate (front)".into(),
+            Front::Plain => "tollgate (plain)".into(),
+        }
+    }
+
+    fn memory_bytes(&self) -> Option<usize> {
+        Some(self.sketch.memory_bytes())
+    }
+
+    fn sketch(&self) -> Option<&RateSketch> {
+        Some(&self.sketch)
+    }
+}
