@@ -1,3 +1,288 @@
+//! The cost of one limiter decision: count an event for a key and read the key's sliding-window
+//! rate, for Tollgate's [`RateSketch`] and for the peers a user would pick instead, in one run.
+//!
+//! ```text
+//! cargo bench -p tollgate-benches --bench observe                # everything, a few minutes
+//! cargo bench -p tollgate-benches --bench observe -- 2_threads   # a filter on the names
+//! ```
+//!
+//! # Workload
+//! One stream of 2^22 key ids drawn from Zipf(1.1) over 10 M distinct ids
+//! ([`workload::zipf_stream`], fixed seed), generated once before anything is timed and replayed
+//! in a loop. Every peer sees the same ids in the same order.
+//!
+//! # Cases
+//! - `tollgate/{2,32}MiB`: [`RateSketch::observe`] (key = the id's 8 little-endian bytes,
+//!   weight 1), 10 s window, default depth and front, at a total budget of 2 MiB and 32 MiB.
+//! - `pingora/{2,32}MiB`: pingora-limits' `Rate` at the same total memory. A `Rate` holds two
+//!   estimators of `4 x slots` 8-byte counters, so 2 MiB is `slots = 2^15` and 32 MiB is
+//!   `slots = 2^19`. Per event it does what a limiter needs: `observe(&id, 1)` and then
+//!   `rate_with(&id, PROPORTIONAL_RATE_ESTIMATE_CALC_FN)`, the sliding estimate.
+//! - `governor/unbounded` (one thread only): governor's keyed limiter, `check_key(&id)`. It keeps
+//!   one map entry per distinct key and never evicts on its own, so its memory is not fixed: it
+//!   holds every distinct id of the stream (printed at start), unlike the two sketches above.
+//!
+//! Groups `observe_1_thread` and `observe_2_threads` run the same cases; with two threads the
+//! stream is split in halves, one per thread, both limiters shared (hot keys then contend for
+//! the same cache lines, as they would in a proxy).
+//!
+//! # Reading the numbers
+//! One iteration is [`BATCH`] events in total, whatever the thread count, and the throughput is
+//! reported in events: events per second of the 1- and 2-thread groups compare directly, and
+//! time per event is the time per iteration divided by [`BATCH`]. The time is wall time from the
+//! moment every thread is ready (a barrier; spawning is not timed) until the last one finishes.
+//!
+//! # Time
+//! The sketch takes `now` as an argument; here it is a synthetic clock that moves
+//! [`NANOS_PER_EVENT`] per event (about the real pace of a single thread), so a case crosses a
+//! window boundary about once and the sketch rotates as it would in production. No clock is read
+//! inside the timed call for Tollgate; pingora-limits (`Instant`) and governor (quanta) read their
+//! own clocks on every call, which is part of their cost as a user would pay it.
+
 #[path = "workload.rs"]
 mod workload;
-fn main() { let _ = workload::zipf_stream(1000, 1.1, 10, 1); }
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput, measurement::WallTime};
+use criterion::{criterion_group, criterion_main};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use pingora_limits::rate::{PROPORTIONAL_RATE_ESTIMATE_CALC_FN, Rate};
+use tollgate_sketch::{RateSketch, Tick};
+
+/// Distinct ids the Zipf distribution draws from.
+const DISTINCT: u64 = 10_000_000;
+/// The Zipf exponent: a realistic skew of sources.
+const EXPONENT: f64 = 1.1;
+/// Events in the pre-generated stream (32 MiB of ids, read sequentially).
+const STREAM_LEN: usize = 1 << 22;
+/// The stream's seed: every run and every peer replays the same ids.
+const SEED: u64 = 0x0b5e_17e0;
+
+/// Events per iteration, over all threads. Large enough that per-iteration overhead vanishes,
+/// small enough that criterion gets many iterations per sample.
+const BATCH: usize = 1 << 14;
+/// Synthetic time per event: 10 M events per second of sketch time.
+const NANOS_PER_EVENT: u64 = 100;
+
+/// The window of every limiter.
+const WINDOW: Duration = Duration::from_secs(10);
+/// Total memory of the fixed-memory limiters: 2 MiB and 32 MiB.
+const BUDGETS: [usize; 2] = [2 << 20, 32 << 20];
+/// pingora-limits' default number of rows (`Rate::new` uses 4).
+const PINGORA_HASHES: usize = 4;
+/// governor's sustained rate: 10 per second is the 100 per 10 s window used elsewhere. GCRA
+/// does the same work whatever the quota, so the choice only decides how many checks fail.
+const GOVERNOR_PER_SECOND: u32 = 10;
+
+/// What every limiter under test does per event: count it and compute what a limit is checked
+/// against. `now` is the benchmark's synthetic clock; the peers ignore it and read their own.
+trait Limiter: Sync {
+    fn hit(&self, id: u64, now: Tick);
+}
+
+struct Tollgate(RateSketch);
+
+impl Limiter for Tollgate {
+    #[inline]
+    fn hit(&self, id: u64, now: Tick) {
+        black_box(self.0.observe(&id.to_le_bytes(), 1, now));
+    }
+}
+
+struct Pingora(Rate);
+
+impl Limiter for Pingora {
+    #[inline]
+    fn hit(&self, id: u64, _now: Tick) {
+        // The count `observe` returns covers the current interval only; a limiter decides on
+        // the sliding estimate, which takes the second call.
+        black_box(self.0.observe(&id, 1));
+        black_box(self.0.rate_with(&id, PROPORTIONAL_RATE_ESTIMATE_CALC_FN));
+    }
+}
+
+struct Governor(DefaultKeyedRateLimiter<u64>);
+
+impl Limiter for Governor {
+    #[inline]
+    fn hit(&self, id: u64, _now: Tick) {
+        // The verdict is data (allowed, or not before some instant), never an error to handle.
+        let _ = black_box(self.0.check_key(&id));
+    }
+}
+
+fn tollgate(budget: usize) -> Tollgate {
+    let sketch = RateSketch::builder()
+        .window(WINDOW)
+        .memory_bytes(budget)
+        .build()
+        .expect("the benchmark budgets are valid sketch sizes");
+    assert!(
+        sketch.memory_bytes() <= budget,
+        "the sketch holds {} bytes, over its budget of {budget}",
+        sketch.memory_bytes()
+    );
+    Tollgate(sketch)
+}
+
+fn pingora(budget: usize) -> Pingora {
+    // Two estimators (current and previous interval) of `hashes x slots` AtomicIsize each.
+    let per_slot = 2 * PINGORA_HASHES * std::mem::size_of::<isize>();
+    assert_eq!(
+        budget % per_slot,
+        0,
+        "{budget} bytes is not a whole pingora shape"
+    );
+    Pingora(Rate::new_with_estimator_config(
+        WINDOW,
+        PINGORA_HASHES,
+        budget / per_slot,
+    ))
+}
+
+fn governor() -> Governor {
+    let per_second = NonZeroU32::new(GOVERNOR_PER_SECOND).expect("the quota is not zero");
+    Governor(RateLimiter::keyed(Quota::per_second(per_second)))
+}
+
+/// One case's walk through the stream: where each thread's part resumes and how many events
+/// (hence how much synthetic time) have gone by. Each case starts its own at zero.
+struct Replay<'a> {
+    stream: &'a [u64],
+    cursor: usize,
+    events: u64,
+}
+
+impl<'a> Replay<'a> {
+    fn new(stream: &'a [u64]) -> Replay<'a> {
+        Replay {
+            stream,
+            cursor: 0,
+            events: 0,
+        }
+    }
+
+    /// Feeds `iters * BATCH` events to `limiter` from `threads` threads, each walking its own
+    /// equal part of the stream, and returns the wall time from the moment all of them are
+    /// ready until the last one is done.
+    fn run<L: Limiter>(&mut self, limiter: &L, threads: usize, iters: u64) -> Duration {
+        let part_len = self.stream.len() / threads;
+        // Parts of a power-of-two length wrap with a mask, which keeps the loop overhead tiny.
+        debug_assert!(part_len.is_power_of_two());
+        debug_assert_eq!(BATCH % threads, 0, "every thread gets the same share");
+        let wrap = part_len - 1;
+        let iters = usize::try_from(iters).expect("criterion's iteration count fits in usize");
+        let per_thread = iters * (BATCH / threads);
+        let (cursor, first_event) = (self.cursor, self.events);
+        let barrier = Barrier::new(threads);
+
+        let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
+            let workers: Vec<_> = self
+                .stream
+                .chunks_exact(part_len)
+                .enumerate()
+                .map(|(lane, part)| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        let start = Instant::now();
+                        for n in 0..per_thread {
+                            // Threads interleave in synthetic time, so it runs at the same pace
+                            // per event whatever the thread count.
+                            let event = first_event + (n * threads + lane) as u64;
+                            limiter.hit(
+                                part[(cursor + n) & wrap],
+                                Tick::from_nanos(event * NANOS_PER_EVENT),
+                            );
+                        }
+                        (start, Instant::now())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|worker| worker.join().expect("a benchmark thread panicked"))
+                .collect()
+        });
+
+        self.cursor = (cursor + per_thread) & wrap;
+        self.events += (per_thread * threads) as u64;
+        let start = spans.iter().map(|span| span.0).min();
+        let end = spans.iter().map(|span| span.1).max();
+        let (start, end) = start.zip(end).expect("there is at least one thread");
+        end - start
+    }
+}
+
+fn bench<L: Limiter>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    stream: &[u64],
+    threads: usize,
+    limiter: &L,
+) {
+    let mut replay = Replay::new(stream);
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| replay.run(limiter, threads, iters));
+    });
+}
+
+fn observe(c: &mut Criterion) {
+    let stream = workload::zipf_stream(DISTINCT, EXPONENT, STREAM_LEN, SEED);
+    let mut distinct = stream.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    eprintln!(
+        "stream: {} events of Zipf({EXPONENT}) over {DISTINCT} ids, {} distinct",
+        stream.len(),
+        distinct.len()
+    );
+    drop(distinct);
+
+    for (threads, name) in [(1, "observe_1_thread"), (2, "observe_2_threads")] {
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Elements(BATCH as u64));
+        for budget in BUDGETS {
+            let size = format!("{}MiB", budget >> 20);
+            let id = |peer| BenchmarkId::new(peer, &size);
+            // Each limiter is built just before its case and dropped after it: only one of
+            // them occupies memory (and cache) at a time.
+            bench(
+                &mut group,
+                id("tollgate"),
+                &stream,
+                threads,
+                &tollgate(budget),
+            );
+            bench(
+                &mut group,
+                id("pingora"),
+                &stream,
+                threads,
+                &pingora(budget),
+            );
+        }
+        if threads == 1 {
+            let id = BenchmarkId::new("governor", "unbounded");
+            bench(&mut group, id, &stream, threads, &governor());
+        }
+        group.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    // A 2-core machine shared with other work: few, long samples keep the run to a few minutes
+    // (9 cases) while the medians stay stable.
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(3))
+        .measurement_time(Duration::from_secs(6));
+    targets = observe
+}
+criterion_main!(benches);
