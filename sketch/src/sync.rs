@@ -32,11 +32,24 @@ pub(crate) fn thread_stripe() -> usize {
     })
 }
 
-/// Under loom every thread shares stripe 0: the models then also check that the striped
-/// statistics stay exact when threads do collide on one stripe.
+/// Under loom each model thread gets its own stripe, as real threads do.
 #[cfg(loom)]
 pub(crate) fn thread_stripe() -> usize {
-    0
+    use loom::sync::atomic::AtomicUsize;
+
+    loom::lazy_static! {
+        static ref NEXT: AtomicUsize = AtomicUsize::new(0);
+    }
+    loom::thread_local! {
+        static STRIPE: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX);
+    }
+    STRIPE.with(|stripe| {
+        if stripe.get() == usize::MAX {
+            // Relaxed: as in the std version.
+            stripe.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        stripe.get()
+    })
 }
 
 /// Allocates `len` zeroed atomics in one boxed slice (the sketch's only allocations).
