@@ -9,13 +9,15 @@ use crate::limiter::Limiter;
 /// A fixed seed, so every run hashes the same keys to the same counters.
 const SEED: u64 = 0x7a11_6a7e;
 
-/// Whether the sketch has a Bloom front.
+/// Which variant of the sketch: with or without its Bloom front, default or deeper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Front {
     /// The builder's default front share.
     Default,
     /// `front_share(0.0)`: counters only.
     Plain,
+    /// The default front with `depth(8)`.
+    Deep,
 }
 
 /// A [`RateSketch`] keyed by a `u64`'s little-endian bytes, counting events of weight 1.
@@ -39,6 +41,7 @@ impl Ours {
         let builder = match front {
             Front::Default => builder,
             Front::Plain => builder.front_share(0.0),
+            Front::Deep => builder.depth(8),
         };
         Ok(Ours {
             sketch: builder.build()?,
@@ -63,6 +66,7 @@ impl Limiter for Ours {
         match self.front {
             Front::Default => "tollgate (front)".into(),
             Front::Plain => "tollgate (plain)".into(),
+            Front::Deep => "tollgate (front, depth 8)".into(),
         }
     }
 

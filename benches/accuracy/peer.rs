@@ -16,6 +16,9 @@ pub(crate) enum Peer {
     Front,
     /// Our sketch with `front_share(0.0)`.
     Plain,
+    /// Our sketch with its default front and 8 rows instead of the default 4: slower per
+    /// event, fewer keys fully covered by heavy ones at small budgets.
+    Deep,
     /// pingora-limits' `Rate`, simulated.
     Pingora,
 }
@@ -30,6 +33,7 @@ impl Peer {
         Ok(match self {
             Peer::Front => Box::new(Ours::new(window, memory_bytes, Front::Default)?),
             Peer::Plain => Box::new(Ours::new(window, memory_bytes, Front::Plain)?),
+            Peer::Deep => Box::new(Ours::new(window, memory_bytes, Front::Deep)?),
             Peer::Pingora => Box::new(PingoraRate::new(window, memory_bytes)),
         })
     }
