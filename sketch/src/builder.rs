@@ -151,14 +151,25 @@ impl Builder {
         if width < MIN_WIDTH {
             return Err(BuildError::MemoryTooSmall {
                 requested: self.memory_bytes,
-                minimum: self.minimum_bytes(),
+                minimum: self.min_memory_bytes(),
             });
         }
         Ok(Plan { width, registers })
     }
 
-    /// The smallest budget that leaves `MIN_WIDTH` cells per row after the front's share.
-    fn minimum_bytes(&self) -> usize {
+    /// The smallest memory budget that builds with the other settings as they are: 16 cells
+    /// per row after the front's share, plus the fixed bookkeeping (about 5 KiB).
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_sketch::RateSketch;
+    /// let builder = RateSketch::builder().depth(2);
+    /// let smallest = builder.min_memory_bytes();
+    /// assert!(builder.clone().memory_bytes(smallest).build().is_ok());
+    /// assert!(builder.memory_bytes(smallest / 2).build().is_err());
+    /// ```
+    #[must_use]
+    pub fn min_memory_bytes(&self) -> usize {
         let cells = self.depth * MIN_WIDTH;
         // Rounded up, plus one word, so that truncating the front's share cannot starve a row.
         let words = (cells as f64 / (1.0 - self.front_share)).ceil() as usize + 1;

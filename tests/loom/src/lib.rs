@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use tollgate_sketch::{BuildError, RateSketch};
+use tollgate_sketch::RateSketch;
 
 /// Window length of the models' sketches, in nanoseconds.
 pub const WINDOW: u64 = 100;
@@ -20,10 +20,7 @@ pub fn tiny(depth: usize, front_share: f64) -> RateSketch {
         .depth(depth)
         .front_share(front_share)
         .seed(1);
-    let minimum = match builder.clone().memory_bytes(0).build() {
-        Err(BuildError::MemoryTooSmall { minimum, .. }) => minimum,
-        other => panic!("expected a size error, got {other:?}"),
-    };
+    let minimum = builder.min_memory_bytes();
     builder
         .memory_bytes(minimum)
         .build()
