@@ -72,6 +72,13 @@ pub enum MergeError {
         /// The snapshot's value.
         theirs: u64,
     },
+    /// The snapshot's window is neither the current nor the previous one here.
+    WindowOutOfRange {
+        /// The snapshot's window index.
+        window: u64,
+        /// This sketch's current window index at the time of the merge.
+        current: u64,
+    },
     /// The snapshot's data does not match the shape it claims (a corrupt snapshot).
     Corrupt {
         /// What is wrong.
@@ -90,6 +97,11 @@ impl fmt::Display for MergeError {
                 f,
                 "cannot merge a window from a sketch of another shape: {field} is {theirs} \
                  there and {ours} here"
+            ),
+            MergeError::WindowOutOfRange { window, current } => write!(
+                f,
+                "cannot merge window {window}: only the current window ({current}) and the one \
+                 before it can be merged"
             ),
             MergeError::Corrupt { what } => write!(f, "corrupt window snapshot: {what}"),
         }

@@ -133,10 +133,10 @@ impl RateSketch {
         let mut current = u64::from(counts.current);
         let mut previous = u64::from(counts.previous);
         if presence.current {
-            current += self.front_slack(at.index);
+            current = current.saturating_add(self.front_slack(at.index));
         }
         if presence.previous {
-            previous += self.front_slack(at.index.wrapping_sub(1));
+            previous = previous.saturating_add(self.front_slack(at.index.wrapping_sub(1)));
         }
         self.windows.slide(at, current, previous)
     }
@@ -144,7 +144,9 @@ impl RateSketch {
     /// What the fronts merged into `window` may have absorbed of one key: the front weight for
     /// this sketch's own front and for each one merged in.
     fn front_slack(&self, window: u64) -> u64 {
-        u64::from(self.front_weight) * (1 + self.merged_fronts.get(window))
+        // Saturating: the merged count comes from snapshots, which are outside input.
+        u64::from(self.front_weight)
+            .saturating_mul(self.merged_fronts.get(window).saturating_add(1))
     }
 
     /// The window length.
@@ -212,7 +214,7 @@ impl RateSketch {
         } else {
             0
         };
-        counters + front
+        counters.saturating_add(front)
     }
 
     /// The sketch's state at `now`: events per window, front fill, the overcount bound. Scans

@@ -7,6 +7,7 @@
 //! absorbed by each front merged in, the sketch counts the fronts merged into each window and
 //! adds the front weight once per front to the estimate of any key the front holds.
 
+use crate::clock::Tick;
 use crate::error::MergeError;
 use crate::sketch::RateSketch;
 
@@ -69,7 +70,7 @@ impl Shape {
 ///     let _ = a.observe(b"k", 1, now);
 ///     let _ = b.observe(b"k", 1, now);
 /// }
-/// a.merge_window(&b.export_window(b.window_index(now)))?;
+/// a.merge_window(&b.export_window(b.window_index(now)), now)?;
 /// assert!(a.estimate(b"k", now) >= 6);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -200,13 +201,22 @@ impl RateSketch {
         }
     }
 
-    /// Adds a window exported from a sketch of the same shape into the same window here. Cells
-    /// that have already moved two windows past it keep what they have (the window is gone).
+    /// Adds a window exported from a sketch of the same shape into the same window here, if
+    /// that window is the current or the previous one at `now` (an older one no longer counts;
+    /// a later one would roll this sketch's cells past its own present).
     ///
     /// # Errors
-    /// [`MergeError::ShapeMismatch`] if the snapshot's shape differs from this sketch's.
-    pub fn merge_window(&self, snapshot: &WindowSnapshot) -> Result<(), MergeError> {
+    /// [`MergeError::ShapeMismatch`] if the snapshot's shape differs from this sketch's;
+    /// [`MergeError::WindowOutOfRange`] if its window is neither current nor previous at `now`.
+    pub fn merge_window(&self, snapshot: &WindowSnapshot, now: Tick) -> Result<(), MergeError> {
         self.shape().check(&snapshot.shape)?;
+        let current = self.window_index(now);
+        if snapshot.window != current && Some(snapshot.window) != current.checked_sub(1) {
+            return Err(MergeError::WindowOutOfRange {
+                window: snapshot.window,
+                current,
+            });
+        }
         let (counters, front, events, merged_fronts) = self.parts();
         for (index, &count) in snapshot.counts.iter().enumerate() {
             counters.merge_cell(index, count, snapshot.window);
@@ -225,7 +235,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::Tick;
 
     fn build(seed: u64) -> RateSketch {
         RateSketch::builder()
@@ -247,7 +256,7 @@ mod tests {
         }
         let snapshot = b.export_window(0);
         assert_eq!(snapshot.events(), 400);
-        a.merge_window(&snapshot).unwrap();
+        a.merge_window(&snapshot, t).unwrap();
         for i in 0..20u32 {
             let est = a.estimate(&i.to_le_bytes(), t);
             assert!(est >= 30, "key {i}: {est}");
@@ -260,7 +269,7 @@ mod tests {
     #[test]
     fn shapes_must_match() {
         let err = build(1)
-            .merge_window(&build(2).export_window(0))
+            .merge_window(&build(2).export_window(0), Tick::ZERO)
             .unwrap_err();
         assert_eq!(
             err,
@@ -268,6 +277,27 @@ mod tests {
                 field: "seed",
                 ours: 1,
                 theirs: 2
+            }
+        );
+    }
+
+    #[test]
+    fn only_the_current_and_previous_windows_merge() {
+        let (a, b) = (build(3), build(3));
+        let at = |window: u64| Tick::from_nanos(window * 100 + 50);
+        for window in [0, 6, 7, 9] {
+            let result = a.merge_window(&b.export_window(window), at(7));
+            assert_eq!(
+                result.is_ok(),
+                window == 6 || window == 7,
+                "window {window}"
+            );
+        }
+        assert_eq!(
+            a.merge_window(&b.export_window(9), at(7)).unwrap_err(),
+            MergeError::WindowOutOfRange {
+                window: 9,
+                current: 7
             }
         );
     }

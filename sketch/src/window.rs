@@ -12,6 +12,8 @@
 
 use std::time::Duration;
 
+use strength_reduce::StrengthReducedU64;
+
 use crate::clock::Tick;
 
 /// Where a tick falls: its window and how far into it.
@@ -24,16 +26,25 @@ pub(crate) struct Position {
 }
 
 /// The length of one window and the arithmetic on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Every observe divides by the window length twice (which window, how much of the previous
+/// one still counts); a 64-bit `div` costs tens of cycles, so the length is kept as a
+/// precomputed reciprocal (strength_reduce: a multiply and a shift per division, exact).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Windows {
     len: u64,
+    divisor: StrengthReducedU64,
 }
 
 impl Windows {
     /// Windows of `len` nanoseconds; `len` must be non-zero (the builder checks).
     pub(crate) fn new(len: u64) -> Windows {
         debug_assert!(len > 0);
-        Windows { len: len.max(1) }
+        let len = len.max(1);
+        Windows {
+            len,
+            divisor: StrengthReducedU64::new(len),
+        }
     }
 
     pub(crate) fn len(self) -> Duration {
@@ -46,7 +57,7 @@ impl Windows {
 
     pub(crate) fn position(self, now: Tick) -> Position {
         let t = now.as_nanos();
-        let index = t / self.len;
+        let index = t / self.divisor;
         let remaining = self.len - (t - index * self.len);
         Position { index, remaining }
     }
@@ -63,7 +74,10 @@ impl Windows {
             return 0;
         }
         match previous.checked_mul(at.remaining) {
-            Some(product) => product.div_ceil(self.len),
+            Some(product) => {
+                let quotient = product / self.divisor;
+                quotient + u64::from(quotient * self.len != product)
+            }
             // Only with windows over ~18 minutes and huge counts; correct, just slower.
             None => {
                 let wide = (u128::from(previous) * u128::from(at.remaining))

@@ -75,3 +75,26 @@ fn front_first_sighting() {
         assert_eq!(mine.max(theirs), 2);
     });
 }
+
+/// A window merged in from another node races an observe of the same key: the merged counts and
+/// the local event are both kept.
+#[test]
+fn merge_vs_observe() {
+    check(|| {
+        let remote = tiny(1, 0.0);
+        let now = Tick::from_nanos(10);
+        let _ = remote.observe(KEY, 2, now);
+        let snapshot = remote.export_window(0);
+        let sketch = Arc::new(tiny(1, 0.0));
+        let other = Arc::clone(&sketch);
+        let racer = thread::spawn(move || other.observe(KEY, 1, now));
+        sketch
+            .merge_window(&snapshot, now)
+            .expect("same shape, current window");
+        racer.join().expect("no panic");
+        assert!(
+            sketch.estimate(KEY, now) >= 3,
+            "lost the merge or the event"
+        );
+    });
+}

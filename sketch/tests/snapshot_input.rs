@@ -1,0 +1,59 @@
+//! A window snapshot is outside input (it arrives from another node or from disk): arbitrary
+//! parts are either refused with an error or merged, never a panic, and a merge never lowers
+//! an estimate.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate_sketch::{RateSketch, Shape, Tick, WindowSnapshot};
+
+fn sketch() -> RateSketch {
+    let builder = RateSketch::builder()
+        .window(Duration::from_nanos(1_000))
+        .depth(2)
+        .seed(9);
+    let memory = builder.min_memory_bytes() + 2_000;
+    builder.memory_bytes(memory).build().expect("valid shape")
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_snapshots_are_refused_or_merged(
+        counts in prop::collection::vec(any::<u32>(), 0..600),
+        front in prop::collection::vec(any::<u32>(), 0..200),
+        window in prop_oneof![Just(0u64), 0..4u64, any::<u64>()],
+        fronts in any::<u64>(),
+        events in any::<u64>(),
+        bend_shape in any::<bool>(),
+    ) {
+        let sketch = sketch();
+        let now = Tick::from_nanos(500);
+        for key in 0..20u32 {
+            let _ = sketch.observe(&key.to_le_bytes(), 3, now);
+        }
+        let before: Vec<u64> = (0..20u32).map(|k| sketch.estimate(&k.to_le_bytes(), now)).collect();
+        let mut shape: Shape = sketch.shape();
+        if bend_shape {
+            shape.seed ^= 1;
+        }
+        // Sometimes the right lengths, so that merges of wild values happen too.
+        let counts = if counts.len() % 3 == 0 {
+            counts.iter().copied().cycle().take(shape.depth * shape.width).collect()
+        } else {
+            counts
+        };
+        let front = if front.len() % 2 == 0 {
+            front.iter().map(|b| b & ((1 << 28) - 1)).cycle().take(shape.registers).collect()
+        } else {
+            front
+        };
+        if let Ok(snapshot) = WindowSnapshot::from_parts(shape, window, counts, front, fronts, events) {
+            let merged = sketch.merge_window(&snapshot, now);
+            prop_assert_eq!(merged.is_ok(), !bend_shape && window == 0);
+        }
+        for (key, was) in (0..20u32).zip(before) {
+            prop_assert!(sketch.estimate(&key.to_le_bytes(), now) >= was);
+        }
+        let _ = sketch.stats(now);
+    }
+}
