@@ -127,19 +127,19 @@ impl Builder {
         }
         let plan = self.plan()?;
         let window_nanos = u64::try_from(self.window.as_nanos()).unwrap_or(u64::MAX);
-        Ok(RateSketch::from_parts(
-            CountMin::new(
+        Ok(RateSketch {
+            counters: CountMin::new(
                 zeroed_atomics(self.depth * plan.width),
                 self.depth,
                 plan.width,
             ),
-            Front::new(zeroed_atomics(plan.registers)),
-            Stripes::new(),
-            Tally::new(),
-            Windows::new(window_nanos),
-            self.seed.unwrap_or_else(random_seed),
-            self.front_weight,
-        ))
+            front: Front::new(zeroed_atomics(plan.registers)),
+            events: Stripes::new(),
+            merged_fronts: Tally::new(),
+            windows: Windows::new(window_nanos),
+            seed: self.seed.unwrap_or_else(random_seed),
+            front_weight: self.front_weight,
+        })
     }
 
     /// Splits the budget: fixed bookkeeping first, then the front's share, then the counters.

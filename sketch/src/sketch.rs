@@ -37,39 +37,21 @@ use crate::window::{Position, Windows};
 /// ```
 #[derive(Debug)]
 pub struct RateSketch {
-    counters: CountMin,
-    front: Front,
-    events: Stripes,
-    merged_fronts: Tally,
-    windows: Windows,
-    seed: u64,
-    front_weight: u32,
+    // Built by `Builder::build`; read directly by the snapshot module.
+    pub(crate) counters: CountMin,
+    pub(crate) front: Front,
+    pub(crate) events: Stripes,
+    /// How many other sketches' fronts were merged into each window.
+    pub(crate) merged_fronts: Tally,
+    pub(crate) windows: Windows,
+    pub(crate) seed: u64,
+    pub(crate) front_weight: u32,
 }
 
 impl RateSketch {
     /// A builder with the default settings.
     pub fn builder() -> Builder {
         Builder::default()
-    }
-
-    pub(crate) fn from_parts(
-        counters: CountMin,
-        front: Front,
-        events: Stripes,
-        merged_fronts: Tally,
-        windows: Windows,
-        seed: u64,
-        front_weight: u32,
-    ) -> RateSketch {
-        RateSketch {
-            counters,
-            front,
-            events,
-            merged_fronts,
-            windows,
-            seed,
-            front_weight,
-        }
     }
 
     /// Bytes every sketch holds besides its counters and front.
@@ -239,27 +221,6 @@ impl RateSketch {
             confidence: 1.0 - (-(self.depth() as f64)).exp(),
             memory_bytes: self.memory_bytes(),
         }
-    }
-
-    pub(crate) fn parts(&self) -> (&CountMin, &Front, &Stripes, &Tally) {
-        (
-            &self.counters,
-            &self.front,
-            &self.events,
-            &self.merged_fronts,
-        )
-    }
-
-    pub(crate) fn seed(&self) -> u64 {
-        self.seed
-    }
-
-    pub(crate) fn front_weight(&self) -> u32 {
-        self.front_weight
-    }
-
-    pub(crate) fn window_nanos(&self) -> u64 {
-        self.windows.len_nanos()
     }
 }
 

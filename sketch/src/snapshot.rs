@@ -170,9 +170,9 @@ impl RateSketch {
             depth: self.depth(),
             width: self.width(),
             registers: self.front_registers(),
-            window_nanos: self.window_nanos(),
-            seed: self.seed(),
-            front_weight: self.front_weight(),
+            window_nanos: self.windows.len_nanos(),
+            seed: self.seed,
+            front_weight: self.front_weight,
         }
     }
 
@@ -180,7 +180,7 @@ impl RateSketch {
     /// sketch no longer holds exports as empty. Allocates: not for the hot path.
     #[must_use]
     pub fn export_window(&self, window: u64) -> WindowSnapshot {
-        let (counters, front, events, merged_fronts) = self.parts();
+        let (counters, front) = (&self.counters, &self.front);
         let counts = (0..counters.len())
             .map(|i| counters.cell_count(i, window))
             .collect();
@@ -193,11 +193,11 @@ impl RateSketch {
             counts,
             front: bits,
             fronts: if front.is_enabled() {
-                1 + merged_fronts.get(window)
+                1 + self.merged_fronts.get(window)
             } else {
                 0
             },
-            events: events.get(window),
+            events: self.events.get(window),
         }
     }
 
@@ -217,15 +217,14 @@ impl RateSketch {
                 current,
             });
         }
-        let (counters, front, events, merged_fronts) = self.parts();
         for (index, &count) in snapshot.counts.iter().enumerate() {
-            counters.merge_cell(index, count, snapshot.window);
+            self.counters.merge_cell(index, count, snapshot.window);
         }
         for (index, &bits) in snapshot.front.iter().enumerate() {
-            front.merge_register(index, bits, snapshot.window);
+            self.front.merge_register(index, bits, snapshot.window);
         }
-        merged_fronts.add(snapshot.window, snapshot.fronts);
-        events.add(snapshot.window, snapshot.events);
+        self.merged_fronts.add(snapshot.window, snapshot.fronts);
+        self.events.add(snapshot.window, snapshot.events);
         Ok(())
     }
 }
