@@ -1,9 +1,9 @@
 //! A window pair: one 64-bit word that holds a value for the current and the previous window.
 //!
 //! ```text
-//! +-----------+------------------------+------------------------+
-//! |   epoch   | value of window `epoch` | value of `epoch - 1`   |
-//! +-----------+------------------------+------------------------+
+//! +---------+-----------+-------------------------+------------------------+
+//! | written |   epoch   | value of window `epoch` | value of `epoch - 1`   |
+//! +---------+-----------+-------------------------+------------------------+
 //! ```
 //!
 //! Counter cells (a count per window) and Bloom registers (a bit set per window) are both
@@ -13,8 +13,9 @@
 //! compare-and-swap that updates it, so no observe waits for a window to be cleared and a stale
 //! value is never read as current: the epoch says which window the word holds.
 //!
-//! The epoch is the window index modulo `2^epoch_bits`. A word left untouched for a multiple of
-//! that many windows is read as current: for a counter an overestimate (never an
+//! The top bit says the word was ever written: a fresh (zero) word is empty for every window,
+//! never mistaken for one a window or two ahead. The epoch is the window index modulo
+//! `2^epoch_bits`. A word left untouched for a multiple of that many windows is read as current: for a counter an overestimate (never an
 //! underestimate), for a Bloom register a key that looks seen (it then costs one event of
 //! overestimate and is not absorbed). A word written by a thread whose clock is up to two
 //! windows ahead is read as current too, which can likewise only overestimate.
@@ -28,17 +29,20 @@ pub(crate) struct Layout {
     epoch_bits: u32,
 }
 
-/// Counter cells: 16-bit epoch, two 24-bit counts.
+/// Counter cells: 15-bit epoch (wraps after 32,768 windows), two 24-bit counts.
 pub(crate) const COUNTER: Layout = Layout {
     half_bits: 24,
-    epoch_bits: 16,
+    epoch_bits: 15,
 };
 
-/// Bloom registers: 8-bit epoch, two 28-bit bit sets.
+/// Bloom registers: 7-bit epoch (wraps after 128 windows), two 28-bit bit sets.
 pub(crate) const REGISTER: Layout = Layout {
     half_bits: 28,
-    epoch_bits: 8,
+    epoch_bits: 7,
 };
+
+/// The "written" flag: the top bit of every layout.
+const WRITTEN: u64 = 1 << 63;
 
 /// The values a word holds for a window and the one before it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,7 +73,11 @@ impl Layout {
     }
 
     fn epoch(self, word: u64) -> u64 {
-        word >> (2 * self.half_bits)
+        (word >> (2 * self.half_bits)) & self.epoch_mask()
+    }
+
+    fn written(word: u64) -> bool {
+        word & WRITTEN != 0
     }
 
     fn current(self, word: u64) -> u32 {
@@ -84,7 +92,8 @@ impl Layout {
 
     fn pack(self, window: u64, current: u32, previous: u32) -> u64 {
         let max = u64::from(self.half_max());
-        ((window & self.epoch_mask()) << (2 * self.half_bits))
+        WRITTEN
+            | ((window & self.epoch_mask()) << (2 * self.half_bits))
             | ((u64::from(current) & max) << self.half_bits)
             | (u64::from(previous) & max)
     }
@@ -95,6 +104,9 @@ impl Layout {
     }
 
     fn age(self, word: u64, window: u64) -> Age {
+        if !Self::written(word) {
+            return Age::Stale;
+        }
         match self.distance(word, window) {
             1 => Age::Previous,
             d if d == 0 || d >= self.epoch_mask() - 1 => Age::Current,
@@ -141,6 +153,9 @@ impl Layout {
         update: impl Fn(u32) -> u32,
     ) -> Option<u64> {
         let bounded = |value: u32| update(value).min(self.half_max());
+        if !Self::written(word) {
+            return Some(self.pack(window, bounded(0), 0));
+        }
         let ahead = self.epoch_mask() + 1 - self.distance(word, window);
         match self.distance(word, window) {
             0 => Some(self.pack(window, bounded(self.current(word)), self.previous(word))),
@@ -170,6 +185,9 @@ impl Layout {
 
     /// Exactly what the word holds for `window`, 0 if it holds another.
     pub(crate) fn value_of(self, word: u64, window: u64) -> u32 {
+        if !Self::written(word) {
+            return 0;
+        }
         match self.distance(word, window) {
             0 => self.current(word),
             d if d == self.epoch_mask() => self.previous(word),
@@ -256,25 +274,40 @@ mod tests {
 
     #[test]
     fn epochs_wrap() {
-        // (A zero word reads as epoch 0, which windows 65,534 and 65,535 take as just ahead;
-        // start from a word of an earlier window.)
-        let word = raise(raise(0, 65_000, 1), 65_535, 2);
+        let word = raise(0, 32_767, 2);
         assert_eq!(
-            COUNTER.halves(word, 65_536),
+            COUNTER.halves(word, 32_768),
             Halves {
                 current: 0,
                 previous: 2
             }
         );
-        let register =
-            REGISTER.update_current(REGISTER.update_current(0, 200, |b| b), 255, |b| b | 1);
+        let register = REGISTER.update_current(0, 127, |b| b | 1);
         assert_eq!(
-            REGISTER.halves(register, 256),
+            REGISTER.halves(register, 128),
             Halves {
                 current: 0,
                 previous: 1
             }
         );
+    }
+
+    #[test]
+    fn a_fresh_word_is_never_taken_for_a_later_window() {
+        // Without the written flag, epoch 0 read at window 2^15 - 1 looks one window ahead.
+        for window in [0, 1, 32_766, 32_767, 65_535, u64::MAX] {
+            assert_eq!(
+                COUNTER.halves(0, window),
+                Halves::default(),
+                "window {window}"
+            );
+            assert_eq!(
+                REGISTER.halves(0, window),
+                Halves::default(),
+                "window {window}"
+            );
+            assert_eq!(COUNTER.halves(raise(0, window, 3), window).current, 3);
+        }
     }
 
     #[test]

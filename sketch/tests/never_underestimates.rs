@@ -68,7 +68,7 @@ fn sketch(extra: usize, depth: usize, front_share: f64, front_weight: u32) -> Ra
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(4096))]
 
     #[test]
     fn estimates_never_fall_below_the_true_sliding_count(

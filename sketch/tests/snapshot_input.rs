@@ -17,6 +17,8 @@ fn sketch() -> RateSketch {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
     #[test]
     fn arbitrary_snapshots_are_refused_or_merged(
         counts in prop::collection::vec(any::<u32>(), 0..600),
