@@ -37,6 +37,13 @@
 //! keeps that bound and makes the usual error far smaller on skewed traffic. The sketch states
 //! the bound for its current load: [`RateSketch::stats`] and [`RateSketch::overcount_bound`].
 //!
+//! # What the front buys
+//! Measured with the accuracy tool (`benches/accuracy`, 8 MiB, one-event keys): at 1 M keys the
+//! front holds them (fill 0.55) and the mean overcount is 0.12 against 1.08 for the same budget
+//! without a front; at 100 M keys it is saturated (fill 1.0) and its 12.5% share of memory
+//! costs the counters: 194 against 173. `front_share(0.0)` builds the plain sketch;
+//! [`Stats::front_fill`] says which side of that line a running sketch is on.
+//!
 //! # Sizing
 //! Each counter cell costs 8 bytes and serves both windows. The bound says
 //! `width >= e * N / allowed_error`: for a 10 s window with 5 M events and an error of 100
