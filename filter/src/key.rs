@@ -1,0 +1,182 @@
+//! Keys from addresses: the source as the filter sees it, and the sketch key of one limit.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::prefix::Prefix;
+
+/// A source address with IPv4-mapped IPv6 (`::ffff:a.b.c.d`) folded to IPv4, so a dual-stack
+/// listener counts one client once whichever socket family it arrived on.
+///
+/// # Examples
+/// ```
+/// use std::net::{IpAddr, Ipv4Addr};
+/// use tollgate_filter::Source;
+/// let mapped: IpAddr = "::ffff:192.0.2.1".parse()?;
+/// assert_eq!(Source::new(mapped).addr(), IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
+/// # Ok::<(), std::net::AddrParseError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Source(IpAddr);
+
+impl Source {
+    /// The source of an event from `addr`.
+    #[must_use]
+    pub fn new(addr: IpAddr) -> Source {
+        match addr {
+            IpAddr::V6(v6) => Source(v6.to_ipv4_mapped().map_or(addr, IpAddr::V4)),
+            IpAddr::V4(_) => Source(addr),
+        }
+    }
+
+    /// The (folded) address.
+    #[must_use]
+    pub fn addr(self) -> IpAddr {
+        self.0
+    }
+
+    /// Of two prefix lengths, the one for this source's family.
+    #[must_use]
+    pub fn pick(self, v4: Prefix, v6: Prefix) -> Prefix {
+        match self.0 {
+            IpAddr::V4(_) => v4,
+            IpAddr::V6(_) => v6,
+        }
+    }
+
+    /// The address with the bits past `prefix` cleared (a prefix of the other family keeps the
+    /// whole address).
+    #[must_use]
+    pub fn masked(self, prefix: Prefix) -> IpAddr {
+        match self.0 {
+            IpAddr::V4(v4) => IpAddr::V4(prefix.mask_v4(v4)),
+            IpAddr::V6(v6) => IpAddr::V6(prefix.mask_v6(v6)),
+        }
+    }
+}
+
+impl From<IpAddr> for Source {
+    fn from(addr: IpAddr) -> Source {
+        Source::new(addr)
+    }
+}
+
+impl From<Ipv4Addr> for Source {
+    fn from(addr: Ipv4Addr) -> Source {
+        Source(IpAddr::V4(addr))
+    }
+}
+
+/// A rule's stable identity: a hash of its name. Keys carry it, so the counters of a rule
+/// whose name is unchanged survive a reload, and two rules never share a counter.
+///
+/// # Examples
+/// ```
+/// use tollgate_filter::RuleId;
+/// assert_eq!(RuleId::from_name("per-source"), RuleId::from_name("per-source"));
+/// assert_ne!(RuleId::from_name("per-source"), RuleId::from_name("per-prefix"));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(u64);
+
+impl RuleId {
+    /// The id of the rule named `name`.
+    #[must_use]
+    pub fn from_name(name: &str) -> RuleId {
+        RuleId(xxh3_64(name.as_bytes()))
+    }
+}
+
+/// The sketch key of one limit: the rule, the prefix length and the masked source address.
+/// Keys of different rules, prefix lengths or families never coincide.
+///
+/// # Examples
+/// ```
+/// use std::net::Ipv4Addr;
+/// use tollgate_filter::{LimitKey, Prefix, RuleId, Source};
+/// let rule = RuleId::from_name("per-source");
+/// let slash24 = Prefix::v4(24)?;
+/// let a = LimitKey::new(rule, Source::from(Ipv4Addr::new(198, 51, 100, 1)), slash24);
+/// let b = LimitKey::new(rule, Source::from(Ipv4Addr::new(198, 51, 100, 200)), slash24);
+/// assert_eq!(a, b); // one /24, one counter
+/// # Ok::<(), tollgate_filter::PrefixError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LimitKey {
+    bytes: [u8; LimitKey::LEN],
+}
+
+impl LimitKey {
+    /// Bytes in a key: rule (8), family (1), prefix length (1), address (16).
+    pub const LEN: usize = 26;
+
+    /// The key of `source` under `rule` at `prefix` (which should be of the source's family;
+    /// see [`Source::pick`]).
+    #[must_use]
+    pub fn new(rule: RuleId, source: Source, prefix: Prefix) -> LimitKey {
+        let mut bytes = [0; Self::LEN];
+        bytes[..8].copy_from_slice(&rule.0.to_le_bytes());
+        match source.masked(prefix) {
+            IpAddr::V4(v4) => {
+                bytes[8] = 4;
+                bytes[9] = match prefix {
+                    Prefix::V4(len) => len,
+                    Prefix::V6(_) => 32,
+                };
+                bytes[10..14].copy_from_slice(&v4.octets());
+            }
+            IpAddr::V6(v6) => {
+                bytes[8] = 6;
+                bytes[9] = match prefix {
+                    Prefix::V6(len) => len,
+                    Prefix::V4(_) => 128,
+                };
+                bytes[10..26].copy_from_slice(&v6.octets());
+            }
+        }
+        LimitKey { bytes }
+    }
+
+    /// The key as bytes, for [`tollgate_sketch::RateSketch::observe`].
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv6Addr;
+
+    use super::*;
+
+    #[test]
+    fn mapped_addresses_fold_and_others_do_not() {
+        let v4 = Ipv4Addr::new(10, 1, 2, 3);
+        let mapped = IpAddr::V6(v4.to_ipv6_mapped());
+        assert_eq!(Source::new(mapped).addr(), IpAddr::V4(v4));
+        // The deprecated IPv4-compatible form (::a.b.c.d) is a plain IPv6 address.
+        let compatible = IpAddr::V6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0x0a01, 0x0203));
+        assert_eq!(Source::new(compatible).addr(), compatible);
+    }
+
+    #[test]
+    fn families_prefixes_and_rules_never_share_a_key() {
+        let rule = RuleId::from_name("r");
+        let zero4 = Source::from(Ipv4Addr::UNSPECIFIED);
+        let zero6 = Source::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+        let keys = [
+            LimitKey::new(rule, zero4, Prefix::V4(0)),
+            LimitKey::new(rule, zero4, Prefix::V4(8)),
+            LimitKey::new(rule, zero6, Prefix::V6(0)),
+            LimitKey::new(rule, zero6, Prefix::V6(8)),
+            LimitKey::new(RuleId::from_name("s"), zero4, Prefix::V4(0)),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Turns "an event from address A" into the keys and matches Tollgate's rules need: sources
+//! with IPv4-mapped IPv6 folded to IPv4, prefix lengths checked per family, one sketch key per
+//! (rule, prefix length, masked address), and longest-prefix matching for allow/deny lists and
+//! rule sources.
+//!
+//! ```
+//! use std::net::IpAddr;
+//! use tollgate_filter::{LimitKey, Prefix, RuleId, Source};
+//! // One rule limiting each address and its /64 (IPv6) or /24 (IPv4).
+//! let rule = RuleId::from_name("per-source");
+//! let source = Source::new("2001:db8:1:2:aaaa::1".parse::<IpAddr>()?);
+//! let per_network = source.pick(Prefix::v4(24)?, Prefix::v6(64)?);
+//! let rotated = Source::new("2001:db8:1:2:bbbb::9".parse::<IpAddr>()?);
+//! // An attacker rotating addresses inside one /64 hits one network counter.
+//! assert_eq!(LimitKey::new(rule, source, per_network), LimitKey::new(rule, rotated, per_network));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Rules, policies, verdicts and packet parsing build on these (issue 3, in progress).
+
+#![warn(missing_docs)]
+
+mod key;
+mod prefix;
+mod prefix_map;
+
+pub use key::{LimitKey, RuleId, Source};
+pub use prefix::{Prefix, PrefixError};
+pub use prefix_map::PrefixMap;
