@@ -20,10 +20,16 @@
 
 #![warn(missing_docs)]
 
+mod config;
 mod key;
 mod prefix;
 mod prefix_map;
+mod rules;
+mod units;
 
+pub use config::{Config, ConfigError, ConfigErrors, DEFAULT_MEMORY};
 pub use key::{LimitKey, RuleId, Source};
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;
+pub use rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Weight};
+pub use units::{DurationText, Rate, parse_duration, parse_rate, parse_size};

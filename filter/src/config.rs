@@ -1,0 +1,298 @@
+//! Reading a policy from TOML: parsed once into typed values, or refused whole with every error
+//! located by line and column. Never a partial policy.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::key::RuleId;
+use crate::prefix::Prefix;
+use crate::rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Weight};
+use crate::units::{parse_duration, parse_rate, parse_size};
+
+/// The default sketch memory when the config names none.
+pub const DEFAULT_MEMORY: usize = 64 << 20;
+
+/// A checked policy file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Memory for all sketches together, in bytes.
+    pub memory: usize,
+    /// Sources never limited.
+    pub allow: Vec<Cidr>,
+    /// Sources always refused.
+    pub deny: Vec<Cidr>,
+    /// The rules, in file order.
+    pub rules: Vec<Rule>,
+}
+
+/// One problem in a config file, located.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "line {}, column {}: {}",
+            self.line, self.column, self.message
+        )
+    }
+}
+
+/// Every problem found in a config file (at least one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for error in &self.0 {
+            if !first {
+                writeln!(f)?;
+            }
+            first = false;
+            write!(f, "{error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    sketch: RawSketch,
+    #[serde(default)]
+    lists: RawLists,
+    #[serde(default)]
+    rule: Vec<RawRule>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSketch {
+    memory: Option<Spanned<String>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLists {
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Spanned<String>,
+    #[serde(default)]
+    protocol: ProtocolMatch,
+    #[serde(default)]
+    sources: Vec<Spanned<String>>,
+    limits: Spanned<Vec<RawLimit>>,
+    #[serde(default)]
+    weight: Weight,
+    #[serde(default)]
+    action: Action,
+    #[serde(default)]
+    shadow: bool,
+    penalty: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    rate: Spanned<String>,
+    ipv4_prefix: Option<Spanned<u32>>,
+    ipv6_prefix: Option<Spanned<u32>>,
+}
+
+/// Collects located errors while checking.
+struct Checker<'a> {
+    text: &'a str,
+    errors: Vec<ConfigError>,
+}
+
+impl Checker<'_> {
+    fn error(&mut self, span: Range<usize>, message: String) {
+        let (line, column) = locate(self.text, span.start);
+        self.errors.push(ConfigError {
+            line,
+            column,
+            message,
+        });
+    }
+
+    /// `parse(value)`, or `None` with the error recorded at the value's place.
+    fn check<T, V>(
+        &mut self,
+        value: &Spanned<V>,
+        parse: impl FnOnce(&V) -> Result<T, String>,
+    ) -> Option<T> {
+        match parse(value.get_ref()) {
+            Ok(parsed) => Some(parsed),
+            Err(message) => {
+                self.error(value.span(), message);
+                None
+            }
+        }
+    }
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn locate(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    (line, column)
+}
+
+impl Config {
+    /// Parses and checks a policy.
+    ///
+    /// # Errors
+    /// [`ConfigErrors`]: a TOML syntax error, an unknown field or value, or every value that is
+    /// out of range (bad network, prefix longer than its family, zero or malformed rate,
+    /// duplicate rule name, ...), each with its line and column.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_filter::Config;
+    /// let config = Config::parse(r#"
+    ///     [[rule]]
+    ///     name = "per-source"
+    ///     limits = [{ rate = "100/10s" }]
+    /// "#)?;
+    /// assert_eq!(config.rules[0].limits[0].rate.count, 100);
+    /// let err = Config::parse("[[rule]]\nname = \"x\"\nlimits = [{ rate = \"0/10s\" }]\n").unwrap_err();
+    /// assert_eq!(err.0[0].line, 3);
+    /// # Ok::<(), tollgate_filter::ConfigErrors>(())
+    /// ```
+    pub fn parse(text: &str) -> Result<Config, ConfigErrors> {
+        let raw: RawConfig = toml::from_str(text).map_err(|err| {
+            let (line, column) = err.span().map_or((1, 1), |span| locate(text, span.start));
+            ConfigErrors(vec![ConfigError {
+                line,
+                column,
+                message: err.message().trim().to_owned(),
+            }])
+        })?;
+        let mut checker = Checker {
+            text,
+            errors: Vec::new(),
+        };
+        let memory = match &raw.sketch.memory {
+            Some(memory) => checker
+                .check(memory, |m| parse_size(m))
+                .unwrap_or(DEFAULT_MEMORY),
+            None => DEFAULT_MEMORY,
+        };
+        let cidrs = |list: &[Spanned<String>], checker: &mut Checker<'_>| -> Vec<Cidr> {
+            list.iter()
+                .filter_map(|c| checker.check(c, |c| Cidr::parse(c)))
+                .collect()
+        };
+        let allow = cidrs(&raw.lists.allow, &mut checker);
+        let deny = cidrs(&raw.lists.deny, &mut checker);
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut rules = Vec::new();
+        for raw_rule in &raw.rule {
+            let name = raw_rule.name.get_ref().clone();
+            if let Some(first) =
+                seen.insert(name.clone(), locate(text, raw_rule.name.span().start).0)
+            {
+                checker.error(
+                    raw_rule.name.span(),
+                    format!("duplicate rule name `{name}` (first used on line {first})"),
+                );
+            }
+            if name.trim().is_empty() {
+                checker.error(raw_rule.name.span(), "a rule name must not be empty".into());
+            }
+            let sources = cidrs(&raw_rule.sources, &mut checker);
+            if raw_rule.limits.get_ref().is_empty() {
+                checker.error(
+                    raw_rule.limits.span(),
+                    format!("rule `{name}` has no limits"),
+                );
+            }
+            let limits = raw_rule
+                .limits
+                .get_ref()
+                .iter()
+                .filter_map(|limit| check_limit(limit, &mut checker))
+                .collect();
+            let penalty = raw_rule
+                .penalty
+                .as_ref()
+                .and_then(|p| checker.check(p, |p| positive_duration(p)));
+            rules.push(Rule {
+                id: RuleId::from_name(&name),
+                name,
+                protocol: raw_rule.protocol,
+                sources,
+                limits,
+                weight: raw_rule.weight,
+                action: raw_rule.action,
+                shadow: raw_rule.shadow,
+                penalty,
+            });
+        }
+        if checker.errors.is_empty() {
+            Ok(Config {
+                memory,
+                allow,
+                deny,
+                rules,
+            })
+        } else {
+            Err(ConfigErrors(checker.errors))
+        }
+    }
+}
+
+fn check_limit(raw: &RawLimit, checker: &mut Checker<'_>) -> Option<Limit> {
+    let rate = checker.check(&raw.rate, |r| parse_rate(r));
+    let ipv4_prefix = match &raw.ipv4_prefix {
+        Some(len) => checker.check(len, |len| Prefix::v4(*len).map_err(|e| e.to_string())),
+        None => Some(Prefix::V4(32)),
+    };
+    let ipv6_prefix = match &raw.ipv6_prefix {
+        Some(len) => checker.check(len, |len| Prefix::v6(*len).map_err(|e| e.to_string())),
+        None => Some(Prefix::V6(64)),
+    };
+    Some(Limit {
+        rate: rate?,
+        ipv4_prefix: ipv4_prefix?,
+        ipv6_prefix: ipv6_prefix?,
+    })
+}
+
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Err(format!(
+            "`{text}`: a penalty must be longer than zero (or left out)"
+        ));
+    }
+    Ok(duration)
+}

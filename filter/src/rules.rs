@@ -1,0 +1,136 @@
+//! The policy as typed values: what a config file says once it has been checked.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::key::RuleId;
+use crate::prefix::Prefix;
+use crate::units::Rate;
+
+/// A network in a list or a rule's sources: an address and a prefix length of its family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    /// The address as written (host bits are ignored when matching).
+    pub addr: IpAddr,
+    /// The prefix length.
+    pub prefix: Prefix,
+}
+
+impl Cidr {
+    /// Parses `a.b.c.d/len` or `x:y::/len`; a bare address is the whole address (`/32`,
+    /// `/128`).
+    ///
+    /// # Errors
+    /// A message naming the bad address or the prefix length that is too long.
+    pub fn parse(text: &str) -> Result<Cidr, String> {
+        let (addr, len) = match text.split_once('/') {
+            Some((addr, len)) => (addr, Some(len)),
+            None => (text, None),
+        };
+        let addr: IpAddr = addr.trim().parse().map_err(|_| {
+            format!(
+                "`{text}` is not a network: `{}` is not an IP address",
+                addr.trim()
+            )
+        })?;
+        let len = match len {
+            None => None,
+            Some(len) => Some(len.trim().parse::<u32>().map_err(|_| {
+                format!(
+                    "`{text}`: the prefix length `{}` is not a number",
+                    len.trim()
+                )
+            })?),
+        };
+        let prefix = match addr {
+            IpAddr::V4(_) => Prefix::v4(len.unwrap_or(32)),
+            IpAddr::V6(_) => Prefix::v6(len.unwrap_or(128)),
+        }
+        .map_err(|err| format!("`{text}`: {err}"))?;
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix.len())
+    }
+}
+
+/// Which traffic a rule applies to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProtocolMatch {
+    /// TCP connections or segments.
+    Tcp,
+    /// UDP datagrams.
+    Udp,
+    /// Both.
+    #[default]
+    Any,
+}
+
+/// What a limit counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Weight {
+    /// Each event (connection, datagram, packet) counts 1.
+    #[default]
+    Events,
+    /// Each event counts its size in bytes.
+    Bytes,
+}
+
+/// What the proxy does with an event over a limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Close the connection (FIN).
+    Close,
+    /// Reset the connection (RST).
+    #[default]
+    Reset,
+    /// Hold the connection for a bounded time, then decide again (a tarpit).
+    Delay,
+    /// Write the configured reply (e.g. HTTP 429), then close.
+    Reply,
+    /// Drop the datagram or packet silently.
+    Drop,
+}
+
+/// One limit of a rule: a rate, counted per address masked to a prefix length per family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// The rate allowed.
+    pub rate: Rate,
+    /// The prefix IPv4 sources are counted at (default /32, the address).
+    pub ipv4_prefix: Prefix,
+    /// The prefix IPv6 sources are counted at (default /64, one subscriber's network).
+    pub ipv6_prefix: Prefix,
+}
+
+/// A rule: which traffic it matches and the limits it applies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// The rule's name, unique in a policy; its counters survive reloads under the same name.
+    pub name: String,
+    /// The stable id derived from the name.
+    pub id: RuleId,
+    /// Which protocol it matches.
+    pub protocol: ProtocolMatch,
+    /// Source networks it matches; empty means every source.
+    pub sources: Vec<Cidr>,
+    /// Its limits, all checked for every matching event.
+    pub limits: Vec<Limit>,
+    /// What the limits count.
+    pub weight: Weight,
+    /// What happens over a limit.
+    pub action: Action,
+    /// Count and report only, never enforce.
+    pub shadow: bool,
+    /// Once over a limit, a source is refused this long.
+    pub penalty: Option<Duration>,
+}
