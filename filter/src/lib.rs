@@ -16,20 +16,28 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Rules, policies, verdicts and packet parsing build on these (issue 3, in progress).
+//! A [`Filter`] holds the [`Policy`] compiled from a [`Config`] and decides on [`Event`]s.
+//! Packet parsing and capture replay build on this (issue 3, in progress).
 
 #![warn(missing_docs)]
 
 mod config;
+mod filter;
 mod key;
+mod policy;
 mod prefix;
 mod prefix_map;
 mod rules;
+mod sync;
 mod units;
+mod verdict;
 
 pub use config::{Config, ConfigError, ConfigErrors, DEFAULT_MEMORY};
+pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
+pub use policy::{Event, Policy, PolicyError};
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;
-pub use rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Weight};
+pub use rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Transport, Weight};
 pub use units::{DurationText, Rate, parse_duration, parse_rate, parse_size};
+pub use verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};

@@ -73,6 +73,29 @@ pub enum ProtocolMatch {
     Any,
 }
 
+/// The transport of one event, as the proxy or a parsed frame reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// A TCP connection or segment.
+    Tcp,
+    /// A UDP datagram.
+    Udp,
+    /// Anything else over IP.
+    Other,
+}
+
+impl ProtocolMatch {
+    /// Whether a rule with this match applies to an event over `transport`.
+    #[must_use]
+    pub fn matches(self, transport: Transport) -> bool {
+        match self {
+            ProtocolMatch::Any => true,
+            ProtocolMatch::Tcp => transport == Transport::Tcp,
+            ProtocolMatch::Udp => transport == Transport::Udp,
+        }
+    }
+}
+
 /// What a limit counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]

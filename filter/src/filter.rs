@@ -1,0 +1,70 @@
+//! [`Filter`]: the current policy behind an atomic swap, reloadable while deciding.
+
+use std::sync::Arc;
+
+use tollgate_sketch::Tick;
+
+use crate::config::Config;
+use crate::policy::{Event, Policy, PolicyError};
+use crate::sync::Swap;
+use crate::verdict::Decision;
+
+/// Decides on events under the current policy; a reload swaps in a new policy whole, keeping
+/// the counters of unchanged rules, and a bad one leaves the old in place.
+///
+/// # Examples
+/// ```
+/// use std::net::Ipv4Addr;
+/// use tollgate_filter::{Config, Event, Filter, Source, Transport, Verdict};
+/// use tollgate_sketch::Tick;
+/// let filter = Filter::new(Config::parse(r#"
+///     [sketch]
+///     memory = "1MiB"
+///     [[rule]]
+///     name = "per-source"
+///     limits = [{ rate = "2/10s" }]
+/// "#)?)?;
+/// let event = Event { source: Source::from(Ipv4Addr::new(192, 0, 2, 7)), transport: Transport::Tcp, bytes: 60 };
+/// assert_eq!(filter.decide(&event, Tick::ZERO).verdict, Verdict::Allow);
+/// assert_eq!(filter.decide(&event, Tick::ZERO).verdict, Verdict::Allow);
+/// assert!(matches!(filter.decide(&event, Tick::ZERO).verdict, Verdict::Throttle(_)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Filter {
+    policy: Swap<Policy>,
+}
+
+impl Filter {
+    /// A filter enforcing `config`.
+    ///
+    /// # Errors
+    /// [`PolicyError`] if the config's memory cannot hold the sketches it needs.
+    pub fn new(config: Config) -> Result<Filter, PolicyError> {
+        Ok(Filter {
+            policy: Swap::new(Arc::new(Policy::compile(config, None)?)),
+        })
+    }
+
+    /// Decides on `event` at `now` under the current policy.
+    pub fn decide(&self, event: &Event, now: Tick) -> Decision {
+        self.policy.with(|policy| policy.decide(event, now))
+    }
+
+    /// Replaces the policy with one built from `config`. Deciding goes on meanwhile and sees
+    /// either the old policy or the new one, whole.
+    ///
+    /// # Errors
+    /// [`PolicyError`]; the old policy then stays in force.
+    pub fn reload(&self, config: Config) -> Result<(), PolicyError> {
+        let next = Policy::compile(config, Some(&self.policy.load()))?;
+        self.policy.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// The policy in force.
+    #[must_use]
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load()
+    }
+}

@@ -1,0 +1,259 @@
+//! A compiled policy: the config's lists and rules turned into lookup structures over shared
+//! sketches, and the decision for one event.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_sketch::{BuildError, RateSketch, Tick};
+
+use crate::config::Config;
+use crate::key::{LimitKey, Source};
+use crate::prefix_map::PrefixMap;
+use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
+use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
+
+/// One event to decide on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Where it came from.
+    pub source: Source,
+    /// Its transport.
+    pub transport: Transport,
+    /// Its size in bytes (what `weight = "bytes"` limits count).
+    pub bytes: u64,
+}
+
+/// Why a checked config could not be made into a policy.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyError {
+    /// The memory, split between the sketches the limits need, is too small for one of them.
+    Memory {
+        /// Sketches needed (one per distinct period and penalty).
+        sketches: usize,
+        /// The sketch's refusal.
+        error: BuildError,
+    },
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyError::Memory { sketches, error } => write!(
+                f,
+                "[sketch] memory split between {sketches} sketches (one per distinct period and \
+                 penalty) is too small: {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// A sketch for one window length, shared by every limit with that period.
+#[derive(Debug)]
+struct Counter {
+    window: Duration,
+    budget: usize,
+    sketch: Arc<RateSketch>,
+}
+
+/// A rule made ready to decide with.
+#[derive(Debug)]
+struct Compiled {
+    sources: PrefixMap<()>,
+    /// Each limit with the index of its sketch.
+    limits: Vec<(Limit, usize)>,
+    /// The penalty sketch, if the rule has a penalty.
+    penalty: Option<usize>,
+}
+
+/// An immutable policy: swap a new one in to reload (see [`crate::Filter`]).
+#[derive(Debug)]
+pub struct Policy {
+    config: Config,
+    lists: PrefixMap<(bool, Cidr)>,
+    rules: Vec<Compiled>,
+    counters: Vec<Counter>,
+}
+
+impl Policy {
+    /// Builds the policy for `config`. Sketches of `previous` whose window length and memory
+    /// share are unchanged are kept, with their counts: keys carry the rule's name, so the
+    /// counters of every rule whose name is unchanged survive.
+    ///
+    /// # Errors
+    /// [`PolicyError::Memory`] if the memory is too small for the sketches needed.
+    pub fn compile(config: Config, previous: Option<&Policy>) -> Result<Policy, PolicyError> {
+        let mut windows: Vec<Duration> = Vec::new();
+        let mut seen = HashSet::new();
+        for rule in &config.rules {
+            let periods = rule.limits.iter().map(|l| l.rate.per).chain(rule.penalty);
+            for period in periods {
+                if seen.insert(period) {
+                    windows.push(period);
+                }
+            }
+        }
+        let budget = config.memory / windows.len().max(1);
+        let mut counters = Vec::with_capacity(windows.len());
+        for &window in &windows {
+            let kept = previous.and_then(|p| {
+                p.counters
+                    .iter()
+                    .find(|c| c.window == window && c.budget == budget)
+                    .map(|c| Arc::clone(&c.sketch))
+            });
+            let sketch = match kept {
+                Some(sketch) => sketch,
+                None => Arc::new(
+                    RateSketch::builder()
+                        .window(window)
+                        .memory_bytes(budget)
+                        .build()
+                        .map_err(|error| PolicyError::Memory {
+                            sketches: windows.len(),
+                            error,
+                        })?,
+                ),
+            };
+            counters.push(Counter {
+                window,
+                budget,
+                sketch,
+            });
+        }
+        let index_of = |period: Duration| windows.iter().position(|&w| w == period);
+        let rules = config
+            .rules
+            .iter()
+            .map(|rule| Compiled {
+                sources: networks(rule.sources.iter().map(|c| (*c, ()))),
+                limits: rule
+                    .limits
+                    .iter()
+                    // Every period was collected above: the lookup finds it.
+                    .filter_map(|l| index_of(l.rate.per).map(|i| (*l, i)))
+                    .collect(),
+                penalty: rule.penalty.and_then(index_of),
+            })
+            .collect();
+        // Deny entries go in last, so an identical network in both lists denies.
+        let lists = networks(
+            config
+                .allow
+                .iter()
+                .map(|c| (*c, (false, *c)))
+                .chain(config.deny.iter().map(|c| (*c, (true, *c)))),
+        );
+        Ok(Policy {
+            config,
+            lists,
+            rules,
+            counters,
+        })
+    }
+
+    /// The config this policy was built from.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Rule `index` (as in a [`LimitRef`]).
+    #[must_use]
+    pub fn rule(&self, index: usize) -> Option<&Rule> {
+        self.config.rules.get(index)
+    }
+
+    /// Bytes held by the policy's sketches.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        self.counters.iter().map(|c| c.sketch.memory_bytes()).sum()
+    }
+
+    /// Decides on `event` at `now`, counting it against every limit of every rule it matches
+    /// (throttled events count too: a source over its limit stays over while it keeps sending).
+    pub fn decide(&self, event: &Event, now: Tick) -> Decision {
+        let source = event.source;
+        if let Some((_, (deny, cidr))) = self.lists.longest_match(source) {
+            return Decision::of(if *deny {
+                Verdict::Deny(DenyReason::Listed(*cidr))
+            } else {
+                Verdict::Allow
+            });
+        }
+        let mut decision = Decision::of(Verdict::Allow);
+        for (index, (rule, compiled)) in self.config.rules.iter().zip(&self.rules).enumerate() {
+            if !rule.protocol.matches(event.transport)
+                || (!compiled.sources.is_empty()
+                    && compiled.sources.longest_match(source).is_none())
+            {
+                continue;
+            }
+            let weight = match rule.weight {
+                Weight::Events => 1,
+                Weight::Bytes => event.bytes,
+            };
+            for (limit_index, (limit, counter)) in compiled.limits.iter().enumerate() {
+                let key = LimitKey::new(
+                    rule.id,
+                    source,
+                    source.pick(limit.ipv4_prefix, limit.ipv6_prefix),
+                );
+                if let Some(penalty) = compiled.penalty.filter(|_| !rule.shadow) {
+                    let serving = self.counters[penalty].sketch.estimate(key.as_bytes(), now) > 0;
+                    if serving && decision.verdict == Verdict::Allow {
+                        decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
+                    }
+                }
+                let estimate = self.counters[*counter]
+                    .sketch
+                    .observe(key.as_bytes(), weight, now);
+                if estimate <= limit.rate.count {
+                    continue;
+                }
+                let throttle = Throttle {
+                    at: LimitRef {
+                        rule: index,
+                        limit: limit_index,
+                    },
+                    estimate,
+                    allowed: limit.rate.count,
+                    retry_after: retry_after(estimate, limit.rate.count, limit.rate.per),
+                    action: rule.action,
+                };
+                if rule.shadow {
+                    decision.shadow_count += 1;
+                    decision.shadow.get_or_insert(throttle);
+                    continue;
+                }
+                if decision.verdict == Verdict::Allow {
+                    decision.verdict = Verdict::Throttle(throttle);
+                }
+                if let Some(penalty) = compiled.penalty {
+                    let _ = self.counters[penalty]
+                        .sketch
+                        .observe(key.as_bytes(), 1, now);
+                }
+            }
+        }
+        decision
+    }
+}
+
+fn networks<V>(entries: impl Iterator<Item = (Cidr, V)>) -> PrefixMap<V> {
+    let mut map = PrefixMap::new();
+    for (cidr, value) in entries {
+        map.insert(cidr.addr, cidr.prefix, value);
+    }
+    map
+}
+
+/// How long until an estimate of `estimate` decays to `allowed` if the source stops: the
+/// sliding count fades linearly over one period.
+fn retry_after(estimate: u64, allowed: u64, per: Duration) -> Duration {
+    let excess = estimate.saturating_sub(allowed) as f64 / estimate.max(1) as f64;
+    Duration::from_millis((per.as_millis() as f64 * excess).ceil() as u64)
+}

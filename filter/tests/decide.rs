@@ -1,0 +1,186 @@
+//! Decisions under a policy, driven by a manual clock: limits per address and per network,
+//! lists, shadow rules, penalties, and reloads that keep counters or are refused whole.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use proptest::prelude::*;
+use tollgate_filter::{Config, DenyReason, Event, Filter, Source, Transport, Verdict};
+use tollgate_sketch::Tick;
+
+const POLICY: &str = r#"
+[sketch]
+memory = "4MiB"
+
+[lists]
+allow = ["10.0.0.0/8"]
+deny = ["192.0.2.0/24"]
+
+[[rule]]
+name = "per-source"
+limits = [
+  { rate = "10/10s", ipv4_prefix = 32, ipv6_prefix = 128 },
+  { rate = "40/10s", ipv4_prefix = 24, ipv6_prefix = 64 },
+]
+"#;
+
+fn filter(text: &str) -> Filter {
+    Filter::new(Config::parse(text).expect("valid config")).expect("valid policy")
+}
+
+fn event(addr: &str) -> Event {
+    Event {
+        source: Source::new(addr.parse::<IpAddr>().expect("an address")),
+        transport: Transport::Tcp,
+        bytes: 100,
+    }
+}
+
+fn throttled(filter: &Filter, addr: &str, times: usize, now: Tick) -> usize {
+    (0..times)
+        .filter(|_| {
+            matches!(
+                filter.decide(&event(addr), now).verdict,
+                Verdict::Throttle(_)
+            )
+        })
+        .count()
+}
+
+#[test]
+fn heavy_sources_are_throttled_and_benign_ones_are_not() {
+    let f = filter(POLICY);
+    let now = Tick::from_nanos(1);
+    assert_eq!(throttled(&f, "203.0.113.1", 10, now), 0, "at the limit");
+    assert_eq!(throttled(&f, "203.0.113.1", 5, now), 5, "over it");
+    assert_eq!(
+        throttled(&f, "198.51.100.9", 9, now),
+        0,
+        "another source is unaffected"
+    );
+}
+
+#[test]
+fn a_network_limit_catches_many_addresses_and_a_rotating_ipv6_attacker() {
+    let f = filter(POLICY);
+    let now = Tick::from_nanos(1);
+    // 8 addresses of one /24, 5 events each: every address under 10, the /24 over 40.
+    let over: usize = (1..=8)
+        .map(|host| throttled(&f, &format!("203.0.113.{host}"), 5, now))
+        .sum();
+    assert_eq!(over, 0);
+    assert_eq!(
+        throttled(&f, "203.0.113.200", 1, now),
+        1,
+        "the 41st event of the /24"
+    );
+    // An attacker using a fresh address inside one /64 for every event.
+    let rotating = (0..60u32)
+        .map(|i| format!("2001:db8:7:7::{i:x}"))
+        .filter(|addr| matches!(f.decide(&event(addr), now).verdict, Verdict::Throttle(_)))
+        .count();
+    assert_eq!(rotating, 20, "everything past 40 in the /64");
+}
+
+#[test]
+fn lists_come_first_and_the_most_specific_network_decides() {
+    let f = filter(POLICY);
+    let now = Tick::from_nanos(1);
+    assert_eq!(throttled(&f, "10.1.2.3", 100, now), 0, "allow-listed");
+    let verdict = f.decide(&event("192.0.2.55"), now).verdict;
+    assert!(
+        matches!(verdict, Verdict::Deny(DenyReason::Listed(cidr)) if cidr.to_string() == "192.0.2.0/24")
+    );
+    // IPv4-mapped IPv6 is the same source.
+    let mapped = f.decide(&event("::ffff:192.0.2.55"), now).verdict;
+    assert_eq!(mapped, verdict);
+}
+
+#[test]
+fn shadow_rules_report_and_never_enforce() {
+    let f = filter("[[rule]]\nname = \"watch\"\nshadow = true\nlimits = [{ rate = \"1/10s\" }]\n");
+    let now = Tick::from_nanos(1);
+    let _ = f.decide(&event("203.0.113.1"), now);
+    let decision = f.decide(&event("203.0.113.1"), now);
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert_eq!(decision.shadow_count, 1);
+    assert_eq!(decision.shadow.map(|t| t.estimate), Some(2));
+}
+
+#[test]
+fn a_penalty_outlasts_the_limit() {
+    let f = filter("[[rule]]\nname = \"p\"\npenalty = \"60s\"\nlimits = [{ rate = \"2/1s\" }]\n");
+    let at = |secs: u64| Tick::from_nanos(secs * 1_000_000_000);
+    assert_eq!(throttled(&f, "203.0.113.1", 3, at(0)), 1);
+    // Ten seconds on the rate is long forgotten; the penalty is not.
+    let verdict = f.decide(&event("203.0.113.1"), at(10)).verdict;
+    assert_eq!(verdict, Verdict::Deny(DenyReason::Penalty { rule: 0 }));
+    // Between one and two penalty periods later it has expired.
+    assert_eq!(
+        f.decide(&event("203.0.113.1"), at(125)).verdict,
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn a_reload_keeps_the_counters_of_rules_it_keeps_and_a_bad_one_changes_nothing() {
+    let f = filter(POLICY);
+    let now = Tick::from_nanos(1);
+    assert_eq!(throttled(&f, "203.0.113.1", 10, now), 0);
+    // Same rule name and limits, one rule added: the source is still at its limit.
+    let more = format!(
+        "{POLICY}\n[[rule]]\nname = \"extra\"\nprotocol = \"udp\"\nlimits = [{{ rate = \"5/10s\" }}]\n"
+    );
+    f.reload(Config::parse(&more).expect("valid"))
+        .expect("reload");
+    assert_eq!(f.policy().config().rules.len(), 2);
+    assert_eq!(throttled(&f, "203.0.113.1", 1, now), 1, "counters survived");
+    // Renamed: a new rule with new counters.
+    let renamed = POLICY.replace("per-source", "per-address");
+    f.reload(Config::parse(&renamed).expect("valid"))
+        .expect("reload");
+    assert_eq!(
+        throttled(&f, "203.0.113.1", 1, now),
+        0,
+        "a renamed rule starts afresh"
+    );
+    // A policy whose memory cannot hold its sketches is refused; the old one stays.
+    let tiny = renamed.replace("4MiB", "1KiB");
+    assert!(f.reload(Config::parse(&tiny).expect("parses")).is_err());
+    assert_eq!(f.policy().config().memory, 4 << 20);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Events of sources that share no limit, at the same instant, may arrive in any order:
+    /// each source's verdicts stay the same.
+    #[test]
+    fn verdicts_do_not_depend_on_how_sources_interleave(
+        events in prop::collection::vec((0u8..6, 0u64..4), 1..150),
+        seed in any::<u64>(),
+    ) {
+        let mut sorted = events.clone();
+        sorted.sort_by_key(|&(_, t)| t);
+        // Another order with the same times: reverse the events within each instant, rotated
+        // by the seed.
+        let mut shuffled = sorted.clone();
+        for chunk in shuffled.chunk_by_mut(|a, b| a.1 == b.1) {
+            chunk.reverse();
+            let len = chunk.len();
+            chunk.rotate_left((seed as usize) % len);
+        }
+        let run = |order: &[(u8, u64)]| {
+            let f = filter(POLICY);
+            let mut per_source: Vec<Vec<Verdict>> = vec![Vec::new(); 6];
+            for &(source, t) in order {
+                // Each source in its own /24, so no limit is shared between them.
+                let addr = IpAddr::V4(Ipv4Addr::new(203, source, 0, 1));
+                let e = Event { source: Source::new(addr), transport: Transport::Tcp, bytes: 1 };
+                let verdict = f.decide(&e, Tick::from_nanos(t * 3_000_000_000)).verdict;
+                per_source[usize::from(source)].push(verdict);
+            }
+            per_source
+        };
+        prop_assert_eq!(run(&sorted), run(&shuffled));
+    }
+}
