@@ -1,4 +1,6 @@
-//! Loom models of the sketch's lock-free races (in `tests/`), one race per model.
+//! Loom models of the lock-free races (in `tests/`), one race per model: the sketch's counters,
+//! rotation, front and merge (`tests/sketch.rs`), and the filter's policy swap
+//! (`tests/policy.rs`).
 //!
 //! Run them with
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p tollgate-loom --release`.
