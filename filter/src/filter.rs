@@ -51,6 +51,12 @@ impl Filter {
         self.policy.with(|policy| policy.decide(event, now))
     }
 
+    /// Decides on one raw Ethernet frame at `now` under the current policy (see
+    /// [`Policy::decide_frame`]).
+    pub fn decide_frame(&self, frame: &[u8], now: Tick) -> Decision {
+        self.policy.with(|policy| policy.decide_frame(frame, now))
+    }
+
     /// Replaces the policy with one built from `config`. Deciding goes on meanwhile and sees
     /// either the old policy or the new one, whole.
     ///

@@ -24,6 +24,7 @@
 mod config;
 mod filter;
 mod key;
+mod packet;
 mod policy;
 mod prefix;
 mod prefix_map;
@@ -35,6 +36,7 @@ mod verdict;
 pub use config::{Config, ConfigError, ConfigErrors, DEFAULT_MEMORY};
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
+pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
 pub use policy::{Event, Policy, PolicyError};
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;

@@ -1,37 +1,15 @@
 //! What the filter reads from one Ethernet frame: source and destination address, transport
 //! protocol and ports, and the frame's length, or why the frame could not be read.
 //!
-//! The headers are read with [`etherparse`]'s header slices, one layer at a time, so the rules
-//! below are this module's and not a library default:
-//!
-//! - **Link.** Ethernet II without FCS, then any number of 802.1Q / 802.1ad (QinQ) / `0x9100`
-//!   tags. A frame whose innermost EtherType is not IPv4 or IPv6 (ARP, MACsec, an 802.3 length
-//!   field) is [`Malformed::NotIp`].
-//! - **Network.** IPv4 with options (and an IP authentication header after it) or IPv6 with its
-//!   extension headers (hop-by-hop, routing, destination options, fragment, authentication).
-//!   These headers must be whole and sane, and the IP version must match the EtherType: a frame
-//!   that ends inside them, or carries an impossible field, is [`Malformed`]. Checksums are not
-//!   verified (NICs verify them, and offloaded captures carry none).
-//! - **Lengths.** The IP packet ends where its length field says (IPv4 total length, IPv6
-//!   payload length), so Ethernet padding and a trailing FCS are never read as headers. A
-//!   frame shorter than that length is still read as far as it goes: the addresses are known,
-//!   and the transport header is read if it is whole. An IPv6 payload length of 0 (a jumbogram)
-//!   means "to the end of the frame".
-//! - **Transport.** [`PacketInfo::protocol`] is the IP protocol number of the payload after the
-//!   extension headers, even when the transport header cannot be read, so a rule for TCP also
-//!   sees truncated and fragmented TCP. The ports are `Some` only when the whole TCP header
-//!   (with its options) or the UDP header is in the frame. Non-first fragments (IPv4 fragment
-//!   offset or IPv6 fragment header offset not zero) carry no transport header: their protocol
-//!   comes from the IP (or fragment) header and their ports are `None`. A first fragment has
-//!   its ports when its transport header is whole.
+//! The rules the parser follows are on [`parse_frame`].
 
 use std::fmt;
 use std::net::IpAddr;
 
 use etherparse::{
-    EtherType, Ethernet2Slice, IpAuthHeaderSlice, IpNumber, Ipv4HeaderSlice, Ipv6FragmentHeaderSlice,
-    Ipv6HeaderSlice, Ipv6RawExtHeaderSlice, SingleVlanSlice, TcpHeaderSlice, UdpHeaderSlice, err,
-    ip_number,
+    EtherType, Ethernet2Slice, IpAuthHeaderSlice, IpNumber, Ipv4HeaderSlice,
+    Ipv6FragmentHeaderSlice, Ipv6HeaderSlice, Ipv6RawExtHeaderSlice, SingleVlanSlice,
+    TcpHeaderSlice, UdpHeaderSlice, err, ip_number,
 };
 
 use crate::key::Source;
@@ -153,7 +131,30 @@ const IPV6: &str = "IPv6";
 const IPV6_EXTENSION: &str = "IPv6 extension";
 const IP_AUTHENTICATION: &str = "IP authentication";
 
-/// Reads an Ethernet II frame (without FCS; see the [module docs](self) for the rules).
+/// Reads an Ethernet II frame as captured, with or without its FCS.
+///
+/// The headers are read with [`etherparse`]'s header slices, one layer at a time, by these rules:
+///
+/// - **Link.** Ethernet II, then any number of 802.1Q / 802.1ad (QinQ) / `0x9100`
+///   tags. A frame whose innermost EtherType is not IPv4 or IPv6 (ARP, MACsec, an 802.3 length
+///   field) is [`Malformed::NotIp`].
+/// - **Network.** IPv4 with options (and an IP authentication header after it) or IPv6 with its
+///   extension headers (hop-by-hop, routing, destination options, fragment, authentication).
+///   These headers must be whole and sane, and the IP version must match the EtherType: a frame
+///   that ends inside them, or carries an impossible field, is [`Malformed`]. Checksums are not
+///   verified (NICs verify them, and offloaded captures carry none).
+/// - **Lengths.** The IP packet ends where its length field says (IPv4 total length, IPv6
+///   payload length), so Ethernet padding and an FCS are never read as headers. A frame
+///   shorter than that length is still read as far as it goes: the addresses are known, and the
+///   transport header is read if it is whole. The one exception is an IPv6 payload length of 0
+///   (a jumbogram), which runs to the end of the frame.
+/// - **Transport.** [`PacketInfo::protocol`] is the IP protocol number of the payload after the
+///   extension headers, even when the transport header cannot be read, so a rule for TCP also
+///   sees truncated and fragmented TCP. The ports are `Some` only when the whole TCP header
+///   (with its options) or the UDP header is in the frame. Non-first fragments (IPv4 fragment
+///   offset or IPv6 fragment header offset not zero) carry no transport header: their protocol
+///   comes from the IP (or fragment) header and their ports are `None`. A first fragment has
+///   its ports when its transport header is whole.
 ///
 /// # Errors
 /// [`Malformed`] if the frame is not IP, or ends inside or holds an impossible value in its
@@ -292,8 +293,8 @@ fn ipv6(packet: &[u8]) -> Result<Network<'_>, Malformed> {
                 return Err(invalid(IPV6_EXTENSION, "hop-by-hop options not first"));
             }
             ip_number::IPV6_HOP_BY_HOP | ip_number::IPV6_ROUTE | ip_number::IPV6_DEST_OPTIONS => {
-                let ext =
-                    Ipv6RawExtHeaderSlice::from_slice(payload).map_err(|_| truncated(IPV6_EXTENSION))?;
+                let ext = Ipv6RawExtHeaderSlice::from_slice(payload)
+                    .map_err(|_| truncated(IPV6_EXTENSION))?;
                 network.protocol = ext.next_header();
                 payload = rest_after(payload, ext.slice());
             }

@@ -10,6 +10,7 @@ use tollgate_sketch::{BuildError, RateSketch, Tick};
 
 use crate::config::Config;
 use crate::key::{LimitKey, Source};
+use crate::packet::parse_frame;
 use crate::prefix_map::PrefixMap;
 use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
@@ -171,6 +172,22 @@ impl Policy {
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         self.counters.iter().map(|c| c.sketch.memory_bytes()).sum()
+    }
+
+    /// Decides on one raw Ethernet frame at `now` (its size is its byte weight). A malformed or
+    /// truncated frame is a verdict, `Deny(Malformed)`, never a panic or an error.
+    pub fn decide_frame(&self, frame: &[u8], now: Tick) -> Decision {
+        match parse_frame(frame) {
+            Ok(packet) => self.decide(
+                &Event {
+                    source: packet.source,
+                    transport: packet.protocol.into(),
+                    bytes: packet.frame_len as u64,
+                },
+                now,
+            ),
+            Err(malformed) => Decision::of(Verdict::Deny(DenyReason::Malformed(malformed))),
+        }
     }
 
     /// Decides on `event` at `now`, counting it against every limit of every rule it matches

@@ -84,6 +84,16 @@ pub enum Transport {
     Other,
 }
 
+impl From<crate::packet::Protocol> for Transport {
+    fn from(protocol: crate::packet::Protocol) -> Transport {
+        match protocol {
+            crate::packet::Protocol::Tcp => Transport::Tcp,
+            crate::packet::Protocol::Udp => Transport::Udp,
+            crate::packet::Protocol::Other(_) => Transport::Other,
+        }
+    }
+}
+
 impl ProtocolMatch {
     /// Whether a rule with this match applies to an event over `transport`.
     #[must_use]

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::packet::Malformed;
 use crate::rules::{Action, Cidr};
 
 /// Which rule and which of its limits a verdict is about (indices into the policy that decided;
@@ -40,6 +41,8 @@ pub enum DenyReason {
         /// The rule whose penalty it is.
         rule: usize,
     },
+    /// A frame that could not be read (see [`crate::parse_frame`]): dropped, never an error.
+    Malformed(Malformed),
 }
 
 /// The enforced verdict.

@@ -149,6 +149,28 @@ fn a_reload_keeps_the_counters_of_rules_it_keeps_and_a_bad_one_changes_nothing()
     assert_eq!(f.policy().config().memory, 4 << 20);
 }
 
+#[test]
+fn frames_are_decided_and_malformed_ones_are_a_verdict() {
+    let f =
+        filter("[[rule]]\nname = \"udp\"\nprotocol = \"udp\"\nlimits = [{ rate = \"2/10s\" }]\n");
+    let builder = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
+        .ipv4([203, 0, 113, 5], [198, 51, 100, 1], 64)
+        .udp(5353, 53);
+    let mut frame = Vec::new();
+    builder.write(&mut frame, b"query").expect("a frame");
+    let now = Tick::from_nanos(1);
+    let verdicts: Vec<Verdict> = (0..3)
+        .map(|_| f.decide_frame(&frame, now).verdict)
+        .collect();
+    assert_eq!(verdicts[..2], [Verdict::Allow, Verdict::Allow]);
+    assert!(matches!(verdicts[2], Verdict::Throttle(_)));
+    let cut = f.decide_frame(&frame[..20], now).verdict;
+    assert!(
+        matches!(cut, Verdict::Deny(DenyReason::Malformed(_))),
+        "{cut:?}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
