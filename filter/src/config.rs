@@ -12,7 +12,7 @@ use toml::Spanned;
 use crate::key::RuleId;
 use crate::prefix::Prefix;
 use crate::rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Weight};
-use crate::units::{parse_duration, parse_rate, parse_size};
+use crate::units::{DurationText, parse_duration, parse_rate, parse_size};
 
 /// The default sketch memory when the config names none.
 pub const DEFAULT_MEMORY: usize = 64 << 20;
@@ -295,4 +295,50 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
+}
+
+/// Prints the policy as a config file that parses back to an equal [`Config`] (`tollgate check`
+/// prints the parsed policy this way).
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let quoted = |text: &str| toml::Value::String(text.to_owned()).to_string();
+        let cidrs = |list: &[Cidr]| {
+            let items: Vec<String> = list.iter().map(|c| quoted(&c.to_string())).collect();
+            format!("[{}]", items.join(", "))
+        };
+        writeln!(f, "[sketch]\nmemory = {}", quoted(&self.memory.to_string()))?;
+        writeln!(
+            f,
+            "\n[lists]\nallow = {}\ndeny = {}",
+            cidrs(&self.allow),
+            cidrs(&self.deny)
+        )?;
+        for rule in &self.rules {
+            writeln!(f, "\n[[rule]]\nname = {}", quoted(&rule.name))?;
+            writeln!(f, "protocol = {}", quoted(rule.protocol.as_str()))?;
+            writeln!(f, "sources = {}", cidrs(&rule.sources))?;
+            writeln!(f, "limits = [")?;
+            for limit in &rule.limits {
+                writeln!(
+                    f,
+                    "  {{ rate = {}, ipv4_prefix = {}, ipv6_prefix = {} }},",
+                    quoted(&limit.rate.to_string()),
+                    limit.ipv4_prefix.len(),
+                    limit.ipv6_prefix.len()
+                )?;
+            }
+            writeln!(f, "]")?;
+            writeln!(f, "weight = {}", quoted(rule.weight.as_str()))?;
+            writeln!(f, "action = {}", quoted(rule.action.as_str()))?;
+            writeln!(f, "shadow = {}", rule.shadow)?;
+            if let Some(penalty) = rule.penalty {
+                writeln!(
+                    f,
+                    "penalty = {}",
+                    quoted(&DurationText(penalty).to_string())
+                )?;
+            }
+        }
+        Ok(())
+    }
 }

@@ -95,6 +95,16 @@ impl From<crate::packet::Protocol> for Transport {
 }
 
 impl ProtocolMatch {
+    /// The config file's word for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtocolMatch::Tcp => "tcp",
+            ProtocolMatch::Udp => "udp",
+            ProtocolMatch::Any => "any",
+        }
+    }
+
     /// Whether a rule with this match applies to an event over `transport`.
     #[must_use]
     pub fn matches(self, transport: Transport) -> bool {
@@ -117,6 +127,17 @@ pub enum Weight {
     Bytes,
 }
 
+impl Weight {
+    /// The config file's word for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Weight::Events => "events",
+            Weight::Bytes => "bytes",
+        }
+    }
+}
+
 /// What the proxy does with an event over a limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -132,6 +153,20 @@ pub enum Action {
     Reply,
     /// Drop the datagram or packet silently.
     Drop,
+}
+
+impl Action {
+    /// The config file's word for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Close => "close",
+            Action::Reset => "reset",
+            Action::Delay => "delay",
+            Action::Reply => "reply",
+            Action::Drop => "drop",
+        }
+    }
 }
 
 /// One limit of a rule: a rate, counted per address masked to a prefix length per family.

@@ -87,3 +87,113 @@ proptest! {
         }
     }
 }
+
+mod round_trip {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use tollgate_filter::{
+        Action, Cidr, Config, Limit, Prefix, ProtocolMatch, Rate, Rule, RuleId, Weight,
+    };
+
+    fn cidr() -> impl Strategy<Value = Cidr> {
+        prop_oneof![
+            (any::<u32>(), 0u32..=32).prop_map(|(a, len)| Cidr {
+                addr: IpAddr::V4(Ipv4Addr::from(a)),
+                prefix: Prefix::v4(len).unwrap(),
+            }),
+            (any::<u128>(), 0u32..=128).prop_map(|(a, len)| Cidr {
+                addr: IpAddr::V6(Ipv6Addr::from(a)),
+                prefix: Prefix::v6(len).unwrap(),
+            }),
+        ]
+    }
+
+    fn duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            (1u64..100_000).prop_map(Duration::from_millis),
+            (1u64..100_000).prop_map(Duration::from_secs),
+        ]
+    }
+
+    fn limit() -> impl Strategy<Value = Limit> {
+        (1u64..10_000_000, duration(), 0u32..=32, 0u32..=128).prop_map(|(count, per, v4, v6)| {
+            Limit {
+                rate: Rate { count, per },
+                ipv4_prefix: Prefix::v4(v4).unwrap(),
+                ipv6_prefix: Prefix::v6(v6).unwrap(),
+            }
+        })
+    }
+
+    fn rule(index: usize) -> impl Strategy<Value = Rule> {
+        (
+            "[a-z\"\\\\ é-]{0,12}",
+            prop::sample::select(vec![
+                ProtocolMatch::Tcp,
+                ProtocolMatch::Udp,
+                ProtocolMatch::Any,
+            ]),
+            prop::collection::vec(cidr(), 0..3),
+            prop::collection::vec(limit(), 1..4),
+            prop::sample::select(vec![Weight::Events, Weight::Bytes]),
+            prop::sample::select(vec![
+                Action::Close,
+                Action::Reset,
+                Action::Delay,
+                Action::Reply,
+                Action::Drop,
+            ]),
+            any::<bool>(),
+            prop::option::of(duration()),
+        )
+            .prop_map(
+                move |(stem, protocol, sources, limits, weight, action, shadow, penalty)| {
+                    // A unique, non-empty name, with characters TOML must escape.
+                    let name = format!("r{index}{stem}");
+                    Rule {
+                        id: RuleId::from_name(&name),
+                        name,
+                        protocol,
+                        sources,
+                        limits,
+                        weight,
+                        action,
+                        shadow,
+                        penalty,
+                    }
+                },
+            )
+    }
+
+    fn config() -> impl Strategy<Value = Config> {
+        (
+            1usize..1 << 40,
+            prop::collection::vec(cidr(), 0..4),
+            prop::collection::vec(cidr(), 0..4),
+            0usize..4,
+        )
+            .prop_flat_map(|(memory, allow, deny, rules)| {
+                let rules: Vec<_> = (0..rules).map(rule).collect();
+                (Just(memory), Just(allow), Just(deny), rules)
+            })
+            .prop_map(|(memory, allow, deny, rules)| Config {
+                memory,
+                allow,
+                deny,
+                rules,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn a_config_round_trips_through_print_and_parse(config in config()) {
+            let printed = config.to_string();
+            let parsed = Config::parse(&printed);
+            prop_assert_eq!(parsed.as_ref(), Ok(&config), "printed:\n{}", printed);
+        }
+    }
+}
