@@ -1,0 +1,61 @@
+//! `tollgate check`: validate a policy file without running anything.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use tollgate_filter::{Config, Policy};
+
+/// Checks the policy at `path`, writing the parsed policy (or every error, located as
+/// `FILE:LINE:COLUMN`) to `out`. Exit code 0 if it is valid, 1 if not.
+///
+/// # Errors
+/// Only if `out` cannot be written; a bad or unreadable policy file is a report and exit 1.
+pub fn check(path: &Path, out: &mut dyn Write) -> std::io::Result<ExitCode> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(err) => {
+            writeln!(out, "{}: cannot read the policy: {err}", path.display())?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let config = match Config::parse(&text) {
+        Ok(config) => config,
+        Err(errors) => {
+            for error in &errors.0 {
+                writeln!(
+                    out,
+                    "{}:{}:{}: {}",
+                    path.display(),
+                    error.line,
+                    error.column,
+                    error.message
+                )?;
+            }
+            writeln!(
+                out,
+                "{}: {} error(s); the policy is refused",
+                path.display(),
+                errors.0.len()
+            )?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let rules = config.rules.len();
+    match Policy::compile(config, None) {
+        Ok(policy) => {
+            write!(out, "{}", policy.config())?;
+            writeln!(
+                out,
+                "\n# {}: valid; {rules} rule(s), {} bytes of sketches",
+                path.display(),
+                policy.memory_bytes()
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(err) => {
+            writeln!(out, "{}: {err}", path.display())?;
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

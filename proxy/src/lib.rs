@@ -1,0 +1,24 @@
+//! The `tollgate` proxy: what operators run. Today it checks policy files (`tollgate check`);
+//! the TCP/UDP proxy, replay and demo are being built (issues 3 and 4).
+//!
+//! The binary is a thin `main.rs` over this library, so tests drive the same code in-process.
+
+#![warn(missing_docs)]
+
+pub mod check;
+pub mod cli;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use cli::{Cli, Command};
+
+/// Runs a parsed command line, writing its report to `out`.
+///
+/// # Errors
+/// When the report cannot be written.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match cli.command {
+        Command::Check { config } => Ok(check::check(&config, out)?),
+    }
+}
