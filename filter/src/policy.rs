@@ -10,7 +10,7 @@ use tollgate_sketch::{BuildError, RateSketch, Tick};
 
 use crate::config::Config;
 use crate::key::{LimitKey, Source};
-use crate::packet::parse_frame;
+use crate::packet::{PacketInfo, parse_frame};
 use crate::prefix_map::PrefixMap;
 use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
@@ -24,6 +24,18 @@ pub struct Event {
     pub transport: Transport,
     /// Its size in bytes (what `weight = "bytes"` limits count).
     pub bytes: u64,
+}
+
+impl Event {
+    /// The event a parsed frame stands for: its size is its byte weight.
+    #[must_use]
+    pub fn from_packet(packet: &PacketInfo) -> Event {
+        Event {
+            source: packet.source,
+            transport: packet.protocol.into(),
+            bytes: packet.frame_len as u64,
+        }
+    }
 }
 
 /// Why a checked config could not be made into a policy.
@@ -178,14 +190,7 @@ impl Policy {
     /// truncated frame is a verdict, `Deny(Malformed)`, never a panic or an error.
     pub fn decide_frame(&self, frame: &[u8], now: Tick) -> Decision {
         match parse_frame(frame) {
-            Ok(packet) => self.decide(
-                &Event {
-                    source: packet.source,
-                    transport: packet.protocol.into(),
-                    bytes: packet.frame_len as u64,
-                },
-                now,
-            ),
+            Ok(packet) => self.decide(&Event::from_packet(&packet), now),
             Err(malformed) => Decision::of(Verdict::Deny(DenyReason::Malformed(malformed))),
         }
     }

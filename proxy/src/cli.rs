@@ -23,4 +23,19 @@ pub enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Run a capture (pcap or pcapng) through a policy offline, by the capture's own clock, and
+    /// report what the rules would have done.
+    Replay {
+        /// The policy file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The capture file.
+        capture: PathBuf,
+        /// How many top throttled sources and prefixes to list.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
