@@ -88,7 +88,8 @@ fn write_pcap(path: &PathBuf, frames: &[Vec<u8>]) {
 }
 
 fn replay(capture: &PathBuf, json: bool) -> (bool, String) {
-    let policy = dir().join("policy.toml");
+    // One policy file per capture: tests run in parallel.
+    let policy = capture.with_extension("toml");
     std::fs::write(&policy, POLICY).expect("written");
     let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     command
