@@ -16,35 +16,7 @@ use std::io::BufWriter;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapWriter};
-
-fn frame(id: u64) -> Vec<u8> {
-    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-    let ip = if id % 4 == 3 {
-        let mut src = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-        src[4..12].copy_from_slice(&(id >> 2).to_be_bytes());
-        builder.ipv6(
-            src,
-            [
-                0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x53,
-            ],
-            64,
-        )
-    } else {
-        // The low 32 bits of the id, in 10.0.0.0/8: the cast keeps exactly those.
-        let [a, b, c, d] = ((id as u32) & 0x00FF_FFFF | 0x0A00_0000).to_be_bytes();
-        builder.ipv4([a, b, c, d], [192, 0, 2, 1], 64)
-    };
-    let mut bytes = Vec::new();
-    let written = if id % 3 == 2 {
-        ip.udp(40_000, 53).write(&mut bytes, &[0; 18])
-    } else {
-        ip.tcp(40_000, 443, 1, 64_240).syn().write(&mut bytes, &[])
-    };
-    written.expect("a well-formed frame");
-    bytes
-}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -65,7 +37,7 @@ fn main() -> ExitCode {
     let mut writer = PcapWriter::new(BufWriter::new(file)).expect("a pcap header");
     let ids = workload::zipf_stream(100_000, 1.1, count, 17);
     for (i, id) in ids.into_iter().enumerate() {
-        let frame = frame(id);
+        let frame = workload::synthetic_frame(id);
         let at = Duration::from_secs(1_700_000_000) + Duration::from_micros(10 * i as u64);
         let packet = PcapPacket::new(at, frame.len() as u32, &frame);
         if let Err(err) = writer.write_packet(&packet) {

@@ -18,7 +18,6 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use etherparse::PacketBuilder;
 use tollgate_filter::{Config, Filter};
 use tollgate_sketch::Tick;
 
@@ -36,36 +35,12 @@ limits = [
 ]
 "#;
 
-/// One frame from source id `id`: the id picks the family, the transport and the address.
-fn frame(id: u64) -> Vec<u8> {
-    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-    let ip = if id % 4 == 3 {
-        let mut src = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-        src[4..12].copy_from_slice(&(id >> 2).to_be_bytes());
-        builder.ipv6(
-            src,
-            [
-                0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x53,
-            ],
-            64,
-        )
-    } else {
-        let [a, b, c, d] = ((id as u32) | 0x0A00_0000).to_be_bytes();
-        builder.ipv4([a, b, c, d], [192, 0, 2, 1], 64)
-    };
-    let mut bytes = Vec::new();
-    let written = if id % 3 == 2 {
-        ip.udp(40_000, 53).write(&mut bytes, &[0; 18])
-    } else {
-        ip.tcp(40_000, 443, 1, 64_240).syn().write(&mut bytes, &[])
-    };
-    written.expect("a well-formed frame");
-    bytes
-}
-
 fn frames(c: &mut Criterion) {
     let ids = workload::zipf_stream(100_000, 1.1, FRAMES, 11);
-    let capture: Vec<Vec<u8>> = ids.iter().map(|&id| frame(id)).collect();
+    let capture: Vec<Vec<u8>> = ids
+        .iter()
+        .map(|&id| workload::synthetic_frame(id))
+        .collect();
     let filter = Filter::new(Config::parse(POLICY).expect("valid policy")).expect("policy");
     let mut group = c.benchmark_group("decide_frame");
     group.throughput(Throughput::Elements(FRAMES as u64));

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each bench target uses a different part of this module
 
+use etherparse::PacketBuilder;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Zipf};
@@ -29,4 +30,34 @@ pub(crate) fn scramble(id: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// A minimum-size frame from source id `id`, for the filter and replay benchmarks: the id picks
+/// the family (IPv6 one time in four, spread over /64s), the transport (UDP one time in three,
+/// else a TCP SYN) and the address.
+pub(crate) fn synthetic_frame(id: u64) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let ip = if id % 4 == 3 {
+        let mut src = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        src[4..12].copy_from_slice(&(id >> 2).to_be_bytes());
+        builder.ipv6(
+            src,
+            [
+                0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x53,
+            ],
+            64,
+        )
+    } else {
+        // The low 32 bits of the id, in 10.0.0.0/8: the cast keeps exactly those.
+        let [a, b, c, d] = ((id as u32) & 0x00FF_FFFF | 0x0A00_0000).to_be_bytes();
+        builder.ipv4([a, b, c, d], [192, 0, 2, 1], 64)
+    };
+    let mut bytes = Vec::new();
+    let written = if id % 3 == 2 {
+        ip.udp(40_000, 53).write(&mut bytes, &[0; 18])
+    } else {
+        ip.tcp(40_000, 443, 1, 64_240).syn().write(&mut bytes, &[])
+    };
+    written.expect("a well-formed frame");
+    bytes
 }

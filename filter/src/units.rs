@@ -35,20 +35,31 @@ impl fmt::Display for DurationText {
     }
 }
 
-/// Parses `"<number><unit>"` with unit `ms`, `s`, `m` or `h` (a bare number is seconds).
-///
-/// # Errors
-/// A message saying what is wrong, for the config error to carry.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+/// Splits `"<digits><unit>"` (spaces allowed around both) into the trimmed text, the number and
+/// the unit; `expected` completes "`text` is not ..." when there is no number.
+fn number_and_unit<'a, T: std::str::FromStr>(
+    text: &'a str,
+    expected: &str,
+) -> Result<(&'a str, T, &'a str), String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: u64 = number
+    let value = number
         .parse()
-        .map_err(|_| format!("`{text}` is not a duration: expected a number then ms, s, m or h"))?;
-    let millis = match unit.trim() {
+        .map_err(|_| format!("`{text}` is not {expected}"))?;
+    Ok((text, value, unit.trim()))
+}
+
+/// Parses `"<number><unit>"` with unit `ms`, `s`, `m` or `h` (a bare number is seconds).
+///
+/// # Errors
+/// A message saying what is wrong, for the config error to carry.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (text, value, unit) =
+        number_and_unit::<u64>(text, "a duration: expected a number then ms, s, m or h")?;
+    let millis = match unit {
         "ms" => Some(value),
         "" | "s" => value.checked_mul(1_000),
         "m" => value.checked_mul(60_000),
@@ -70,15 +81,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// # Errors
 /// A message saying what is wrong.
 pub fn parse_size(text: &str) -> Result<usize, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: usize = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size: expected a number then KiB, MiB or GiB"))?;
-    let shift = match unit.trim() {
+    let (text, value, unit) =
+        number_and_unit::<usize>(text, "a size: expected a number then KiB, MiB or GiB")?;
+    let shift = match unit {
         "" | "B" => 0,
         "KiB" | "KB" | "K" => 10,
         "MiB" | "MB" | "M" => 20,
@@ -90,7 +95,7 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         }
     };
     value
-        .checked_mul(1 << shift)
+        .checked_mul(1usize << shift)
         .ok_or_else(|| format!("`{text}` is too large"))
 }
 
