@@ -57,6 +57,7 @@
 mod bloom;
 mod builder;
 mod clock;
+mod concurrency;
 mod count_min;
 mod error;
 mod hash;
@@ -70,6 +71,7 @@ mod window;
 
 pub use builder::Builder;
 pub use clock::{Clock, ManualClock, MonotonicClock, Tick};
+pub use concurrency::ConcurrencySketch;
 pub use error::{BuildError, MergeError};
 pub use hash::KeyHash;
 pub use sketch::RateSketch;

@@ -98,3 +98,23 @@ fn merge_vs_observe() {
         );
     });
 }
+
+/// Acquires and releases of one key race on the open-count sketch: no change is lost, and once
+/// everything is released the key reads 0.
+#[test]
+fn acquire_vs_release() {
+    check(|| {
+        let open = Arc::new(tollgate_sketch::ConcurrencySketch::new(64 * 2, 2, 1).expect("valid"));
+        assert_eq!(open.acquire(KEY), 1);
+        let other = Arc::clone(&open);
+        let racer = thread::spawn(move || {
+            let held = other.acquire(KEY);
+            other.release(KEY);
+            held
+        });
+        open.release(KEY);
+        let theirs = racer.join().expect("no panic");
+        assert!((1..=2).contains(&theirs), "saw {theirs}");
+        assert_eq!(open.estimate(KEY), 0, "a change was lost");
+    });
+}
