@@ -1,7 +1,7 @@
 //! `tollgate replay`: a capture run through a policy offline, at full speed, with the capture's
 //! own timestamps as the clock, and a report of what the rules would have done.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::Path;
@@ -155,25 +155,22 @@ impl Tally<'_> {
             .max()
             .unwrap_or_default();
         let width = (span.as_millis() as u64 / TIMELINE_BUCKETS + 1).max(1);
-        let mut timeline: Vec<Bucket> = Vec::new();
+        // Keyed by start, so frames out of timestamp order still land in one bucket each.
+        let mut buckets: BTreeMap<u64, Bucket> = BTreeMap::new();
         for (at, refused) in &self.times {
             let start_ms = at.as_millis() as u64 / width * width;
-            if timeline.last().is_none_or(|b| b.start_ms != start_ms) {
-                timeline.push(Bucket {
-                    start_ms,
-                    allowed: 0,
-                    refused: 0,
-                });
-            }
-            if let Some(bucket) = timeline.iter_mut().rev().find(|b| b.start_ms == start_ms) {
-                if *refused {
-                    bucket.refused += 1;
-                } else {
-                    bucket.allowed += 1;
-                }
+            let bucket = buckets.entry(start_ms).or_insert(Bucket {
+                start_ms,
+                allowed: 0,
+                refused: 0,
+            });
+            if *refused {
+                bucket.refused += 1;
+            } else {
+                bucket.allowed += 1;
             }
         }
-        timeline.sort_by_key(|b| b.start_ms);
+        let timeline: Vec<Bucket> = buckets.into_values().collect();
         let most = |counts: Vec<(String, u64)>| {
             let mut counts = counts;
             counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
