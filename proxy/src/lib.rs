@@ -9,6 +9,7 @@
 pub mod capture;
 pub mod check;
 pub mod cli;
+pub mod proxy_protocol;
 pub mod replay;
 
 use std::io::Write;
