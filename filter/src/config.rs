@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use toml::Spanned;
 
 use crate::key::RuleId;
@@ -39,6 +40,19 @@ pub struct ConfigError {
     pub column: usize,
     /// What is wrong.
     pub message: String,
+}
+
+impl ConfigError {
+    /// An error at byte `offset` of `text` (a config file), located by line and column.
+    #[must_use]
+    pub fn at(text: &str, offset: usize, message: impl Into<String>) -> ConfigError {
+        let (line, column) = locate(text, offset);
+        ConfigError {
+            line,
+            column,
+            message: message.into(),
+        }
+    }
 }
 
 impl fmt::Display for ConfigError {
@@ -80,6 +94,13 @@ struct RawConfig {
     lists: RawLists,
     #[serde(default)]
     rule: Vec<RawRule>,
+    // The proxy's sections: the proxy reads them from the same file (one file per deployment).
+    #[serde(default, rename = "proxy")]
+    _proxy: Option<IgnoredAny>,
+    #[serde(default, rename = "admin")]
+    _admin: Option<IgnoredAny>,
+    #[serde(default, rename = "listener")]
+    _listener: Option<IgnoredAny>,
 }
 
 #[derive(Default, Deserialize)]
@@ -113,6 +134,8 @@ struct RawRule {
     #[serde(default)]
     shadow: bool,
     penalty: Option<Spanned<String>>,
+    delay: Option<Spanned<String>>,
+    reply: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -131,12 +154,8 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     fn error(&mut self, span: Range<usize>, message: String) {
-        let (line, column) = locate(self.text, span.start);
-        self.errors.push(ConfigError {
-            line,
-            column,
-            message,
-        });
+        self.errors
+            .push(ConfigError::at(self.text, span.start, message));
     }
 
     /// `parse(value)`, or `None` with the error recorded at the value's place.
@@ -244,7 +263,15 @@ impl Config {
             let penalty = raw_rule
                 .penalty
                 .as_ref()
-                .and_then(|p| checker.check(p, |p| positive_duration(p)));
+                .and_then(|p| checker.check(p, |p| positive_duration(p, "a penalty")));
+            let delay = raw_rule.delay.as_ref().and_then(|d| {
+                only_with(&mut checker, d, raw_rule.action, Action::Delay, "delay");
+                checker.check(d, |d| positive_duration(d, "a delay"))
+            });
+            let reply = raw_rule.reply.as_ref().map(|r| {
+                only_with(&mut checker, r, raw_rule.action, Action::Reply, "reply");
+                r.get_ref().clone()
+            });
             rules.push(Rule {
                 id: RuleId::from_name(&name),
                 name,
@@ -255,6 +282,8 @@ impl Config {
                 action: raw_rule.action,
                 shadow: raw_rule.shadow,
                 penalty,
+                delay,
+                reply,
             });
         }
         if checker.errors.is_empty() {
@@ -287,14 +316,35 @@ fn check_limit(raw: &RawLimit, checker: &mut Checker<'_>) -> Option<Limit> {
     })
 }
 
-fn positive_duration(text: &str) -> Result<Duration, String> {
+fn positive_duration(text: &str, what: &str) -> Result<Duration, String> {
     let duration = parse_duration(text)?;
     if duration.is_zero() {
         return Err(format!(
-            "`{text}`: a penalty must be longer than zero (or left out)"
+            "`{text}`: {what} must be longer than zero (or left out)"
         ));
     }
     Ok(duration)
+}
+
+/// Records an error if a rule sets `field`, which only `action` uses: a setting that would be
+/// silently ignored is a mistake worth pointing at.
+fn only_with<V>(
+    checker: &mut Checker<'_>,
+    value: &Spanned<V>,
+    action: Action,
+    needs: Action,
+    field: &str,
+) {
+    if action != needs {
+        checker.error(
+            value.span(),
+            format!(
+                "`{field}` is only used with action = \"{}\" (this rule's action is \"{}\")",
+                needs.as_str(),
+                action.as_str()
+            ),
+        );
+    }
 }
 
 /// Prints the policy as a config file that parses back to an equal [`Config`] (`tollgate check`
@@ -337,6 +387,12 @@ impl fmt::Display for Config {
                     "penalty = {}",
                     quoted(&DurationText(penalty).to_string())
                 )?;
+            }
+            if let Some(delay) = rule.delay {
+                writeln!(f, "delay = {}", quoted(&DurationText(delay).to_string()))?;
+            }
+            if let Some(reply) = &rule.reply {
+                writeln!(f, "reply = {}", quoted(reply))?;
             }
         }
         Ok(())

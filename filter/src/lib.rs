@@ -17,7 +17,7 @@
 //! ```
 //!
 //! A [`Filter`] holds the [`Policy`] compiled from a [`Config`] and decides on [`Event`]s.
-//! Packet parsing and capture replay build on this (issue 3, in progress).
+//! [`parse_frame`] reads raw frames for [`Filter::decide_frame`].
 
 #![warn(missing_docs)]
 
@@ -37,7 +37,7 @@ pub use config::{Config, ConfigError, ConfigErrors, DEFAULT_MEMORY};
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
-pub use policy::{Event, Policy, PolicyError};
+pub use policy::{Event, LimitEstimate, Policy, PolicyError};
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;
 pub use rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Transport, Weight};

@@ -6,11 +6,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_sketch::{BuildError, RateSketch, Tick};
+use tollgate_sketch::{BuildError, RateSketch, Stats, Tick};
 
 use crate::config::Config;
 use crate::key::{LimitKey, Source};
 use crate::packet::{PacketInfo, parse_frame};
+use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
 use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
@@ -36,6 +37,19 @@ impl Event {
             bytes: packet.frame_len as u64,
         }
     }
+}
+
+/// Where a source stands under one limit (see [`Policy::estimates`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitEstimate {
+    /// The rule and limit.
+    pub at: LimitRef,
+    /// The limit itself.
+    pub limit: Limit,
+    /// The prefix the source is counted at under this limit.
+    pub prefix: Prefix,
+    /// The sliding-window estimate now (an upper bound of the true count, whp close to it).
+    pub estimate: u64,
 }
 
 /// Why a checked config could not be made into a policy.
@@ -184,6 +198,42 @@ impl Policy {
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         self.counters.iter().map(|c| c.sketch.memory_bytes()).sum()
+    }
+
+    /// Each sketch's report on itself (events, front fill, overcount bound), one per distinct
+    /// period and penalty, for metrics.
+    #[must_use]
+    pub fn sketch_stats(&self, now: Tick) -> Vec<Stats> {
+        self.counters.iter().map(|c| c.sketch.stats(now)).collect()
+    }
+
+    /// Where `source` stands under every limit of every rule whose sources it matches, counting
+    /// nothing (the admin's point query). Empty if a list decides for it.
+    #[must_use]
+    pub fn estimates(&self, source: Source, now: Tick) -> Vec<LimitEstimate> {
+        if self.lists.longest_match(source).is_some() {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        for (index, (rule, compiled)) in self.config.rules.iter().zip(&self.rules).enumerate() {
+            if !compiled.sources.is_empty() && compiled.sources.longest_match(source).is_none() {
+                continue;
+            }
+            for (limit_index, (limit, counter)) in compiled.limits.iter().enumerate() {
+                let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
+                let key = LimitKey::new(rule.id, source, prefix);
+                found.push(LimitEstimate {
+                    at: LimitRef {
+                        rule: index,
+                        limit: limit_index,
+                    },
+                    limit: *limit,
+                    prefix,
+                    estimate: self.counters[*counter].sketch.estimate(key.as_bytes(), now),
+                });
+            }
+        }
+        found
     }
 
     /// Decides on one raw Ethernet frame at `now` (its size is its byte weight). A malformed or

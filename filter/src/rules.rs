@@ -201,4 +201,10 @@ pub struct Rule {
     pub shadow: bool,
     /// Once over a limit, a source is refused this long.
     pub penalty: Option<Duration>,
+    /// With `action = "delay"`: the longest a connection is held before it is decided again
+    /// (the proxy's default applies when unset).
+    pub delay: Option<Duration>,
+    /// With `action = "reply"`: the bytes to write before closing, a template (the proxy's
+    /// default, an HTTP 429, applies when unset; see the proxy's docs for the placeholders).
+    pub reply: Option<String>,
 }

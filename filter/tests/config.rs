@@ -76,7 +76,7 @@ fn rule_with(line3: &str) -> String {
 
 #[test]
 fn each_kind_of_bad_config_names_its_line() {
-    let cases: [(String, usize, &str); 9] = [
+    let cases: [(String, usize, &str); 11] = [
         (
             rule_with("limits = [{ rate = \"1/s\" }]\ncolour = \"red\""),
             4,
@@ -110,6 +110,16 @@ fn each_kind_of_bad_config_names_its_line() {
         ),
         (rule_with("limits = []"), 3, "has no limits"),
         ("[sketch]\nmemory = \"lots\"\n".into(), 2, "not a size"),
+        (
+            rule_with("limits = [{ rate = \"1/s\" }]\nreply = \"no\""),
+            4,
+            "only used with action = \"reply\"",
+        ),
+        (
+            rule_with("limits = [{ rate = \"1/s\" }]\naction = \"delay\"\ndelay = \"0s\""),
+            5,
+            "a delay must be longer than zero",
+        ),
     ];
     for (text, line, needle) in cases {
         let (got_line, message) = only_error(&text);

@@ -147,9 +147,22 @@ mod round_trip {
             ]),
             any::<bool>(),
             prop::option::of(duration()),
+            prop::option::of(duration()),
+            prop::option::of("[ -~\n\r\té]{0,40}"),
         )
             .prop_map(
-                move |(stem, protocol, sources, limits, weight, action, shadow, penalty)| {
+                move |(
+                    stem,
+                    protocol,
+                    sources,
+                    limits,
+                    weight,
+                    action,
+                    shadow,
+                    penalty,
+                    delay,
+                    reply,
+                )| {
                     // A unique, non-empty name, with characters TOML must escape.
                     let name = format!("r{index}{stem}");
                     Rule {
@@ -162,6 +175,9 @@ mod round_trip {
                         action,
                         shadow,
                         penalty,
+                        // Only the action that uses them may carry them.
+                        delay: delay.filter(|_| action == Action::Delay),
+                        reply: reply.filter(|_| action == Action::Reply),
                     }
                 },
             )
