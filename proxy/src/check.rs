@@ -4,7 +4,9 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use tollgate_filter::{Config, Policy};
+use tollgate_filter::Policy;
+
+use crate::config::ProxyConfig;
 
 /// Checks the policy at `path`, writing the parsed policy (or every error, located as
 /// `FILE:LINE:COLUMN`) to `out`. Exit code 0 if it is valid, 1 if not.
@@ -19,7 +21,7 @@ pub fn check(path: &Path, out: &mut dyn Write) -> std::io::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let config = match Config::parse(&text) {
+    let config = match ProxyConfig::parse(&text) {
         Ok(config) => config,
         Err(errors) => {
             for error in &errors.0 {
@@ -41,14 +43,15 @@ pub fn check(path: &Path, out: &mut dyn Write) -> std::io::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let rules = config.rules.len();
-    match Policy::compile(config, None) {
+    let rules = config.policy.rules.len();
+    match Policy::compile(config.policy.clone(), None) {
         Ok(policy) => {
-            write!(out, "{}", policy.config())?;
+            write!(out, "{config}")?;
             writeln!(
                 out,
-                "\n# {}: valid; {rules} rule(s), {} bytes of sketches",
+                "\n# {}: valid; {} listener(s), {rules} rule(s), {} bytes of sketches",
                 path.display(),
+                config.listeners.len(),
                 policy.memory_bytes()
             )?;
             Ok(ExitCode::SUCCESS)

@@ -17,6 +17,15 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// See it work: an echo upstream and the proxy on loopback, driven for a few seconds by
+    /// steady clients, floods and a rotating IPv6 attacker; ends with what each got.
+    Demo,
+    /// Run the proxy: serve the config's listeners until SIGTERM; SIGHUP reloads the policy.
+    Run {
+        /// The config file (TOML): listeners, admin and the policy.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Check a policy file: print the parsed policy, or every error with its line.
     Check {
         /// The policy file (TOML).

@@ -36,7 +36,7 @@ fn a_valid_policy_is_printed_and_passes() {
         out.contains("rate = \"100/10s\", ipv4_prefix = 32, ipv6_prefix = 64"),
         "{out}"
     );
-    assert!(out.contains("valid; 1 rule(s)"), "{out}");
+    assert!(out.contains("valid; 0 listener(s), 1 rule(s)"), "{out}");
 }
 
 #[test]
@@ -85,4 +85,44 @@ fn a_missing_file_and_a_bad_flag_are_clear_errors() {
         .expect("tollgate runs");
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--konfig"));
+}
+
+#[test]
+fn listener_errors_are_located_too() {
+    let path = write(
+        "listeners.toml",
+        "[[listener]]\nname = \"a\"\nlisten = \"0.0.0.0:99999\"\nupstreams = [\"127.0.0.1:80\"]\n\n\
+         [[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:8080\"\nupstreams = []\nprotocol = \"sctp\"\n\n\
+         [proxy]\ndrain = \"soon\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"0/s\" }]\n",
+    );
+    let (ok, out) = check(&path);
+    assert!(!ok);
+    for needle in [
+        "listeners.toml:3:10: `0.0.0.0:99999` is not an address:port",
+        "listeners.toml:7:8: duplicate listener name `a` (first used on line 2)",
+        "listeners.toml:9:13: listener `a` has no upstreams",
+        "listeners.toml:10:12: unknown listener protocol `sctp`",
+        "listeners.toml:13:9: `soon` is not a duration",
+        "listeners.toml:17:20: `0/s`",
+    ] {
+        assert!(out.contains(needle), "{needle} missing from\n{out}");
+    }
+}
+
+#[test]
+fn a_whole_config_round_trips_through_check() {
+    let path = write(
+        "whole.toml",
+        "[proxy]\nthreads = 1\ndrain = \"3s\"\n\n[admin]\nlisten = \"127.0.0.1:9999\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"[::1]:8443\"\nupstreams = [\"127.0.0.1:80\", \"[::1]:81\"]\n\
+         trusted_proxies = [\"10.0.0.0/8\"]\nsend_proxy = \"v2\"\nmax_connections_per_source = 20\n\n\
+         [[listener]]\nname = \"dns\"\nprotocol = \"udp\"\nlisten = \"127.0.0.1:5353\"\nupstreams = [\"127.0.0.1:53\"]\n\n\
+         [[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\naction = \"reply\"\nreply = \"busy\\r\\n\"\n",
+    );
+    let (ok, printed) = check(&path);
+    assert!(ok, "{printed}");
+    let first =
+        tollgate::config::ProxyConfig::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let again = tollgate::config::ProxyConfig::parse(&printed).unwrap();
+    assert_eq!(first, again, "printed:\n{printed}");
 }

@@ -1,0 +1,464 @@
+//! The proxy's part of the config file: `[proxy]`, `[admin]` and `[[listener]]`, read from the
+//! same file as the policy (`[sketch]`, `[lists]`, `[[rule]]`, read by `tollgate-filter`). One
+//! file describes one deployment; both halves are checked before anything runs, and every error
+//! is located by line and column.
+//!
+//! Listener and admin settings take effect at start; a reload (SIGHUP or the admin's
+//! `/reload`) applies the policy half and keeps the rest (a changed listener needs a restart,
+//! and the reload says so in its log).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate_filter::{
+    Cidr, Config, ConfigError, ConfigErrors, DurationText, parse_duration, parse_size,
+};
+use toml::Spanned;
+
+/// Everything one config file says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// Process-wide settings (`[proxy]`).
+    pub settings: Settings,
+    /// The admin endpoint (`[admin]`); `None` when disabled.
+    pub admin: Option<SocketAddr>,
+    /// The listeners (`[[listener]]`), in file order.
+    pub listeners: Vec<Listener>,
+    /// The policy (`[sketch]`, `[lists]`, `[[rule]]`).
+    pub policy: Config,
+}
+
+/// `[proxy]`: settings for the whole process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Worker threads; 0 means one per core.
+    pub threads: usize,
+    /// On SIGTERM, how long open connections may take to finish before they are cut.
+    pub drain: Duration,
+    /// Memory for the per-source open-connection counts (all listeners together).
+    pub connection_memory: usize,
+    /// At most this many rejection log lines per second; the rest are counted and summarised.
+    pub log_rejections: u32,
+    /// How long a `delay` action holds a connection when its rule names no bound.
+    pub delay: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            threads: 0,
+            drain: Duration::from_secs(10),
+            connection_memory: 1 << 20,
+            log_rejections: 10,
+            delay: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The admin endpoint's default address: loopback only, so metrics and `/reload` are not
+/// offered to the network unless the operator says so.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+
+/// What a listener carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Stream connections, each decided on at accept.
+    Tcp,
+    /// Datagrams, each decided on as it arrives.
+    Udp,
+}
+
+impl Protocol {
+    /// The config file's word for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// Which PROXY protocol header the proxy writes to its upstreams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendProxy {
+    /// None: upstreams see the proxy's address.
+    #[default]
+    None,
+    /// The text header.
+    V1,
+    /// The binary header.
+    V2,
+}
+
+impl SendProxy {
+    /// The config file's word for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SendProxy::None => "none",
+            SendProxy::V1 => "v1",
+            SendProxy::V2 => "v2",
+        }
+    }
+}
+
+/// One `[[listener]]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    /// Unique name, used in metrics and logs.
+    pub name: String,
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// The address to listen on.
+    pub listen: SocketAddr,
+    /// Where allowed traffic goes, tried in turn.
+    pub upstreams: Vec<SocketAddr>,
+    /// How long one connection attempt to an upstream may take.
+    pub connect_timeout: Duration,
+    /// Further attempts after the first fails, each on the next upstream.
+    pub retries: u32,
+    /// The wait before the first retry; it doubles for each further one, with jitter.
+    pub backoff: Duration,
+    /// The accept queue length asked of the kernel.
+    pub backlog: u32,
+    /// Set SO_REUSEPORT, so several processes can share the port.
+    pub reuse_port: bool,
+    /// Open connections (TCP) this listener holds at most; more are refused at accept.
+    pub max_connections: usize,
+    /// Open connections one source may hold (IPv4 address, IPv6 /64); `None`: no cap.
+    pub max_connections_per_source: Option<u32>,
+    /// Peers whose PROXY headers are believed (then the header's source is the key); a
+    /// connection from one of them must start with a header.
+    pub trusted_proxies: Vec<Cidr>,
+    /// How long a trusted peer may take to send its header.
+    pub proxy_header_timeout: Duration,
+    /// The header written to upstreams.
+    pub send_proxy: SendProxy,
+    /// UDP: how long a client session lives without traffic.
+    pub session_timeout: Duration,
+    /// UDP: client sessions held at most; new clients are refused while it is full.
+    pub max_sessions: usize,
+}
+
+#[derive(Deserialize)]
+struct RawFile {
+    #[serde(default)]
+    proxy: RawSettings,
+    admin: Option<RawAdmin>,
+    #[serde(default)]
+    listener: Vec<RawListener>,
+    // The policy's sections: checked by `Config::parse`.
+    #[serde(default, rename = "sketch")]
+    _sketch: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "lists")]
+    _lists: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "rule")]
+    _rule: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    threads: Option<usize>,
+    drain: Option<Spanned<String>>,
+    connection_memory: Option<Spanned<String>>,
+    log_rejections: Option<u32>,
+    delay: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: Option<Spanned<String>>,
+    #[serde(default = "yes")]
+    enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListener {
+    name: Spanned<String>,
+    #[serde(default)]
+    protocol: Option<Spanned<String>>,
+    listen: Spanned<String>,
+    upstreams: Spanned<Vec<Spanned<String>>>,
+    connect_timeout: Option<Spanned<String>>,
+    retries: Option<u32>,
+    backoff: Option<Spanned<String>>,
+    backlog: Option<u32>,
+    #[serde(default)]
+    reuse_port: bool,
+    max_connections: Option<usize>,
+    max_connections_per_source: Option<Spanned<u32>>,
+    #[serde(default)]
+    trusted_proxies: Vec<Spanned<String>>,
+    proxy_header_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    send_proxy: SendProxy,
+    session_timeout: Option<Spanned<String>>,
+    max_sessions: Option<Spanned<usize>>,
+}
+
+/// Collects located errors.
+struct Errors<'a> {
+    text: &'a str,
+    found: Vec<ConfigError>,
+}
+
+impl Errors<'_> {
+    fn check<T, V>(
+        &mut self,
+        value: &Spanned<V>,
+        parse: impl FnOnce(&V) -> Result<T, String>,
+    ) -> Option<T> {
+        parse(value.get_ref())
+            .map_err(|message| self.at(value, message))
+            .ok()
+    }
+
+    fn at<V>(&mut self, value: &Spanned<V>, message: String) {
+        self.found
+            .push(ConfigError::at(self.text, value.span().start, message));
+    }
+
+    /// A duration from `value`, or `default` if it is absent (or wrong: the error is kept).
+    fn duration(&mut self, value: Option<&Spanned<String>>, default: Duration) -> Duration {
+        value
+            .and_then(|v| self.check(v, |t| positive(parse_duration(t)?, t)))
+            .unwrap_or(default)
+    }
+}
+
+fn positive(duration: Duration, text: &str) -> Result<Duration, String> {
+    if duration.is_zero() {
+        Err(format!("`{text}` must be longer than zero"))
+    } else {
+        Ok(duration)
+    }
+}
+
+fn socket_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    text.to_socket_addrs()
+        .map_err(|err| format!("`{text}` is not an address:port ({err})"))?
+        .next()
+        .ok_or_else(|| format!("`{text}` resolves to no address"))
+}
+
+impl ProxyConfig {
+    /// Parses and checks a whole config file: the policy and the proxy's sections.
+    ///
+    /// # Errors
+    /// Every problem in either half, each located.
+    pub fn parse(text: &str) -> Result<ProxyConfig, ConfigErrors> {
+        let policy = Config::parse(text);
+        let raw: RawFile = match toml::from_str(text) {
+            Ok(raw) => raw,
+            // A syntax error: the policy half reported it already, located.
+            Err(err) => {
+                return Err(policy.err().unwrap_or_else(|| {
+                    ConfigErrors(vec![ConfigError::at(
+                        text,
+                        err.span().map_or(0, |s| s.start),
+                        err.message().trim(),
+                    )])
+                }));
+            }
+        };
+        let mut errors = Errors {
+            text,
+            found: Vec::new(),
+        };
+        let defaults = Settings::default();
+        let settings = Settings {
+            threads: raw.proxy.threads.unwrap_or(defaults.threads),
+            drain: errors.duration(raw.proxy.drain.as_ref(), defaults.drain),
+            connection_memory: raw
+                .proxy
+                .connection_memory
+                .as_ref()
+                .and_then(|m| errors.check(m, |m| parse_size(m)))
+                .unwrap_or(defaults.connection_memory),
+            log_rejections: raw.proxy.log_rejections.unwrap_or(defaults.log_rejections),
+            delay: errors.duration(raw.proxy.delay.as_ref(), defaults.delay),
+        };
+        let admin = match &raw.admin {
+            Some(admin) if !admin.enabled => None,
+            Some(RawAdmin {
+                listen: Some(listen),
+                ..
+            }) => errors.check(listen, |l| socket_addr(l)),
+            _ => DEFAULT_ADMIN.parse().ok(),
+        };
+        let mut names: HashMap<String, usize> = HashMap::new();
+        let listeners = raw
+            .listener
+            .iter()
+            .filter_map(|raw| {
+                let name = raw.name.get_ref();
+                let line = ConfigError::at(text, raw.name.span().start, "").line;
+                if let Some(first) = names.insert(name.clone(), line) {
+                    errors.at(
+                        &raw.name,
+                        format!("duplicate listener name `{name}` (first used on line {first})"),
+                    );
+                }
+                listener(raw, &mut errors)
+            })
+            .collect();
+        match policy {
+            Ok(policy) if errors.found.is_empty() => Ok(ProxyConfig {
+                settings,
+                admin,
+                listeners,
+                policy,
+            }),
+            result => {
+                let mut found = result.err().map(|e| e.0).unwrap_or_default();
+                found.extend(errors.found);
+                found.sort_by_key(|e| (e.line, e.column));
+                Err(ConfigErrors(found))
+            }
+        }
+    }
+}
+
+fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
+    let protocol = match &raw.protocol {
+        None => Some(Protocol::Tcp),
+        Some(p) => errors.check(p, |p| match p.as_str() {
+            "tcp" => Ok(Protocol::Tcp),
+            "udp" => Ok(Protocol::Udp),
+            other => Err(format!(
+                "unknown listener protocol `{other}` (use tcp or udp)"
+            )),
+        }),
+    };
+    let listen = errors.check(&raw.listen, |l| socket_addr(l));
+    let upstreams: Vec<SocketAddr> = raw
+        .upstreams
+        .get_ref()
+        .iter()
+        .filter_map(|u| errors.check(u, |u| socket_addr(u)))
+        .collect();
+    if raw.upstreams.get_ref().is_empty() {
+        errors.at(
+            &raw.upstreams,
+            format!("listener `{}` has no upstreams", raw.name.get_ref()),
+        );
+    }
+    let trusted_proxies = raw
+        .trusted_proxies
+        .iter()
+        .filter_map(|c| errors.check(c, |c| Cidr::parse(c)))
+        .collect();
+    let max_connections_per_source = raw.max_connections_per_source.as_ref().and_then(|m| {
+        errors.check(m, |&m| {
+            if m == 0 {
+                Err("a per-source cap of 0 refuses everyone; leave it out for no cap".into())
+            } else {
+                Ok(m)
+            }
+        })
+    });
+    let max_sessions = match &raw.max_sessions {
+        Some(m) => errors.check(m, |&m| {
+            if m == 0 {
+                Err("max_sessions must be at least 1".to_owned())
+            } else {
+                Ok(m)
+            }
+        }),
+        None => Some(65_536),
+    };
+    Some(Listener {
+        name: raw.name.get_ref().clone(),
+        protocol: protocol?,
+        listen: listen?,
+        upstreams,
+        connect_timeout: errors.duration(raw.connect_timeout.as_ref(), Duration::from_secs(1)),
+        retries: raw.retries.unwrap_or(2),
+        backoff: errors.duration(raw.backoff.as_ref(), Duration::from_millis(10)),
+        backlog: raw.backlog.unwrap_or(1024),
+        reuse_port: raw.reuse_port,
+        max_connections: raw.max_connections.unwrap_or(10_000),
+        max_connections_per_source,
+        trusted_proxies,
+        proxy_header_timeout: errors
+            .duration(raw.proxy_header_timeout.as_ref(), Duration::from_secs(3)),
+        send_proxy: raw.send_proxy,
+        session_timeout: errors.duration(raw.session_timeout.as_ref(), Duration::from_secs(30)),
+        max_sessions: max_sessions?,
+    })
+}
+
+/// Prints the whole file as TOML that parses back to an equal config (`tollgate check`).
+impl fmt::Display for ProxyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let quoted = |text: &str| toml::Value::String(text.to_owned()).to_string();
+        let duration = |d: Duration| quoted(&DurationText(d).to_string());
+        let list = |items: Vec<String>| {
+            let quoted: Vec<String> = items.iter().map(|i| quoted(i)).collect();
+            format!("[{}]", quoted.join(", "))
+        };
+        let s = &self.settings;
+        writeln!(f, "[proxy]\nthreads = {}", s.threads)?;
+        writeln!(f, "drain = {}", duration(s.drain))?;
+        writeln!(
+            f,
+            "connection_memory = {}",
+            quoted(&s.connection_memory.to_string())
+        )?;
+        writeln!(f, "log_rejections = {}", s.log_rejections)?;
+        writeln!(f, "delay = {}", duration(s.delay))?;
+        match self.admin {
+            Some(addr) => writeln!(f, "\n[admin]\nlisten = {}", quoted(&addr.to_string()))?,
+            None => writeln!(f, "\n[admin]\nenabled = false")?,
+        }
+        for l in &self.listeners {
+            writeln!(f, "\n[[listener]]\nname = {}", quoted(&l.name))?;
+            writeln!(f, "protocol = {}", quoted(l.protocol.as_str()))?;
+            writeln!(f, "listen = {}", quoted(&l.listen.to_string()))?;
+            writeln!(
+                f,
+                "upstreams = {}",
+                list(l.upstreams.iter().map(ToString::to_string).collect())
+            )?;
+            writeln!(f, "connect_timeout = {}", duration(l.connect_timeout))?;
+            writeln!(f, "retries = {}", l.retries)?;
+            writeln!(f, "backoff = {}", duration(l.backoff))?;
+            writeln!(f, "backlog = {}", l.backlog)?;
+            writeln!(f, "reuse_port = {}", l.reuse_port)?;
+            writeln!(f, "max_connections = {}", l.max_connections)?;
+            if let Some(cap) = l.max_connections_per_source {
+                writeln!(f, "max_connections_per_source = {cap}")?;
+            }
+            writeln!(
+                f,
+                "trusted_proxies = {}",
+                list(l.trusted_proxies.iter().map(ToString::to_string).collect())
+            )?;
+            writeln!(
+                f,
+                "proxy_header_timeout = {}",
+                duration(l.proxy_header_timeout)
+            )?;
+            writeln!(f, "send_proxy = {}", quoted(l.send_proxy.as_str()))?;
+            writeln!(f, "session_timeout = {}", duration(l.session_timeout))?;
+            writeln!(f, "max_sessions = {}", l.max_sessions)?;
+        }
+        writeln!(f)?;
+        write!(f, "{}", self.policy)
+    }
+}

@@ -1,0 +1,378 @@
+//! The proxy's metrics, in the Prometheus text format (prometheus-client writes it; names and
+//! help texts are ours). Counters a connection touches on every accept are resolved once per
+//! listener ([`ListenerMetrics`]), so the hot path is an atomic add; per-rule counters are
+//! looked up by label only when a rule throttles.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tollgate_filter::DurationText;
+use tollgate_sketch::Stats;
+
+/// A shared name as a label value (listener and rule names), cloned without copying.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Name(pub Arc<str>);
+
+impl EncodeLabelValue for Name {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, &self.0)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ListenerLabel {
+    listener: Name,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct VerdictLabels {
+    listener: Name,
+    verdict: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RuleLabels {
+    listener: Name,
+    rule: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    listener: Name,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct UpstreamLabels {
+    listener: Name,
+    upstream: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct WindowLabel {
+    window: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Why a connection or datagram was refused without a rule's throttle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The source is on the deny list.
+    Listed,
+    /// The source is serving a rule's penalty.
+    Penalty,
+    /// The source holds its cap of open connections.
+    ConnectionCap,
+    /// The listener holds its cap of open connections.
+    ListenerFull,
+    /// A PROXY header from a peer not trusted to send one.
+    UntrustedHeader,
+    /// A trusted peer sent a bad PROXY header, or none in time.
+    BadHeader,
+    /// UDP: the session table is full and this client has no session.
+    SessionsFull,
+}
+
+impl Refusal {
+    /// The metric label and log word.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Listed => "listed",
+            Refusal::Penalty => "penalty",
+            Refusal::ConnectionCap => "connection_cap",
+            Refusal::ListenerFull => "listener_full",
+            Refusal::UntrustedHeader => "untrusted_proxy_header",
+            Refusal::BadHeader => "bad_proxy_header",
+            Refusal::SessionsFull => "sessions_full",
+        }
+    }
+}
+
+/// Every metric the proxy exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    decisions: Family<VerdictLabels, Counter>,
+    throttled: Family<RuleLabels, Counter>,
+    shadow_throttled: Family<RuleLabels, Counter>,
+    refused: Family<ReasonLabels, Counter>,
+    open: Family<ListenerLabel, Gauge>,
+    sessions: Family<ListenerLabel, Gauge>,
+    upstream_errors: Family<UpstreamLabels, Counter>,
+    upstream_unavailable: Family<ListenerLabel, Counter>,
+    accept_errors: Family<ListenerLabel, Counter>,
+    reloads: Family<ResultLabel, Counter>,
+    /// Decisions the limiter could not make (the connection was let through: fail-open).
+    pub decide_failures: Counter,
+    /// Rejection log lines left out by the log rate limit.
+    pub logs_suppressed: Counter,
+    sketch_memory: Family<WindowLabel, Gauge>,
+    sketch_events: Family<WindowLabel, Gauge>,
+    sketch_fill: Family<WindowLabel, FloatGauge>,
+    sketch_bound: Family<WindowLabel, Gauge>,
+    /// Bytes held for per-source open-connection counts.
+    pub connection_memory: Gauge,
+}
+
+/// The counters one listener touches per connection or datagram.
+#[derive(Clone, Debug)]
+pub struct ListenerMetrics {
+    /// The listener's name.
+    pub name: Name,
+    /// Let through.
+    pub allowed: Counter,
+    /// Over a rule's limit.
+    pub throttled: Counter,
+    /// Refused outright (lists, penalties, caps, headers).
+    pub denied: Counter,
+    /// Open connections now (TCP).
+    pub open: Gauge,
+    /// Client sessions now (UDP).
+    pub sessions: Gauge,
+    /// Accept failures (resource exhaustion included).
+    pub accept_errors: Counter,
+    /// Connections closed because no upstream could be reached.
+    pub upstream_unavailable: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// All metrics at zero, registered under the `tollgate_` prefix.
+    #[must_use]
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tollgate");
+        let metrics = Metrics {
+            registry: Registry::default(),
+            decisions: Family::default(),
+            throttled: Family::default(),
+            shadow_throttled: Family::default(),
+            refused: Family::default(),
+            open: Family::default(),
+            sessions: Family::default(),
+            upstream_errors: Family::default(),
+            upstream_unavailable: Family::default(),
+            accept_errors: Family::default(),
+            reloads: Family::default(),
+            decide_failures: Counter::default(),
+            logs_suppressed: Counter::default(),
+            sketch_memory: Family::default(),
+            sketch_events: Family::default(),
+            sketch_fill: Family::default(),
+            sketch_bound: Family::default(),
+            connection_memory: Gauge::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "decisions",
+            "Connections (TCP) and datagrams (UDP) by verdict: allowed, throttled, denied",
+            metrics.decisions.clone(),
+        );
+        r.register(
+            "throttled",
+            "Connections and datagrams over a rule's limit, by rule",
+            metrics.throttled.clone(),
+        );
+        r.register(
+            "shadow_throttled",
+            "Connections and datagrams a shadow rule found over its limit (not enforced)",
+            metrics.shadow_throttled.clone(),
+        );
+        r.register(
+            "refused",
+            "Connections and datagrams refused without a rule's throttle, by reason",
+            metrics.refused.clone(),
+        );
+        r.register(
+            "open_connections",
+            "TCP connections open now",
+            metrics.open.clone(),
+        );
+        r.register(
+            "udp_sessions",
+            "UDP client sessions held now",
+            metrics.sessions.clone(),
+        );
+        r.register(
+            "upstream_errors",
+            "Failed connection attempts to an upstream",
+            metrics.upstream_errors.clone(),
+        );
+        r.register(
+            "upstream_unavailable",
+            "Connections closed because every attempt to reach an upstream failed",
+            metrics.upstream_unavailable.clone(),
+        );
+        r.register(
+            "accept_errors",
+            "Accept failures (such as the open-file limit); the listener backs off and retries",
+            metrics.accept_errors.clone(),
+        );
+        r.register(
+            "reloads",
+            "Policy reloads by result",
+            metrics.reloads.clone(),
+        );
+        r.register(
+            "decide_failures",
+            "Decisions the limiter could not make; the traffic was let through (fail-open)",
+            metrics.decide_failures.clone(),
+        );
+        r.register(
+            "rejection_logs_suppressed",
+            "Rejection log lines left out by the log rate limit",
+            metrics.logs_suppressed.clone(),
+        );
+        r.register(
+            "sketch_memory_bytes",
+            "Bytes held by the rate sketch of each window length",
+            metrics.sketch_memory.clone(),
+        );
+        r.register(
+            "sketch_events",
+            "Weight counted in the current window of each sketch",
+            metrics.sketch_events.clone(),
+        );
+        r.register(
+            "sketch_front_fill",
+            "Fraction of the Bloom front's bits set in the current window",
+            metrics.sketch_fill.clone(),
+        );
+        r.register(
+            "sketch_overcount_bound",
+            "The stated overcount bound: no estimate exceeds the true count by more, with the \
+             sketch's confidence",
+            metrics.sketch_bound.clone(),
+        );
+        r.register(
+            "connection_memory_bytes",
+            "Bytes held for per-source open-connection counts",
+            metrics.connection_memory.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The counters of listener `name`, resolved once.
+    #[must_use]
+    pub fn listener(&self, name: &str) -> ListenerMetrics {
+        let name = Name(name.into());
+        let verdict = |verdict| {
+            self.decisions.get_or_create_owned(&VerdictLabels {
+                listener: name.clone(),
+                verdict,
+            })
+        };
+        let label = ListenerLabel {
+            listener: name.clone(),
+        };
+        ListenerMetrics {
+            allowed: verdict("allowed"),
+            throttled: verdict("throttled"),
+            denied: verdict("denied"),
+            open: self.open.get_or_create_owned(&label),
+            sessions: self.sessions.get_or_create_owned(&label),
+            accept_errors: self.accept_errors.get_or_create_owned(&label),
+            upstream_unavailable: self.upstream_unavailable.get_or_create_owned(&label),
+            name,
+        }
+    }
+
+    /// Counts a throttle by `rule` on `listener`.
+    pub fn throttled(&self, listener: &ListenerMetrics, rule: &str) {
+        listener.throttled.inc();
+        self.throttled
+            .get_or_create(&RuleLabels {
+                listener: listener.name.clone(),
+                rule: rule.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts what shadow `rule` would have throttled on `listener`.
+    pub fn shadow_throttled(&self, listener: &ListenerMetrics, rule: &str) {
+        self.shadow_throttled
+            .get_or_create(&RuleLabels {
+                listener: listener.name.clone(),
+                rule: rule.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a refusal on `listener`.
+    pub fn refused(&self, listener: &ListenerMetrics, reason: Refusal) {
+        listener.denied.inc();
+        self.refused
+            .get_or_create(&ReasonLabels {
+                listener: listener.name.clone(),
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    /// Counts a failed attempt to reach `upstream`.
+    pub fn upstream_error(&self, listener: &ListenerMetrics, upstream: std::net::SocketAddr) {
+        self.upstream_errors
+            .get_or_create(&UpstreamLabels {
+                listener: listener.name.clone(),
+                upstream: upstream.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a reload by its result.
+    pub fn reloaded(&self, ok: bool) {
+        self.reloads
+            .get_or_create(&ResultLabel {
+                result: if ok { "ok" } else { "error" },
+            })
+            .inc();
+    }
+
+    /// The exposition text, with the sketches' own reports taken now.
+    #[must_use]
+    pub fn render(&self, sketches: &[Stats]) -> String {
+        for family in [&self.sketch_memory, &self.sketch_events, &self.sketch_bound] {
+            family.clear();
+        }
+        self.sketch_fill.clear();
+        for stats in sketches {
+            let label = WindowLabel {
+                window: DurationText(stats.window).to_string(),
+            };
+            let gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+            self.sketch_memory
+                .get_or_create(&label)
+                .set(gauge(stats.memory_bytes as u64));
+            self.sketch_events
+                .get_or_create(&label)
+                .set(gauge(stats.events_current));
+            self.sketch_bound
+                .get_or_create(&label)
+                .set(gauge(stats.overcount_bound));
+            self.sketch_fill.get_or_create(&label).set(stats.front_fill);
+        }
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}

@@ -1,0 +1,269 @@
+//! A running proxy: its listeners, the admin endpoint, and the signals that steer it
+//! (`tollgate run`). Tests and the demo start one in-process with [`Server::start`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{Protocol, ProxyConfig};
+use crate::shared::Shared;
+use crate::tcp::Frontend;
+use crate::udp::UdpFrontend;
+use crate::{admin, socket, tcp, udp};
+
+/// Why the proxy could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The config file could not be read.
+    Read(PathBuf, std::io::Error),
+    /// The config file has errors.
+    Invalid(String),
+    /// The state could not be built (memory too small).
+    State(Box<dyn std::error::Error + Send + Sync>),
+    /// A listener could not be bound.
+    Bind {
+        /// The listener (or "admin").
+        listener: String,
+        /// Its address.
+        address: SocketAddr,
+        /// What the system said.
+        error: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Read(path, err) => write!(f, "{}: cannot read: {err}", path.display()),
+            StartError::Invalid(errors) => write!(f, "{errors}"),
+            StartError::State(err) => write!(f, "{err}"),
+            StartError::Bind {
+                listener,
+                address,
+                error,
+            } => write!(
+                f,
+                "listener `{listener}`: cannot listen on {address}: {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A proxy serving its listeners.
+#[derive(Debug)]
+pub struct Server {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    tcp: Vec<(Arc<Frontend>, SocketAddr)>,
+    udp: Vec<(Arc<UdpFrontend>, SocketAddr)>,
+    admin: Option<SocketAddr>,
+    tasks: Vec<JoinHandle<()>>,
+    drain: Duration,
+}
+
+impl Server {
+    /// Binds every listener and the admin endpoint of `config` and starts serving. `path` is
+    /// where reloads re-read the config (none for an in-memory config).
+    ///
+    /// # Errors
+    /// [`StartError`] naming the listener that could not bind, or the state that could not be
+    /// built. Nothing is left running.
+    pub async fn start(config: ProxyConfig, path: Option<PathBuf>) -> Result<Server, StartError> {
+        let listeners = config.listeners.clone();
+        let admin = config.admin;
+        let drain = config.settings.drain;
+        let shared = Arc::new(Shared::new(config, path).map_err(StartError::State)?);
+        let (stop, stopped) = watch::channel(false);
+        let bind_error = |listener: &str, address, error| StartError::Bind {
+            listener: listener.to_owned(),
+            address,
+            error,
+        };
+        let mut server = Server {
+            shared: Arc::clone(&shared),
+            stop,
+            tcp: Vec::new(),
+            udp: Vec::new(),
+            admin: None,
+            tasks: Vec::new(),
+            drain,
+        };
+        for config in listeners {
+            match config.protocol {
+                Protocol::Tcp => {
+                    let listener = socket::tcp_listener(&config)
+                        .map_err(|e| bind_error(&config.name, config.listen, e))?;
+                    let address = listener
+                        .local_addr()
+                        .map_err(|e| bind_error(&config.name, config.listen, e))?;
+                    let frontend = Arc::new(Frontend::new(config, &shared));
+                    server.tasks.push(tokio::spawn(tcp::serve(
+                        Arc::clone(&shared),
+                        Arc::clone(&frontend),
+                        listener,
+                        stopped.clone(),
+                    )));
+                    server.tcp.push((frontend, address));
+                }
+                Protocol::Udp => {
+                    let socket = socket::udp_socket(&config)
+                        .map_err(|e| bind_error(&config.name, config.listen, e))?;
+                    let address = socket
+                        .local_addr()
+                        .map_err(|e| bind_error(&config.name, config.listen, e))?;
+                    let frontend = Arc::new(UdpFrontend::new(config, &shared));
+                    server.tasks.push(tokio::spawn(udp::serve(
+                        Arc::clone(&shared),
+                        Arc::clone(&frontend),
+                        Arc::new(socket),
+                        stopped.clone(),
+                    )));
+                    server.udp.push((frontend, address));
+                }
+            }
+        }
+        if let Some(address) = admin {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|e| bind_error("admin", address, e))?;
+            server.admin = Some(
+                listener
+                    .local_addr()
+                    .map_err(|e| bind_error("admin", address, e))?,
+            );
+            server.tasks.push(tokio::spawn(admin::serve(
+                Arc::clone(&shared),
+                listener,
+                stopped,
+            )));
+        }
+        Ok(server)
+    }
+
+    /// The address listener `name` is bound to (a port 0 in the config is the real port here).
+    #[must_use]
+    pub fn local_addr(&self, name: &str) -> Option<SocketAddr> {
+        let tcp = self.tcp.iter().map(|(f, a)| (&f.config.name, *a));
+        let udp = self.udp.iter().map(|(f, a)| (&f.config.name, *a));
+        tcp.chain(udp).find(|(n, _)| *n == name).map(|(_, a)| a)
+    }
+
+    /// The admin endpoint's address, if it is enabled.
+    #[must_use]
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
+    }
+
+    /// The shared state (filter, metrics, offenders).
+    #[must_use]
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// TCP connections open now, over all listeners.
+    #[must_use]
+    pub fn open_connections(&self) -> usize {
+        self.tcp.iter().map(|(f, _)| f.open()).sum()
+    }
+
+    /// UDP sessions held now, over all listeners.
+    #[must_use]
+    pub fn udp_sessions(&self) -> usize {
+        self.udp.iter().map(|(f, _)| f.sessions()).sum()
+    }
+
+    /// Stops accepting, then waits up to the configured drain time for open connections to
+    /// finish. Returns how many were still open (they end when the runtime does).
+    pub async fn shutdown(self) -> usize {
+        let _ = self.stop.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+        let deadline = tokio::time::Instant::now() + self.drain;
+        while self.open_connections() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.open_connections()
+    }
+
+    /// Serves until SIGTERM or SIGINT, reloading on SIGHUP.
+    ///
+    /// # Errors
+    /// If the signal handlers cannot be installed.
+    #[cfg(unix)]
+    pub async fn run_until_signalled(self) -> std::io::Result<usize> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangup = signal(SignalKind::hangup())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => {
+                    tracing::info!("SIGHUP: reloading");
+                    let _ = self.shared.reload();
+                }
+                _ = terminate.recv() => break,
+                _ = interrupt.recv() => break,
+            }
+        }
+        tracing::info!(
+            open = self.open_connections(),
+            drain = ?self.drain,
+            "stopping: no new connections; draining open ones"
+        );
+        let cut = self.shutdown().await;
+        tracing::info!(cut, "stopped");
+        Ok(cut)
+    }
+}
+
+/// `tollgate run --config FILE`: serves until a signal says stop.
+///
+/// # Errors
+/// [`StartError`] if the config is bad or a listener cannot bind; I/O errors from the runtime.
+pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let text = std::fs::read_to_string(path).map_err(|e| StartError::Read(path.to_owned(), e))?;
+    let config = ProxyConfig::parse(&text).map_err(|errors| {
+        let located: Vec<String> = errors
+            .0
+            .iter()
+            .map(|e| format!("{}:{}:{}: {}", path.display(), e.line, e.column, e.message))
+            .collect();
+        StartError::Invalid(located.join("\n"))
+    })?;
+    let threads = match config.settings.threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    let runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(async {
+        let server = Server::start(config, Some(path.to_owned())).await?;
+        for (frontend, address) in &server.tcp {
+            tracing::info!(listener = %frontend.config.name, %address, "listening (tcp)");
+        }
+        for (frontend, address) in &server.udp {
+            tracing::info!(listener = %frontend.config.name, %address, "listening (udp)");
+        }
+        if let Some(address) = server.admin {
+            tracing::info!(%address, "admin endpoint");
+        }
+        server.run_until_signalled().await?;
+        Ok::<_, Box<dyn std::error::Error>>(ExitCode::SUCCESS)
+    })
+}

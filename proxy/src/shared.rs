@@ -1,0 +1,285 @@
+//! What every listener shares: the filter and its clock, the open-connection counts, metrics,
+//! the offender list and the rejection log budget; and the one place a decision is made.
+
+use std::net::IpAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tollgate_filter::{
+    Config, Decision, DenyReason, Event, Filter, LimitKey, Policy, Prefix, RuleId, Source,
+    Transport, Verdict,
+};
+use tollgate_sketch::{Clock, ConcurrencySketch, MonotonicClock, Tick};
+
+use crate::config::{ProxyConfig, Settings};
+use crate::log_limit::LogLimit;
+use crate::metrics::{ListenerMetrics, Metrics, Refusal};
+use crate::offenders::Offenders;
+
+/// How many sources the offender list keeps.
+const OFFENDERS: usize = 256;
+/// Rows of the open-connection count sketch.
+const CONNECTION_DEPTH: usize = 4;
+
+/// State shared by every listener and the admin endpoint.
+#[derive(Debug)]
+pub struct Shared {
+    /// The policy in force, swapped whole on reload.
+    pub filter: Filter,
+    clock: MonotonicClock,
+    connections: ConcurrencySketch,
+    /// Every metric.
+    pub metrics: Metrics,
+    /// The most rejected sources.
+    pub offenders: Offenders,
+    /// The rejection log budget.
+    pub logs: LogLimit,
+    /// Process settings (fixed at start).
+    pub settings: Settings,
+    /// Where the config came from (reloads re-read it); `None` for an in-memory config.
+    path: Option<PathBuf>,
+    /// The config last loaded successfully (listener changes need a restart: a reload
+    /// compares against it to say so).
+    loaded: Mutex<ProxyConfig>,
+}
+
+/// Why a reload was refused; the old policy stays in force.
+#[derive(Debug)]
+pub enum ReloadError {
+    /// There is no file to re-read (the proxy was started from an in-memory config).
+    NoFile,
+    /// The file could not be read.
+    Read(PathBuf, std::io::Error),
+    /// The file has errors, each located.
+    Invalid(PathBuf, tollgate_filter::ConfigErrors),
+    /// The policy could not be built (memory too small for its sketches).
+    Policy(tollgate_filter::PolicyError),
+}
+
+impl std::fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadError::NoFile => write!(f, "no config file to reload from"),
+            ReloadError::Read(path, err) => write!(f, "{}: cannot read: {err}", path.display()),
+            ReloadError::Invalid(path, errors) => {
+                for (i, error) in errors.0.iter().enumerate() {
+                    if i > 0 {
+                        writeln!(f)?;
+                    }
+                    write!(
+                        f,
+                        "{}:{}:{}: {}",
+                        path.display(),
+                        error.line,
+                        error.column,
+                        error.message
+                    )?;
+                }
+                Ok(())
+            }
+            ReloadError::Policy(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl std::error::Error for ReloadError {}
+
+/// A decision and the policy that made it (its rule indices point into that policy, which a
+/// reload may have replaced since).
+#[derive(Debug)]
+pub struct Decided {
+    /// The decision.
+    pub decision: Decision,
+    /// The policy it was made under.
+    pub policy: Arc<Policy>,
+}
+
+/// A held slot of a source's open-connection cap; dropping it gives the slot back.
+#[derive(Debug)]
+pub struct ConnectionSlot<'a> {
+    connections: &'a ConcurrencySketch,
+    key: LimitKey,
+}
+
+impl Drop for ConnectionSlot<'_> {
+    fn drop(&mut self) {
+        self.connections.release(self.key.as_bytes());
+    }
+}
+
+impl Shared {
+    /// State for `config`, read from `path` if it came from a file.
+    ///
+    /// # Errors
+    /// When the policy's or the connection counts' memory is too small.
+    pub fn new(
+        config: ProxyConfig,
+        path: Option<PathBuf>,
+    ) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
+        let metrics = Metrics::new();
+        let connections = ConcurrencySketch::new(
+            config.settings.connection_memory,
+            CONNECTION_DEPTH,
+            rand::random(),
+        )?;
+        metrics
+            .connection_memory
+            .set(i64::try_from(connections.memory_bytes()).unwrap_or(i64::MAX));
+        let logs = LogLimit::new(
+            config.settings.log_rejections,
+            metrics.logs_suppressed.clone(),
+        );
+        Ok(Shared {
+            filter: Filter::new(config.policy.clone())?,
+            clock: MonotonicClock::new(),
+            connections,
+            offenders: Offenders::new(OFFENDERS),
+            logs,
+            settings: config.settings,
+            metrics,
+            path,
+            loaded: Mutex::new(config),
+        })
+    }
+
+    /// The filter's clock now.
+    #[must_use]
+    pub fn now(&self) -> Tick {
+        self.clock.now()
+    }
+
+    /// Decides on one connection or datagram. If the limiter fails (a bug: it is not meant to),
+    /// the traffic is let through and counted: a rate limiter must not take the service down.
+    pub fn decide(&self, source: Source, transport: Transport, bytes: u64) -> Decided {
+        let event = Event {
+            source,
+            transport,
+            bytes,
+        };
+        let policy = self.filter.policy();
+        let now = self.now();
+        let decision = catch_unwind(AssertUnwindSafe(|| policy.decide(&event, now)))
+            .unwrap_or_else(|_| {
+                self.metrics.decide_failures.inc();
+                Decision {
+                    verdict: Verdict::Allow,
+                    shadow: None,
+                    shadow_count: 0,
+                }
+            });
+        Decided { decision, policy }
+    }
+
+    /// Takes one of `source`'s open-connection slots in `scope` (one per listener), or `None`
+    /// if it holds `cap` already. Sources are counted per IPv4 address and per IPv6 /64.
+    #[must_use]
+    pub fn open_connection(
+        &self,
+        scope: RuleId,
+        source: Source,
+        cap: u32,
+    ) -> Option<ConnectionSlot<'_>> {
+        let key = LimitKey::new(scope, source, source.pick(Prefix::V4(32), Prefix::V6(64)));
+        let open = self.connections.acquire(key.as_bytes());
+        let slot = ConnectionSlot {
+            connections: &self.connections,
+            key,
+        };
+        (open <= u64::from(cap)).then_some(slot)
+    }
+
+    /// Counts a decision on `listener` in the metrics and, if it rejects, in the offender list
+    /// and (within the budget) the log.
+    pub fn account(&self, listener: &ListenerMetrics, decided: &Decided, source: Source) {
+        let metrics = &self.metrics;
+        let rule_name = |index: usize| decided.policy.rule(index).map_or("?", |r| r.name.as_str());
+        if let Some(shadow) = decided.decision.shadow {
+            metrics.shadow_throttled(listener, rule_name(shadow.at.rule));
+        }
+        match decided.decision.verdict {
+            Verdict::Allow => {
+                listener.allowed.inc();
+            }
+            Verdict::Throttle(throttle) => {
+                let rule = rule_name(throttle.at.rule);
+                metrics.throttled(listener, rule);
+                self.rejected(listener, source.addr(), rule);
+            }
+            Verdict::Deny(DenyReason::Penalty { rule }) => {
+                metrics.refused(listener, Refusal::Penalty);
+                self.rejected(listener, source.addr(), rule_name(rule));
+            }
+            Verdict::Deny(_) => {
+                metrics.refused(listener, Refusal::Listed);
+                self.rejected(listener, source.addr(), "deny list");
+            }
+        }
+    }
+
+    /// Bytes held for per-source open-connection counts.
+    #[must_use]
+    pub fn connections_memory(&self) -> usize {
+        self.connections.memory_bytes()
+    }
+
+    /// Records a rejection of `source` for the offender list and, within the log budget, the
+    /// log.
+    pub fn rejected(&self, listener: &ListenerMetrics, source: IpAddr, why: &str) {
+        self.offenders.record(source, why);
+        if self.logs.allow() {
+            tracing::info!(listener = &*listener.name.0, %source, why, "rejected");
+        }
+    }
+
+    /// Re-reads the config file and swaps in its policy, keeping the counters of unchanged
+    /// rules. A bad file is refused and the old policy stays.
+    ///
+    /// # Errors
+    /// [`ReloadError`], already logged and counted.
+    pub fn reload(&self) -> Result<(), ReloadError> {
+        let result = self.try_reload();
+        self.metrics.reloaded(result.is_ok());
+        match &result {
+            Ok(()) => tracing::info!("policy reloaded"),
+            Err(err) => tracing::error!("reload refused, the old policy stays: {err}"),
+        }
+        result
+    }
+
+    fn try_reload(&self) -> Result<(), ReloadError> {
+        let path = self.path.as_ref().ok_or(ReloadError::NoFile)?;
+        let text = std::fs::read_to_string(path).map_err(|e| ReloadError::Read(path.clone(), e))?;
+        let config =
+            ProxyConfig::parse(&text).map_err(|e| ReloadError::Invalid(path.clone(), e))?;
+        self.apply(config)
+    }
+
+    /// Swaps in the policy of `config` (the proxy's own sections need a restart to change).
+    ///
+    /// # Errors
+    /// [`ReloadError::Policy`] if the policy cannot be built; the old one stays.
+    pub fn apply(&self, config: ProxyConfig) -> Result<(), ReloadError> {
+        self.filter
+            .reload(config.policy.clone())
+            .map_err(ReloadError::Policy)?;
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.listeners != config.listeners
+            || loaded.admin != config.admin
+            || loaded.settings != config.settings
+        {
+            tracing::warn!(
+                "listener, admin or [proxy] settings changed: they take effect on restart; \
+                 the policy is reloaded now"
+            );
+        }
+        *loaded = config;
+        Ok(())
+    }
+
+    /// The policy half of the config in force.
+    #[must_use]
+    pub fn policy_config(&self) -> Config {
+        self.filter.policy().config().clone()
+    }
+}

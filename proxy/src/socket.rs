@@ -1,0 +1,66 @@
+//! Listening sockets, set up with socket2 for the options std does not expose: SO_REUSEPORT,
+//! the backlog, IPV6_V6ONLY (an IPv6 listener takes IPv6 only, so a separate IPv4 listener on
+//! the same port does not clash), and non-blocking mode for tokio.
+
+use std::io;
+
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+use crate::config::Listener;
+
+fn socket(config: &Listener, kind: Type, protocol: Protocol) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(config.listen), kind, Some(protocol))?;
+    if config.listen.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    if config.reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&config.listen.into())?;
+    Ok(socket)
+}
+
+/// A TCP listener for `config`, with its backlog; accepted sockets get TCP_NODELAY from
+/// [`accepted`].
+///
+/// # Errors
+/// The socket call that failed (address in use, permission, ...).
+pub fn tcp_listener(config: &Listener) -> io::Result<TcpListener> {
+    let socket = socket(config, Type::STREAM, Protocol::TCP)?;
+    socket.listen(i32::try_from(config.backlog).unwrap_or(i32::MAX))?;
+    TcpListener::from_std(socket.into())
+}
+
+/// A UDP socket bound for `config`.
+///
+/// # Errors
+/// The socket call that failed.
+pub fn udp_socket(config: &Listener) -> io::Result<UdpSocket> {
+    UdpSocket::from_std(socket(config, Type::DGRAM, Protocol::UDP)?.into())
+}
+
+/// Prepares an accepted or connected stream: no Nagle delay (the proxy relays whatever it
+/// reads at once; batching is the endpoints' business).
+pub fn accepted(stream: &TcpStream) {
+    // A failure leaves Nagle on: slower, still correct.
+    let _ = stream.set_nodelay(true);
+}
+
+/// Makes the next close of `stream` a reset (RST) instead of an orderly FIN: SO_LINGER with a
+/// zero timeout discards unsent data and aborts.
+pub fn reset_on_close(stream: &TcpStream) {
+    let _ = SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
+}
+
+/// Whether an accept error means the process or system is out of a resource (files, buffers,
+/// memory): accepting again at once would fail again, so the listener backs off.
+#[must_use]
+pub fn is_resource_exhaustion(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}

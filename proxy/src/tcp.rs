@@ -1,0 +1,361 @@
+//! TCP listeners: accept, learn the source (from a trusted peer's PROXY header, or the peer
+//! address), decide, then forward to an upstream or carry out the verdict.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tollgate_filter::{Action, DenyReason, PrefixMap, RuleId, Source, Transport, Verdict};
+
+use crate::actions::{self, ReplyValues};
+use crate::config::{Listener, SendProxy};
+use crate::metrics::{ListenerMetrics, Refusal};
+use crate::proxy_protocol::{self, Header, V2Transport};
+use crate::shared::{Decided, Shared};
+use crate::socket;
+use crate::upstream::Pool;
+
+/// The shortest and longest pause after an accept that failed for lack of a resource.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
+/// Relay buffer per direction: large enough that a bulk transfer moves in few syscalls.
+const RELAY_BUFFER: usize = 64 << 10;
+
+/// One TCP listener's fixed parts.
+#[derive(Debug)]
+pub struct Frontend {
+    /// Its config.
+    pub config: Listener,
+    /// Its counters.
+    pub metrics: ListenerMetrics,
+    pool: Pool,
+    trusted: PrefixMap<()>,
+    /// Open connection slots (`max_connections`).
+    slots: Arc<Semaphore>,
+    /// The key scope of its per-source connection counts.
+    scope: RuleId,
+}
+
+impl Frontend {
+    /// The fixed parts of listener `config`.
+    #[must_use]
+    pub fn new(config: Listener, shared: &Shared) -> Frontend {
+        let mut trusted = PrefixMap::new();
+        for cidr in &config.trusted_proxies {
+            trusted.insert(cidr.addr, cidr.prefix, ());
+        }
+        Frontend {
+            metrics: shared.metrics.listener(&config.name),
+            pool: Pool::new(&config),
+            trusted,
+            slots: Arc::new(Semaphore::new(config.max_connections)),
+            scope: RuleId::from_name(&format!("connections:{}", config.name)),
+            config,
+        }
+    }
+
+    fn trusts(&self, peer: IpAddr) -> bool {
+        !self.trusted.is_empty() && self.trusted.longest_match(Source::new(peer)).is_some()
+    }
+
+    /// Connections open now.
+    #[must_use]
+    pub fn open(&self) -> usize {
+        self.config.max_connections - self.slots.available_permits()
+    }
+}
+
+/// Accepts until `stop` says so. An accept that fails for lack of a resource (the open-file
+/// limit, buffers, memory) backs off, doubling from 5 ms to 1 s, instead of spinning; other
+/// accept errors concern one connection and are skipped.
+pub async fn serve(
+    shared: Arc<Shared>,
+    frontend: Arc<Frontend>,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = ACCEPT_BACKOFF.0;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.changed() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                backoff = ACCEPT_BACKOFF.0;
+                let Ok(permit) = Arc::clone(&frontend.slots).try_acquire_owned() else {
+                    shared
+                        .metrics
+                        .refused(&frontend.metrics, Refusal::ListenerFull);
+                    actions::reset(stream);
+                    continue;
+                };
+                tokio::spawn(connection(
+                    Arc::clone(&shared),
+                    Arc::clone(&frontend),
+                    stream,
+                    peer,
+                    permit,
+                ));
+            }
+            Err(err) if socket::is_resource_exhaustion(&err) => {
+                frontend.metrics.accept_errors.inc();
+                if shared.logs.allow() {
+                    tracing::warn!(listener = %frontend.config.name, %err, ?backoff, "accept failed; backing off");
+                }
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
+            }
+            Err(err) => {
+                frontend.metrics.accept_errors.inc();
+                tracing::debug!(listener = %frontend.config.name, %err, "accept failed");
+            }
+        }
+    }
+}
+
+/// Keeps the listener's open-connection gauge and slot for a connection's life.
+struct Open<'a> {
+    frontend: &'a Frontend,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.frontend.metrics.open.dec();
+    }
+}
+
+/// Where a connection comes from and was going to.
+struct Origin {
+    source: SocketAddr,
+    destination: SocketAddr,
+    /// Bytes read past a PROXY header: the start of the client's payload.
+    early: Vec<u8>,
+    /// Whether the peer is a trusted proxy (and sent a header).
+    via_proxy: bool,
+}
+
+async fn connection(
+    shared: Arc<Shared>,
+    frontend: Arc<Frontend>,
+    mut client: TcpStream,
+    peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+) {
+    frontend.metrics.open.inc();
+    let _open = Open {
+        frontend: &frontend,
+        _permit: permit,
+    };
+    socket::accepted(&client);
+    let Some(origin) = origin(&shared, &frontend, &mut client, peer).await else {
+        actions::reset(client);
+        return;
+    };
+    let source = Source::new(origin.source.ip());
+    let mut decided = shared.decide(source, Transport::Tcp, 0);
+    shared.account(&frontend.metrics, &decided, source);
+    if let Verdict::Throttle(throttle) = decided.decision.verdict
+        && throttle.action == Action::Delay
+    {
+        let bound = decided
+            .policy
+            .rule(throttle.at.rule)
+            .and_then(|rule| rule.delay)
+            .unwrap_or(shared.settings.delay);
+        tokio::time::sleep(throttle.retry_after.min(bound)).await;
+        decided = shared.decide(source, Transport::Tcp, 0);
+        shared.account(&frontend.metrics, &decided, source);
+        if decided.decision.verdict != Verdict::Allow {
+            actions::close(client).await;
+            return;
+        }
+    }
+    if decided.decision.verdict != Verdict::Allow {
+        enforce(&decided, client).await;
+        return;
+    }
+    let _slot = match frontend.config.max_connections_per_source {
+        None => None,
+        Some(cap) => match shared.open_connection(frontend.scope, source, cap) {
+            Some(slot) => Some(slot),
+            None => {
+                shared
+                    .metrics
+                    .refused(&frontend.metrics, Refusal::ConnectionCap);
+                shared.rejected(&frontend.metrics, source.addr(), "connection cap");
+                actions::reset(client);
+                return;
+            }
+        },
+    };
+    forward(&shared, &frontend, client, origin).await;
+}
+
+/// The connection's origin: from the PROXY header of a trusted peer (which must send one in
+/// time), else the peer itself. `None` if the header is bad or late (counted and logged).
+async fn origin(
+    shared: &Shared,
+    frontend: &Frontend,
+    client: &mut TcpStream,
+    peer: SocketAddr,
+) -> Option<Origin> {
+    let destination = client.local_addr().unwrap_or(frontend.config.listen);
+    if !frontend.trusts(peer.ip()) {
+        return Some(Origin {
+            source: peer,
+            destination,
+            early: Vec::new(),
+            via_proxy: false,
+        });
+    }
+    let read = tokio::time::timeout(
+        frontend.config.proxy_header_timeout,
+        proxy_protocol::read_header(client),
+    )
+    .await;
+    let why = match read {
+        Ok(Ok((header, early))) => {
+            let (source, destination) = match header {
+                Header::Proxied {
+                    source,
+                    destination,
+                } => (source, destination),
+                Header::Local => (peer, destination),
+            };
+            return Some(Origin {
+                source,
+                destination,
+                early,
+                via_proxy: true,
+            });
+        }
+        Ok(Err(err)) => err.to_string(),
+        Err(_) => format!(
+            "no PROXY header within {:?}",
+            frontend.config.proxy_header_timeout
+        ),
+    };
+    shared
+        .metrics
+        .refused(&frontend.metrics, Refusal::BadHeader);
+    if shared.logs.allow() {
+        tracing::warn!(listener = %frontend.config.name, %peer, %why, "bad PROXY header; connection closed");
+    }
+    None
+}
+
+/// Carries out a rejecting verdict: the rule's action for a throttle or a penalty, a reset for
+/// a listed source.
+async fn enforce(decided: &Decided, client: TcpStream) {
+    let policy = &decided.policy;
+    let (rule, values) = match decided.decision.verdict {
+        Verdict::Throttle(t) => {
+            let rule = policy.rule(t.at.rule);
+            let window = rule
+                .and_then(|r| r.limits.get(t.at.limit))
+                .map_or(Duration::ZERO, |l| l.rate.per);
+            (
+                rule,
+                ReplyValues {
+                    rule: rule.map_or("", |r| r.name.as_str()),
+                    limit: t.allowed,
+                    window,
+                    estimate: t.estimate,
+                    retry_after: t.retry_after,
+                },
+            )
+        }
+        Verdict::Deny(DenyReason::Penalty { rule }) => {
+            let rule = policy.rule(rule);
+            let first = rule.and_then(|r| r.limits.first());
+            (
+                rule,
+                ReplyValues {
+                    rule: rule.map_or("", |r| r.name.as_str()),
+                    limit: first.map_or(0, |l| l.rate.count),
+                    window: first.map_or(Duration::ZERO, |l| l.rate.per),
+                    estimate: 0,
+                    retry_after: rule.and_then(|r| r.penalty).unwrap_or_default(),
+                },
+            )
+        }
+        _ => return actions::reset(client),
+    };
+    let Some(rule) = rule else {
+        return actions::reset(client);
+    };
+    match rule.action {
+        Action::Reset => actions::reset(client),
+        Action::Close | Action::Drop | Action::Delay => actions::close(client).await,
+        Action::Reply => {
+            let template = rule.reply.as_deref().unwrap_or(actions::DEFAULT_REPLY);
+            actions::reply(client, &actions::render(template, &values)).await;
+        }
+    }
+}
+
+/// Relays between the client and an upstream until both directions end (a half-close is passed
+/// on: when one side finishes sending, the other side's write half is shut down).
+async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, origin: Origin) {
+    let Some(mut upstream) = frontend
+        .pool
+        .connect(&shared.metrics, &frontend.metrics)
+        .await
+    else {
+        actions::close(client).await;
+        return;
+    };
+    let header = match frontend.config.send_proxy {
+        SendProxy::None => Vec::new(),
+        SendProxy::V1 => proxy_protocol::encode_v1(origin.source, origin.destination),
+        SendProxy::V2 => {
+            proxy_protocol::encode_v2(origin.source, origin.destination, V2Transport::Stream)
+        }
+    };
+    let preamble = [header, origin.early].concat();
+    if !preamble.is_empty() && upstream.write_all(&preamble).await.is_err() {
+        actions::reset(client);
+        return;
+    }
+    if !origin.via_proxy && !frontend.trusted.is_empty() && sends_header(&client, &upstream).await {
+        shared
+            .metrics
+            .refused(&frontend.metrics, Refusal::UntrustedHeader);
+        shared.rejected(
+            &frontend.metrics,
+            origin.source.ip(),
+            "PROXY header from an untrusted peer",
+        );
+        actions::reset(client);
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional_with_sizes(
+        &mut client,
+        &mut upstream,
+        RELAY_BUFFER,
+        RELAY_BUFFER,
+    )
+    .await;
+}
+
+/// Whether an untrusted client opens with a PROXY header (a spoofing attempt: only trusted
+/// peers may say where a connection comes from). Waits for whichever side speaks first; if the
+/// upstream does (a server-first protocol), the client is not checked.
+async fn sends_header(client: &TcpStream, upstream: &TcpStream) -> bool {
+    let mut first = [0u8; 16];
+    tokio::select! {
+        peeked = client.peek(&mut first) => match peeked {
+            Ok(n) => proxy_protocol::looks_like_header(&first[..n]) && n > 0,
+            Err(_) => false,
+        },
+        _ = upstream.readable() => false,
+    }
+}

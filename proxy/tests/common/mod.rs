@@ -1,0 +1,158 @@
+//! Loopback fixtures for the proxy's end-to-end tests: echo upstreams, clients bound to chosen
+//! 127.x.y.z sources, and what a client saw on the wire.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
+use tollgate::config::ProxyConfig;
+use tollgate::server::Server;
+
+/// Every wait in these tests is bounded by this: a hang fails instead of stalling CI.
+pub const BOUND: Duration = Duration::from_secs(10);
+
+/// A TCP echo server on 127.0.0.1; returns its address.
+pub async fn echo_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    });
+    address
+}
+
+/// A UDP echo server on 127.0.0.1 that prefixes each reply with "echo:".
+pub async fn udp_echo_upstream() -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let address = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((len, peer)) = socket.recv_from(&mut buf).await {
+            let reply = [b"echo:".as_slice(), &buf[..len]].concat();
+            let _ = socket.send_to(&reply, peer).await;
+        }
+    });
+    address
+}
+
+/// An address nothing listens on (bound, then released).
+pub async fn closed_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Starts a proxy from config text (the admin on an ephemeral loopback port unless the text
+/// says otherwise).
+pub async fn start(config: &str) -> Server {
+    let config = ProxyConfig::parse(config).unwrap_or_else(|e| panic!("{e}\n{config}"));
+    Server::start(config, None).await.expect("proxy starts")
+}
+
+/// A connection to `to` from source address `from`.
+pub async fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let from: IpAddr = from.parse().unwrap();
+    let socket = if from.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.bind(SocketAddr::new(from, 0))?;
+    tokio::time::timeout(BOUND, socket.connect(to))
+        .await
+        .map_err(|_| std::io::Error::new(ErrorKind::TimedOut, "connect"))?
+}
+
+/// What a client saw after sending a line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wire {
+    /// The line came back (forwarded to the echo upstream).
+    Echoed,
+    /// An orderly close (FIN) with these bytes before it (empty for a plain close).
+    Closed(Vec<u8>),
+    /// A reset (RST).
+    Reset,
+}
+
+/// Sends `line` on `stream` and reports what came back.
+pub async fn exchange(mut stream: TcpStream, line: &[u8]) -> Wire {
+    let _ = stream.write_all(line).await;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(BOUND, stream.read(&mut buf)).await {
+            Err(_) => panic!("no answer within {BOUND:?}; got {got:?}"),
+            Ok(Ok(0)) => return Wire::Closed(got),
+            Ok(Ok(n)) => {
+                got.extend_from_slice(&buf[..n]);
+                if got.ends_with(line) && got.len() >= line.len() {
+                    return Wire::Echoed;
+                }
+            }
+            Ok(Err(err)) if err.kind() == ErrorKind::ConnectionReset => return Wire::Reset,
+            Ok(Err(err)) => panic!("read failed: {err}"),
+        }
+    }
+}
+
+/// Connects from `from`, sends a line and reports what came back.
+pub async fn attempt(from: &str, to: SocketAddr) -> Wire {
+    match connect_from(from, to).await {
+        Ok(stream) => exchange(stream, b"hello\n").await,
+        Err(err) if err.kind() == ErrorKind::ConnectionReset => Wire::Reset,
+        Err(err) => panic!("connect from {from} failed: {err}"),
+    }
+}
+
+/// The value of the metric line that starts with `prefix` (name and labels), 0 if absent.
+pub fn metric(server: &Server, prefix: &str) -> f64 {
+    let shared = server.shared();
+    let text = shared
+        .metrics
+        .render(&shared.filter.policy().sketch_stats(shared.now()));
+    text.lines()
+        .find(|line| line.starts_with(prefix))
+        .and_then(|line| line.rsplit(' ').next())
+        .map_or(0.0, |value| value.parse().unwrap())
+}
+
+/// Waits (polling, bounded by [`BOUND`]) until `done` holds; panics if it never does.
+pub async fn eventually(mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not reached within {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A plain HTTP/1.1 request to the admin endpoint; returns (status, body).
+pub async fn admin(server: &Server, method: &str, path: &str) -> (u16, String) {
+    let address = server.admin_addr().expect("admin enabled");
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(BOUND, stream.read_to_end(&mut response))
+        .await
+        .expect("admin answers")
+        .unwrap();
+    let response = String::from_utf8(response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, body)| body.to_owned());
+    (status, body)
+}

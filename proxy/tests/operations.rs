@@ -1,0 +1,144 @@
+//! Operating a running proxy: reloads keep counters and refuse bad files, the admin endpoint
+//! answers, and a shutdown drains.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{Wire, admin, attempt, echo_upstream, metric};
+use tollgate::config::ProxyConfig;
+use tollgate::server::Server;
+
+fn config(upstream: std::net::SocketAddr, rate: &str) -> String {
+    format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[[listener]]
+name = "front"
+listen = "127.0.0.1:0"
+upstreams = ["{upstream}"]
+
+[[rule]]
+name = "per-source"
+limits = [{{ rate = "{rate}" }}]
+"#
+    )
+}
+
+/// A config file in a fresh temporary directory.
+fn file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tollgate.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn start_from(path: &PathBuf) -> Server {
+    let text = std::fs::read_to_string(path).unwrap();
+    Server::start(ProxyConfig::parse(&text).unwrap(), Some(path.clone()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_reload_changes_limits_and_keeps_counters_and_a_bad_one_changes_nothing() {
+    let upstream = echo_upstream().await;
+    let path = file("reload", &config(upstream, "5/60s"));
+    let server = start_from(&path).await;
+    let front = server.local_addr("front").unwrap();
+    for _ in 0..4 {
+        assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    }
+    // Raise the limit to 6: the 4 connections already counted stay counted, so 2 more pass.
+    std::fs::write(&path, config(upstream, "6/60s")).unwrap();
+    server.shared().reload().expect("a good file reloads");
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    assert_eq!(
+        attempt("127.0.0.2", front).await,
+        Wire::Reset,
+        "counters survived the reload"
+    );
+    // A bad file (through the admin endpoint this time) is refused with its line; the limit of
+    // 6 stays in force.
+    std::fs::write(&path, config(upstream, "0/60s")).unwrap();
+    let (status, body) = admin(&server, "POST", "/reload").await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("tollgate.toml:12:20: `0/60s`"), "{body}");
+    assert_eq!(
+        attempt("127.0.0.3", front).await,
+        Wire::Echoed,
+        "a zero rate did not apply"
+    );
+    assert_eq!(
+        metric(&server, "tollgate_reloads_total{result=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&server, "tollgate_reloads_total{result=\"error\"}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn the_admin_endpoint_reports_metrics_offenders_and_estimates() {
+    let upstream = echo_upstream().await;
+    let path = file("admin", &config(upstream, "2/60s"));
+    let server = start_from(&path).await;
+    let front = server.local_addr("front").unwrap();
+    for _ in 0..5 {
+        let _ = attempt("127.0.0.9", front).await;
+    }
+    let (status, metrics) = admin(&server, "GET", "/metrics").await;
+    assert_eq!(status, 200);
+    for needle in [
+        "tollgate_decisions_total{listener=\"front\",verdict=\"allowed\"} 2",
+        "tollgate_decisions_total{listener=\"front\",verdict=\"throttled\"} 3",
+        "tollgate_throttled_total{listener=\"front\",rule=\"per-source\"} 3",
+        "tollgate_sketch_memory_bytes{window=\"1m\"}",
+        "tollgate_sketch_overcount_bound{window=\"1m\"}",
+        "tollgate_connection_memory_bytes",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing from\n{metrics}");
+    }
+    let (_, top) = admin(&server, "GET", "/top").await;
+    let first = top.lines().nth(1).unwrap_or_default();
+    assert!(
+        first.starts_with("127.0.0.9 ") && first.contains(" 3 "),
+        "{top}"
+    );
+    let (_, estimate) = admin(&server, "GET", "/estimate?source=127.0.0.9").await;
+    assert!(
+        estimate.contains("per-source") && estimate.contains("127.0.0.9/32"),
+        "{estimate}"
+    );
+    let row = estimate.lines().nth(1).unwrap();
+    assert!(row.split_whitespace().nth(3) == Some("5"), "{estimate}");
+    let (status, _) = admin(&server, "GET", "/estimate?source=nonsense").await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn a_shutdown_stops_accepting_and_drains_open_connections() {
+    let upstream = echo_upstream().await;
+    let text = config(upstream, "100/60s").replace("[admin]", "[proxy]\ndrain = \"5s\"\n\n[admin]");
+    let server = common::start(&text).await;
+    let front = server.local_addr("front").unwrap();
+    let open = common::connect_from("127.0.0.2", front).await.unwrap();
+    common::eventually(|| server.open_connections() == 1).await;
+    let closer = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        // The open connection still works during the drain, then ends.
+        common::exchange(open, b"still here\n").await
+    });
+    let cut = server.shutdown().await;
+    assert_eq!(cut, 0, "the open connection finished within the drain");
+    assert_eq!(closer.await.unwrap(), Wire::Echoed);
+    assert!(
+        common::connect_from("127.0.0.2", front).await.is_err(),
+        "no longer accepting"
+    );
+}

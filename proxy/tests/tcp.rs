@@ -1,0 +1,170 @@
+//! The TCP proxy end to end on loopback: limits per source and per prefix, each action as the
+//! client sees it on the wire, and upstream failures.
+
+mod common;
+
+use common::{Wire, attempt, closed_port, echo_upstream, metric, start};
+
+fn config(upstream: std::net::SocketAddr, rule: &str) -> String {
+    format!(
+        r#"
+[admin]
+enabled = false
+
+[[listener]]
+name = "front"
+listen = "127.0.0.1:0"
+upstreams = ["{upstream}"]
+
+[[rule]]
+name = "per-source"
+{rule}
+"#
+    )
+}
+
+async fn nth_plus_one(action: &str) -> (Wire, Wire, Wire) {
+    let upstream = echo_upstream().await;
+    let server = start(&config(
+        upstream,
+        &format!("limits = [{{ rate = \"3/60s\" }}]\naction = \"{action}\""),
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    for _ in 0..3 {
+        assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    }
+    let over = attempt("127.0.0.2", front).await;
+    let other = attempt("127.0.0.3", front).await;
+    let again = attempt("127.0.0.2", front).await;
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_throttled_total{listener=\"front\",rule=\"per-source\"}"
+        ),
+        2.0
+    );
+    (over, other, again)
+}
+
+#[tokio::test]
+async fn the_connection_over_the_limit_is_reset() {
+    let (over, other, again) = nth_plus_one("reset").await;
+    assert_eq!(over, Wire::Reset);
+    assert_eq!(other, Wire::Echoed, "another source is unaffected");
+    assert_eq!(again, Wire::Reset);
+}
+
+#[tokio::test]
+async fn the_connection_over_the_limit_is_closed() {
+    let (over, other, _) = nth_plus_one("close").await;
+    assert_eq!(over, Wire::Closed(Vec::new()));
+    assert_eq!(other, Wire::Echoed);
+}
+
+#[tokio::test]
+async fn the_connection_over_the_limit_gets_the_reply() {
+    let (over, other, _) = nth_plus_one("reply").await;
+    let Wire::Closed(bytes) = over else {
+        panic!("{over:?}")
+    };
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("RateLimit-Policy: 3;w=60\r\n"), "{text}");
+    assert_eq!(other, Wire::Echoed);
+}
+
+#[tokio::test]
+async fn a_prefix_limit_catches_many_addresses_of_one_slash_24() {
+    let upstream = echo_upstream().await;
+    let server = start(&config(
+        upstream,
+        "limits = [{ rate = \"10/60s\", ipv4_prefix = 24 }]",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    let mut outcomes = Vec::new();
+    for host in 1..=20 {
+        outcomes.push(attempt(&format!("127.1.2.{host}"), front).await);
+    }
+    assert!(
+        outcomes[..10].iter().all(|w| *w == Wire::Echoed),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes[10..].iter().all(|w| *w == Wire::Reset),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        attempt("127.1.3.1", front).await,
+        Wire::Echoed,
+        "the next /24 is apart"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_closes_fast_and_is_counted() {
+    let down = closed_port().await;
+    let text = config(down, "limits = [{ rate = \"100/60s\" }]").replace(
+        "listen = \"127.0.0.1:0\"",
+        "listen = \"127.0.0.1:0\"\nretries = 1\nbackoff = \"5ms\"",
+    );
+    let server = start(&text).await;
+    let front = server.local_addr("front").unwrap();
+    // `attempt` waits at most BOUND for an answer: a hang fails the test.
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Closed(Vec::new()));
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_upstream_unavailable_total{listener=\"front\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &server,
+            &format!("tollgate_upstream_errors_total{{listener=\"front\",upstream=\"{down}\"}}")
+        ),
+        2.0,
+        "the first attempt and one retry"
+    );
+}
+
+#[tokio::test]
+async fn idle_connections_are_bounded_by_the_per_source_cap() {
+    let upstream = echo_upstream().await;
+    let text = config(upstream, "limits = [{ rate = \"1000/60s\" }]")
+        .replace("upstreams =", "max_connections_per_source = 3\nupstreams =");
+    let server = start(&text).await;
+    let front = server.local_addr("front").unwrap();
+    // Three connections that send nothing and stay open.
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(common::connect_from("127.0.0.7", front).await.unwrap());
+    }
+    // They are held by the proxy (each has an upstream session) before the fourth comes.
+    common::eventually(|| server.open_connections() == 3).await;
+    assert_eq!(attempt("127.0.0.7", front).await, Wire::Reset);
+    assert_eq!(
+        attempt("127.0.0.8", front).await,
+        Wire::Echoed,
+        "other sources are not capped"
+    );
+    drop(idle.pop());
+    common::eventually(|| server.open_connections() == 2).await;
+    assert_eq!(
+        attempt("127.0.0.7", front).await,
+        Wire::Echoed,
+        "a closed slot is free again"
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_refused_total{listener=\"front\",reason=\"connection_cap\"}"
+        ),
+        1.0
+    );
+}
