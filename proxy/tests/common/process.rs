@@ -1,0 +1,96 @@
+//! The real `tollgate run` binary as a child process, for tests that need their own process
+//! limits (open files) or their own memory figure (RSS).
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `tollgate run`, killed when dropped.
+pub struct Proxy {
+    child: Child,
+    /// Its TCP listener.
+    pub front: SocketAddr,
+    /// Its admin endpoint.
+    pub admin: SocketAddr,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port free at the time of asking.
+pub fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+impl Proxy {
+    /// Starts `tollgate run` on `config_body` (everything but `[admin]` and the listener's
+    /// `name`/`listen` lines, which are added), under `sh -c "ulimit -n FILES"` if `files`.
+    pub fn start(name: &str, listener_body: &str, rest: &str, files: Option<u32>) -> Proxy {
+        let (front, admin) = (free_port(), free_port());
+        let config = format!(
+            "[admin]\nlisten = \"{admin}\"\n\n[[listener]]\nname = \"front\"\nlisten = \"{front}\"\n{listener_body}\n\n{rest}\n"
+        );
+        let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path: PathBuf = dir.join("tollgate.toml");
+        std::fs::write(&path, config).unwrap();
+        let binary = env!("CARGO_BIN_EXE_tollgate");
+        let limit = files.map_or(String::new(), |n| format!("ulimit -n {n} && "));
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{limit}exec \"$0\" run --config \"$1\""))
+            .arg(binary)
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("tollgate starts");
+        let proxy = Proxy {
+            child,
+            front,
+            admin,
+        };
+        let deadline = Instant::now() + super::BOUND;
+        while std::net::TcpStream::connect(proxy.admin).is_err() {
+            assert!(Instant::now() < deadline, "the proxy did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        proxy
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory of the child, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    /// The value of the metric line starting with `prefix`, from the admin endpoint.
+    pub fn metric(&self, prefix: &str) -> f64 {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.admin).unwrap();
+        stream.set_read_timeout(Some(super::BOUND)).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text.lines()
+            .find(|line| line.starts_with(prefix))
+            .and_then(|line| line.rsplit(' ').next())
+            .map_or(0.0, |value| value.parse().unwrap())
+    }
+}
