@@ -231,7 +231,41 @@ async fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
     )?;
     writeln!(out, "done in {:.1} s", elapsed.as_secs_f64())?;
     server.shutdown().await;
-    Ok(())
+    check(&steady, &floods, &rotating)
+}
+
+/// The demo's claims, checked: no steady client throttled, and nobody over 20 allowed in the
+/// run (shorter than the 10 s window), which the sketch's never-underestimate guarantee makes
+/// exact. A failure is an error, so CI running the demo notices.
+fn check(
+    steady: &Class,
+    floods: &Class,
+    rotating: &Class,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (_, steady_throttled, _) = steady.totals();
+    let (flood_allowed, _, _) = floods.totals();
+    let (rotating_allowed, _, _) = rotating.totals();
+    let mut wrong = Vec::new();
+    if steady_throttled > 0 {
+        wrong.push(format!(
+            "{steady_throttled} steady connections were throttled"
+        ));
+    }
+    if flood_allowed > 5 * 20 {
+        wrong.push(format!(
+            "the floods got {flood_allowed} through, over 5 x 20"
+        ));
+    }
+    if rotating_allowed > 20 {
+        wrong.push(format!(
+            "the rotating /64 got {rotating_allowed} through, over 20"
+        ));
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the demo did not go as expected: {}", wrong.join("; ")).into())
+    }
 }
 
 /// One client connection from `from` (through the balancer with a header claiming `claimed`,
