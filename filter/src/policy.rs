@@ -248,6 +248,18 @@ impl Policy {
     /// Decides on `event` at `now`, counting it against every limit of every rule it matches
     /// (throttled events count too: a source over its limit stays over while it keeps sending).
     pub fn decide(&self, event: &Event, now: Tick) -> Decision {
+        self.judge(event, now, true)
+    }
+
+    /// The decision `event` would get at `now` if it had already been counted: every limit's
+    /// estimate as it stands, counting nothing and starting no penalty. For an event decided
+    /// before (a held connection, see the proxy's `delay` action) this says whether its source
+    /// is back under its limits.
+    pub fn recheck(&self, event: &Event, now: Tick) -> Decision {
+        self.judge(event, now, false)
+    }
+
+    fn judge(&self, event: &Event, now: Tick, count: bool) -> Decision {
         let source = event.source;
         if let Some((_, (deny, cidr))) = self.lists.longest_match(source) {
             return Decision::of(if *deny {
@@ -280,9 +292,12 @@ impl Policy {
                         decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
                     }
                 }
-                let estimate = self.counters[*counter]
-                    .sketch
-                    .observe(key.as_bytes(), weight, now);
+                let sketch = &self.counters[*counter].sketch;
+                let estimate = if count {
+                    sketch.observe(key.as_bytes(), weight, now)
+                } else {
+                    sketch.estimate(key.as_bytes(), now)
+                };
                 if estimate <= limit.rate.count {
                     continue;
                 }
@@ -304,7 +319,7 @@ impl Policy {
                 if decision.verdict == Verdict::Allow {
                     decision.verdict = Verdict::Throttle(throttle);
                 }
-                if let Some(penalty) = compiled.penalty {
+                if let Some(penalty) = compiled.penalty.filter(|_| count) {
                     let _ = self.counters[penalty]
                         .sketch
                         .observe(key.as_bytes(), 1, now);

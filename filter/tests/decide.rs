@@ -206,3 +206,21 @@ proptest! {
         prop_assert_eq!(run(&sorted), run(&shuffled));
     }
 }
+
+#[test]
+fn a_recheck_counts_nothing_and_sees_the_source_back_under_its_limit() {
+    let filter = filter(POLICY);
+    let policy = filter.policy();
+    let t0 = Tick::ZERO;
+    assert_eq!(throttled(&filter, "198.51.100.7", 11, t0), 1);
+    let held = event("198.51.100.7");
+    // However often it is rechecked, nothing more is counted: still exactly 11 in the window.
+    for _ in 0..100 {
+        assert!(
+            matches!(policy.recheck(&held, t0).verdict, Verdict::Throttle(t) if t.estimate == 11)
+        );
+    }
+    // A window later the sliding estimate has decayed: 11 * (1 - 0.5) after half a window.
+    let later = Tick::from_duration(std::time::Duration::from_secs(15));
+    assert_eq!(policy.recheck(&held, later).verdict, Verdict::Allow);
+}

@@ -113,6 +113,7 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamLabels, Counter>,
     upstream_unavailable: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
+    released: Family<ListenerLabel, Counter>,
     reloads: Family<ResultLabel, Counter>,
     /// Decisions the limiter could not make (the connection was let through: fail-open).
     pub decide_failures: Counter,
@@ -145,6 +146,8 @@ pub struct ListenerMetrics {
     pub accept_errors: Counter,
     /// Connections closed because no upstream could be reached.
     pub upstream_unavailable: Counter,
+    /// Connections held by a `delay` action and then let through.
+    pub released: Counter,
 }
 
 impl Default for Metrics {
@@ -169,6 +172,7 @@ impl Metrics {
             upstream_errors: Family::default(),
             upstream_unavailable: Family::default(),
             accept_errors: Family::default(),
+            released: Family::default(),
             reloads: Family::default(),
             decide_failures: Counter::default(),
             logs_suppressed: Counter::default(),
@@ -223,6 +227,11 @@ impl Metrics {
             "accept_errors",
             "Accept failures (such as the open-file limit); the listener backs off and retries",
             metrics.accept_errors.clone(),
+        );
+        r.register(
+            "delay_released",
+            "Connections held by a delay action, then let through once under the limit",
+            metrics.released.clone(),
         );
         r.register(
             "reloads",
@@ -292,6 +301,7 @@ impl Metrics {
             sessions: self.sessions.get_or_create_owned(&label),
             accept_errors: self.accept_errors.get_or_create_owned(&label),
             upstream_unavailable: self.upstream_unavailable.get_or_create_owned(&label),
+            released: self.released.get_or_create_owned(&label),
             name,
         }
     }

@@ -152,6 +152,22 @@ impl Shared {
     /// Decides on one connection or datagram. If the limiter fails (a bug: it is not meant to),
     /// the traffic is let through and counted: a rate limiter must not take the service down.
     pub fn decide(&self, source: Source, transport: Transport, bytes: u64) -> Decided {
+        self.judge(source, transport, bytes, Policy::decide)
+    }
+
+    /// Whether a connection decided before may pass now (see [`Policy::recheck`]); fails open
+    /// like [`Shared::decide`].
+    pub fn recheck(&self, source: Source, transport: Transport) -> Decided {
+        self.judge(source, transport, 0, Policy::recheck)
+    }
+
+    fn judge(
+        &self,
+        source: Source,
+        transport: Transport,
+        bytes: u64,
+        how: fn(&Policy, &Event, Tick) -> Decision,
+    ) -> Decided {
         let event = Event {
             source,
             transport,
@@ -159,8 +175,8 @@ impl Shared {
         };
         let policy = self.filter.policy();
         let now = self.now();
-        let decision = catch_unwind(AssertUnwindSafe(|| policy.decide(&event, now)))
-            .unwrap_or_else(|_| {
+        let decision =
+            catch_unwind(AssertUnwindSafe(|| how(&policy, &event, now))).unwrap_or_else(|_| {
                 self.metrics.decide_failures.inc();
                 Decision {
                     verdict: Verdict::Allow,

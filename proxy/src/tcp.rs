@@ -20,6 +20,8 @@ use crate::upstream::Pool;
 
 /// The shortest and longest pause after an accept that failed for lack of a resource.
 const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
+/// The shortest wait between rechecks of a held connection.
+const TARPIT_STEP: Duration = Duration::from_millis(50);
 /// Relay buffer per direction: large enough that a bulk transfer moves in few syscalls.
 const RELAY_BUFFER: usize = 64 << 10;
 
@@ -160,25 +162,16 @@ async fn connection(
         return;
     };
     let source = Source::new(origin.source.ip());
-    let mut decided = shared.decide(source, Transport::Tcp, 0);
+    let decided = shared.decide(source, Transport::Tcp, 0);
     shared.account(&frontend.metrics, &decided, source);
     if let Verdict::Throttle(throttle) = decided.decision.verdict
         && throttle.action == Action::Delay
     {
-        let bound = decided
-            .policy
-            .rule(throttle.at.rule)
-            .and_then(|rule| rule.delay)
-            .unwrap_or(shared.settings.delay);
-        tokio::time::sleep(throttle.retry_after.min(bound)).await;
-        decided = shared.decide(source, Transport::Tcp, 0);
-        shared.account(&frontend.metrics, &decided, source);
-        if decided.decision.verdict != Verdict::Allow {
+        if !tarpit(&shared, &frontend, &decided, throttle.retry_after, source).await {
             actions::close(client).await;
             return;
         }
-    }
-    if decided.decision.verdict != Verdict::Allow {
+    } else if decided.decision.verdict != Verdict::Allow {
         enforce(&decided, client).await;
         return;
     }
@@ -197,6 +190,42 @@ async fn connection(
         },
     };
     forward(&shared, &frontend, client, origin).await;
+}
+
+/// Holds a throttled connection (a timer: no thread, no buffer) until its source is back under
+/// its limits, rechecking when the verdict says to retry, for at most the rule's `delay`.
+/// True if it may go on.
+async fn tarpit(
+    shared: &Shared,
+    frontend: &Frontend,
+    decided: &Decided,
+    mut retry_after: Duration,
+    source: Source,
+) -> bool {
+    let Verdict::Throttle(throttle) = decided.decision.verdict else {
+        return true;
+    };
+    let bound = decided
+        .policy
+        .rule(throttle.at.rule)
+        .and_then(|rule| rule.delay)
+        .unwrap_or(shared.settings.delay);
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let wake = (tokio::time::Instant::now() + retry_after.max(TARPIT_STEP)).min(deadline);
+        tokio::time::sleep_until(wake).await;
+        let again = shared.recheck(source, Transport::Tcp);
+        match again.decision.verdict {
+            Verdict::Allow => {
+                frontend.metrics.released.inc();
+                return true;
+            }
+            Verdict::Throttle(t) if tokio::time::Instant::now() < deadline => {
+                retry_after = t.retry_after;
+            }
+            _ => return false,
+        }
+    }
 }
 
 /// The connection's origin: from the PROXY header of a trusted peer (which must send one in

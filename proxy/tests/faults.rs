@@ -21,7 +21,11 @@ async fn accept_at_the_open_file_limit_backs_off_and_recovers() {
     // until accept fails with EMFILE; the rest wait in the kernel's accept queue.
     let mut idle = Vec::new();
     for _ in 0..40 {
-        idle.push(common::connect_from("127.0.0.2", proxy.front).await.unwrap());
+        idle.push(
+            common::connect_from("127.0.0.2", proxy.front)
+                .await
+                .unwrap(),
+        );
     }
     // Stay at the limit for a while: a spinning accept loop would fail thousands of times.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -29,11 +33,16 @@ async fn accept_at_the_open_file_limit_backs_off_and_recovers() {
     drop(idle);
     let deadline = tokio::time::Instant::now() + common::BOUND;
     loop {
-        let stream = common::connect_from("127.0.0.3", proxy.front).await.unwrap();
+        let stream = common::connect_from("127.0.0.3", proxy.front)
+            .await
+            .unwrap();
         if exchange(stream, b"hello\n").await == Wire::Echoed {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the proxy did not recover");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the proxy did not recover"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let errors = proxy.metric("tollgate_accept_errors_total{listener=\"front\"}");

@@ -168,3 +168,37 @@ async fn idle_connections_are_bounded_by_the_per_source_cap() {
         1.0
     );
 }
+
+#[tokio::test]
+async fn a_delayed_connection_is_held_until_under_the_limit_or_its_bound() {
+    let upstream = echo_upstream().await;
+    // Held until the source is back under 2 per second: about half a second.
+    let server = start(&config(
+        upstream,
+        "limits = [{ rate = \"2/1s\" }]\naction = \"delay\"\ndelay = \"5s\"",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    assert_eq!(
+        attempt("127.0.0.2", front).await,
+        Wire::Echoed,
+        "held, then let through"
+    );
+    assert_eq!(
+        metric(&server, "tollgate_delay_released_total{listener=\"front\"}"),
+        1.0
+    );
+    // With a bound shorter than the wait, the held connection is closed at the bound.
+    let upstream = echo_upstream().await;
+    let server = start(&config(
+        upstream,
+        "limits = [{ rate = \"2/60s\" }]\naction = \"delay\"\ndelay = \"100ms\"",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Closed(Vec::new()));
+}

@@ -24,7 +24,10 @@ impl Drop for Proxy {
 
 /// A loopback port free at the time of asking.
 pub fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 impl Proxy {
