@@ -13,6 +13,8 @@ pub struct Proxy {
     pub front: SocketAddr,
     /// Its admin endpoint.
     pub admin: SocketAddr,
+    /// Its config file.
+    pub path: PathBuf,
 }
 
 impl Drop for Proxy {
@@ -57,6 +59,7 @@ impl Proxy {
             child,
             front,
             admin,
+            path,
         };
         let deadline = Instant::now() + super::BOUND;
         while std::net::TcpStream::connect(proxy.admin).is_err() {
@@ -64,6 +67,27 @@ impl Proxy {
             std::thread::sleep(Duration::from_millis(20));
         }
         proxy
+    }
+
+    /// Sends `signal` (a `kill -s` name such as `HUP`) to the child.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args(["-s", signal, &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits (bounded) for the child to exit; its exit status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + super::BOUND;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the proxy did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The child's process id.
