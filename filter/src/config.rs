@@ -146,20 +146,32 @@ struct RawLimit {
     ipv6_prefix: Option<Spanned<u32>>,
 }
 
-/// Collects located errors while checking.
-struct Checker<'a> {
+/// Collects located errors while checking a config file's values (the proxy checks its own
+/// sections with it too).
+#[derive(Debug)]
+pub struct Checker<'a> {
     text: &'a str,
     errors: Vec<ConfigError>,
 }
 
-impl Checker<'_> {
-    fn error(&mut self, span: Range<usize>, message: String) {
+impl<'a> Checker<'a> {
+    /// A checker of values read from `text`.
+    #[must_use]
+    pub fn new(text: &'a str) -> Checker<'a> {
+        Checker {
+            text,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Records `message` at `span` (byte offsets into the text).
+    pub fn error(&mut self, span: Range<usize>, message: String) {
         self.errors
             .push(ConfigError::at(self.text, span.start, message));
     }
 
     /// `parse(value)`, or `None` with the error recorded at the value's place.
-    fn check<T, V>(
+    pub fn check<T, V>(
         &mut self,
         value: &Spanned<V>,
         parse: impl FnOnce(&V) -> Result<T, String>,
@@ -171,6 +183,12 @@ impl Checker<'_> {
                 None
             }
         }
+    }
+
+    /// The errors recorded so far, in the order found.
+    #[must_use]
+    pub fn into_errors(self) -> Vec<ConfigError> {
+        self.errors
     }
 }
 
@@ -215,10 +233,7 @@ impl Config {
                 message: err.message().trim().to_owned(),
             }])
         })?;
-        let mut checker = Checker {
-            text,
-            errors: Vec::new(),
-        };
+        let mut checker = Checker::new(text);
         let memory = match &raw.sketch.memory {
             Some(memory) => checker
                 .check(memory, |m| parse_size(m))

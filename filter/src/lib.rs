@@ -33,7 +33,7 @@ mod sync;
 mod units;
 mod verdict;
 
-pub use config::{Config, ConfigError, ConfigErrors, DEFAULT_MEMORY};
+pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY};
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use tollgate_filter::Policy;
 
-use crate::config::ProxyConfig;
+use crate::config::{ProxyConfig, located};
 
 /// Checks the policy at `path`, writing the parsed policy (or every error, located as
 /// `FILE:LINE:COLUMN`) to `out`. Exit code 0 if it is valid, 1 if not.
@@ -24,16 +24,7 @@ pub fn check(path: &Path, out: &mut dyn Write) -> std::io::Result<ExitCode> {
     let config = match ProxyConfig::parse(&text) {
         Ok(config) => config,
         Err(errors) => {
-            for error in &errors.0 {
-                writeln!(
-                    out,
-                    "{}:{}:{}: {}",
-                    path.display(),
-                    error.line,
-                    error.column,
-                    error.message
-                )?;
-            }
+            writeln!(out, "{}", located(path, &errors))?;
             writeln!(
                 out,
                 "{}: {} error(s); the policy is refused",

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tollgate_filter::{
-    Cidr, Config, ConfigError, ConfigErrors, DurationText, parse_duration, parse_size,
+    Checker, Cidr, Config, ConfigError, ConfigErrors, DurationText, parse_duration, parse_size,
 };
 use toml::Spanned;
 
@@ -208,11 +208,8 @@ struct RawListener {
     max_sessions: Option<Spanned<usize>>,
 }
 
-/// Collects located errors.
-struct Errors<'a> {
-    text: &'a str,
-    found: Vec<ConfigError>,
-}
+/// The filter's located-error checker, with what the proxy's sections need besides.
+struct Errors<'a>(Checker<'a>);
 
 impl Errors<'_> {
     fn check<T, V>(
@@ -220,14 +217,11 @@ impl Errors<'_> {
         value: &Spanned<V>,
         parse: impl FnOnce(&V) -> Result<T, String>,
     ) -> Option<T> {
-        parse(value.get_ref())
-            .map_err(|message| self.at(value, message))
-            .ok()
+        self.0.check(value, parse)
     }
 
     fn at<V>(&mut self, value: &Spanned<V>, message: String) {
-        self.found
-            .push(ConfigError::at(self.text, value.span().start, message));
+        self.0.error(value.span(), message);
     }
 
     /// A duration from `value`, or `default` if it is absent (or wrong: the error is kept).
@@ -276,10 +270,7 @@ impl ProxyConfig {
                 }));
             }
         };
-        let mut errors = Errors {
-            text,
-            found: Vec::new(),
-        };
+        let mut errors = Errors(Checker::new(text));
         let defaults = Settings::default();
         let settings = Settings {
             threads: raw.proxy.threads.unwrap_or(defaults.threads),
@@ -317,8 +308,9 @@ impl ProxyConfig {
                 listener(raw, &mut errors)
             })
             .collect();
+        let own = errors.0.into_errors();
         match policy {
-            Ok(policy) if errors.found.is_empty() => Ok(ProxyConfig {
+            Ok(policy) if own.is_empty() => Ok(ProxyConfig {
                 settings,
                 admin,
                 listeners,
@@ -326,7 +318,7 @@ impl ProxyConfig {
             }),
             result => {
                 let mut found = result.err().map(|e| e.0).unwrap_or_default();
-                found.extend(errors.found);
+                found.extend(own);
                 found.sort_by_key(|e| (e.line, e.column));
                 Err(ConfigErrors(found))
             }
@@ -401,6 +393,18 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         session_timeout: errors.duration(raw.session_timeout.as_ref(), Duration::from_secs(30)),
         max_sessions: max_sessions?,
     })
+}
+
+/// Every error of `errors` as `FILE:LINE:COLUMN: message`, one per line: the form editors and
+/// terminals turn into links.
+#[must_use]
+pub fn located(path: &std::path::Path, errors: &ConfigErrors) -> String {
+    let lines: Vec<String> = errors
+        .0
+        .iter()
+        .map(|e| format!("{}:{}:{}: {}", path.display(), e.line, e.column, e.message))
+        .collect();
+    lines.join("\n")
 }
 
 /// Prints the whole file as TOML that parses back to an equal config (`tollgate check`).

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{Protocol, ProxyConfig};
+use crate::config::{Protocol, ProxyConfig, located};
 use crate::shared::Shared;
 use crate::tcp::Frontend;
 use crate::udp::UdpFrontend;
@@ -230,14 +230,8 @@ impl Server {
 /// [`StartError`] if the config is bad or a listener cannot bind; I/O errors from the runtime.
 pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(path).map_err(|e| StartError::Read(path.to_owned(), e))?;
-    let config = ProxyConfig::parse(&text).map_err(|errors| {
-        let located: Vec<String> = errors
-            .0
-            .iter()
-            .map(|e| format!("{}:{}:{}: {}", path.display(), e.line, e.column, e.message))
-            .collect();
-        StartError::Invalid(located.join("\n"))
-    })?;
+    let config =
+        ProxyConfig::parse(&text).map_err(|errors| StartError::Invalid(located(path, &errors)))?;
     let threads = match config.settings.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,

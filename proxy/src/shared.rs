@@ -12,7 +12,7 @@ use tollgate_filter::{
 };
 use tollgate_sketch::{Clock, ConcurrencySketch, MonotonicClock, Tick};
 
-use crate::config::{ProxyConfig, Settings};
+use crate::config::{ProxyConfig, Settings, located};
 use crate::log_limit::LogLimit;
 use crate::metrics::{ListenerMetrics, Metrics, Refusal};
 use crate::offenders::Offenders;
@@ -62,22 +62,7 @@ impl std::fmt::Display for ReloadError {
         match self {
             ReloadError::NoFile => write!(f, "no config file to reload from"),
             ReloadError::Read(path, err) => write!(f, "{}: cannot read: {err}", path.display()),
-            ReloadError::Invalid(path, errors) => {
-                for (i, error) in errors.0.iter().enumerate() {
-                    if i > 0 {
-                        writeln!(f)?;
-                    }
-                    write!(
-                        f,
-                        "{}:{}:{}: {}",
-                        path.display(),
-                        error.line,
-                        error.column,
-                        error.message
-                    )?;
-                }
-                Ok(())
-            }
+            ReloadError::Invalid(path, errors) => write!(f, "{}", located(path, errors)),
             ReloadError::Policy(err) => write!(f, "{err}"),
         }
     }
