@@ -1,0 +1,207 @@
+//! The load benchmark: tollgate with real loopback sockets, next to a direct connection to the
+//! upstream and, when installed, HAProxy and nginx, in the same run.
+//!
+//! ```text
+//! cargo build --release -p tollgate
+//! cargo run --release -p tollgate-benches --bin load -- [--quick] [--only direct,tollgate] [--json]
+//! ```
+//!
+//! Clients come from many 127.x.y.z sources (all of 127.0.0.0/8 is loopback on Linux); the
+//! upstreams (echo, TCP sink, UDP sink) run inside this tool ([`upstream`]); each proxy is a
+//! child process with one worker thread and a generated config ([`peers`]). Five scenarios
+//! ([`scenarios`]): short proxied connections, refused connections, sequential latency, one
+//! long connection's throughput, and UDP forwarding. Beside the rates, the proxy's CPU time per
+//! operation is read from `/proc` ([`cpu`]): the load generator shares the two cores and
+//! saturates first, so CPU per operation is the figure that compares the proxies. Each
+//! scenario runs `--repeat` times per column, interleaved, and the table ([`report`]) shows
+//! medians.
+
+mod cli;
+mod cpu;
+mod peers;
+mod report;
+mod scenarios;
+mod upstream;
+
+use std::error::Error;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use serde_json::json;
+
+use cli::Options;
+use peers::{Kind, Peer};
+use report::Report;
+use scenarios::Context;
+use upstream::Upstreams;
+
+fn main() -> ExitCode {
+    let options = Options::parse();
+    match run(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            let mut source = err.source();
+            while let Some(cause) = source {
+                eprintln!("  caused by: {cause}");
+                source = cause.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(options: &Options) -> Result<(), Box<dyn Error>> {
+    let started = Instant::now();
+    let sizes = options.sizes();
+    let tollgate = match &options.tollgate {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .map(|dir| dir.join("tollgate"))
+            .ok_or("cannot locate this executable's directory")?,
+    };
+    let command: Vec<String> = std::env::args().collect();
+    let machine = machine();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(options.client_threads.clamp(1, 64))
+        .thread_name("load")
+        .enable_all()
+        .build()?;
+    let dir = WorkDir::create()?;
+    let upstreams = Upstreams::start(&runtime)?;
+
+    let mut columns: Vec<Kind> = options.only.clone();
+    columns.sort();
+    columns.dedup();
+    let mut peers = Vec::new();
+    let mut skipped = Vec::new();
+    for kind in columns {
+        match Peer::start(kind, &upstreams, &dir.0, &tollgate) {
+            Ok(peer) => peers.push(peer),
+            Err(err) => {
+                eprintln!("{kind}: {err}");
+                skipped.push(format!("{kind}: {err}"));
+            }
+        }
+    }
+    let mut report = Report::new(peers.iter().map(|p| p.kind).collect());
+    for note in skipped {
+        report.note(note);
+    }
+
+    let context = Context {
+        runtime: &runtime,
+        upstreams: &upstreams,
+        sizes,
+    };
+    let mut alive = vec![true; peers.len()];
+    for &scenario in &options.scenarios {
+        for round in 1..=sizes.repeat {
+            for (peer, alive) in peers.iter_mut().zip(alive.iter_mut()) {
+                if !*alive {
+                    continue;
+                }
+                if let Err(why) = scenarios::applies(scenario, peer) {
+                    if round == 1 && peer.kind != Kind::Direct {
+                        report.note(format!("{}: {scenario:?} skipped: {why}", peer.kind));
+                    }
+                    continue;
+                }
+                match scenarios::run(scenario, peer, &context) {
+                    Ok(outcome) => {
+                        eprintln!(
+                            "{scenario:?} {round}/{} {:>8}: {}",
+                            sizes.repeat,
+                            peer.kind.name(),
+                            outcome
+                                .figures
+                                .iter()
+                                .map(|(metric, value)| format!("{metric:?} {value:.1}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                        for (metric, value) in outcome.figures {
+                            report.record(metric, peer.kind, value);
+                        }
+                        for note in outcome.notes {
+                            report.note(format!("{} round {round}: {note}", peer.kind));
+                        }
+                    }
+                    Err(err) => report.note(format!("{} {scenario:?}: {err}", peer.kind)),
+                }
+                if let Err(err) = peer.check_alive() {
+                    report.note(format!("{}: stopped measuring: {err}", peer.kind));
+                    *alive = false;
+                }
+            }
+        }
+    }
+    // Stop the proxies before the upstreams they hold connections to.
+    drop(peers);
+    drop(upstreams);
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+
+    let elapsed = started.elapsed().as_secs_f64();
+    if options.json {
+        let header = json!({
+            "command": command,
+            "machine": machine,
+            "tollgate": tollgate.display().to_string(),
+            "repeat": sizes.repeat,
+            "seconds": elapsed,
+        });
+        println!("{}", serde_json::to_string_pretty(&report.json(header))?);
+    } else {
+        println!("command: {}", command.join(" "));
+        println!(
+            "  (= cargo run --release -p tollgate-benches --bin load -- {})",
+            command.get(1..).unwrap_or_default().join(" ")
+        );
+        println!("machine: {machine}");
+        println!(
+            "medians of {} run(s) per cell; proxies run with one worker thread; took {elapsed:.0} s\n",
+            sizes.repeat
+        );
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// nproc, kernel and CPU model.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let model = fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    format!("{cores} cores (nproc), Linux {}, {model}", kernel.trim())
+}
+
+/// A scratch directory for configs and logs, removed on drop.
+#[derive(Debug)]
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn create() -> std::io::Result<WorkDir> {
+        let path = std::env::temp_dir().join(format!("tollgate-load-{}", std::process::id()));
+        fs::create_dir_all(&path)?;
+        Ok(WorkDir(path))
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if Path::new(&self.0).exists() {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The results: every run's figure kept, the table showing the median per cell (the machine
+//! is shared and noisy; a median of a few runs is steadier than any one), next to the goal.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use crate::peers::Kind;
+
+/// One row of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Metric {
+    ShortRate,
+    ShortCpu,
+    RejectedRate,
+    RejectedCpu,
+    LatencyP50,
+    LatencyP99,
+    /// Derived: a proxy's median p50 less the direct column's.
+    LatencyAdded,
+    BulkRate,
+    BulkCpu,
+    UdpSent,
+    UdpForwarded,
+    UdpCpu,
+}
+
+/// What a figure should be, for tollgate.
+#[derive(Clone, Copy, Debug)]
+enum Goal {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+impl Metric {
+    const ALL: [Metric; 12] = [
+        Metric::ShortRate,
+        Metric::ShortCpu,
+        Metric::RejectedRate,
+        Metric::RejectedCpu,
+        Metric::LatencyP50,
+        Metric::LatencyP99,
+        Metric::LatencyAdded,
+        Metric::BulkRate,
+        Metric::BulkCpu,
+        Metric::UdpSent,
+        Metric::UdpForwarded,
+        Metric::UdpCpu,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Metric::ShortRate => "short conns: conn/s",
+            Metric::ShortCpu => "short conns: proxy CPU us/conn",
+            Metric::RejectedRate => "rejected conns: conn/s",
+            Metric::RejectedCpu => "rejected conns: proxy CPU us/conn",
+            Metric::LatencyP50 => "latency p50 (us)",
+            Metric::LatencyP99 => "latency p99 (us)",
+            Metric::LatencyAdded => "latency p50 added over direct (us)",
+            Metric::BulkRate => "one connection: MB/s",
+            Metric::BulkCpu => "one connection: proxy CPU us/MB",
+            Metric::UdpSent => "udp 64 B: sent/s",
+            Metric::UdpForwarded => "udp 64 B: forwarded/s",
+            Metric::UdpCpu => "udp 64 B: proxy CPU us/datagram",
+        }
+    }
+
+    /// The name in JSON.
+    fn key(self) -> &'static str {
+        match self {
+            Metric::ShortRate => "short_conn_per_s",
+            Metric::ShortCpu => "short_cpu_us_per_conn",
+            Metric::RejectedRate => "rejected_conn_per_s",
+            Metric::RejectedCpu => "rejected_cpu_us_per_conn",
+            Metric::LatencyP50 => "latency_p50_us",
+            Metric::LatencyP99 => "latency_p99_us",
+            Metric::LatencyAdded => "latency_p50_added_us",
+            Metric::BulkRate => "bulk_mb_per_s",
+            Metric::BulkCpu => "bulk_cpu_us_per_mb",
+            Metric::UdpSent => "udp_sent_per_s",
+            Metric::UdpForwarded => "udp_forwarded_per_s",
+            Metric::UdpCpu => "udp_cpu_us_per_datagram",
+        }
+    }
+
+    fn goal(self) -> Option<Goal> {
+        match self {
+            Metric::ShortCpu => Some(Goal::AtMost(60.0)),
+            Metric::RejectedCpu => Some(Goal::AtMost(10.0)),
+            Metric::LatencyAdded => Some(Goal::AtMost(60.0)),
+            Metric::BulkRate => Some(Goal::AtLeast(900.0)),
+            Metric::UdpForwarded => Some(Goal::AtLeast(100_000.0)),
+            _ => None,
+        }
+    }
+}
+
+impl Goal {
+    fn met(self, value: f64) -> bool {
+        match self {
+            Goal::AtMost(limit) => value <= limit,
+            Goal::AtLeast(floor) => value >= floor,
+        }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Goal::AtMost(limit) => format!("<= {}", number(limit)),
+            Goal::AtLeast(floor) => format!(">= {}", number(floor)),
+        }
+    }
+}
+
+/// Every figure of every run, and the notes.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    columns: Vec<Kind>,
+    samples: BTreeMap<(Metric, Kind), Vec<f64>>,
+    notes: Vec<String>,
+}
+
+impl Report {
+    pub(crate) fn new(columns: Vec<Kind>) -> Report {
+        Report {
+            columns,
+            ..Report::default()
+        }
+    }
+
+    pub(crate) fn record(&mut self, metric: Metric, column: Kind, value: f64) {
+        if value.is_finite() {
+            self.samples
+                .entry((metric, column))
+                .or_default()
+                .push(value);
+        }
+    }
+
+    pub(crate) fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    fn median(&self, metric: Metric, column: Kind) -> Option<f64> {
+        if metric == Metric::LatencyAdded {
+            if column == Kind::Direct {
+                return None;
+            }
+            let direct = self.median(Metric::LatencyP50, Kind::Direct)?;
+            return Some(self.median(Metric::LatencyP50, column)? - direct);
+        }
+        let mut values = self.samples.get(&(metric, column))?.clone();
+        values.sort_by(f64::total_cmp);
+        let mid = values.len() / 2;
+        Some(if values.len() % 2 == 1 {
+            values[mid]
+        } else {
+            (values[mid - 1] + values[mid]) / 2.0
+        })
+    }
+
+    fn rows(&self) -> impl Iterator<Item = Metric> + '_ {
+        Metric::ALL.into_iter().filter(|&metric| {
+            self.columns
+                .iter()
+                .any(|&column| self.median(metric, column).is_some())
+        })
+    }
+
+    /// The table: one row per metric, one column per peer, medians, tollgate marked against
+    /// its goal.
+    pub(crate) fn table(&self) -> String {
+        let mut header = vec!["scenario".to_owned(), "goal".to_owned()];
+        header.extend(self.columns.iter().map(|c| c.name().to_owned()));
+        let mut lines = vec![header];
+        for metric in self.rows() {
+            let goal = metric.goal();
+            let mut line = vec![
+                metric.label().to_owned(),
+                goal.map_or_else(|| "-".to_owned(), Goal::text),
+            ];
+            for &column in &self.columns {
+                line.push(match self.median(metric, column) {
+                    None => "-".to_owned(),
+                    Some(value) => match goal {
+                        Some(goal) if column == Kind::Tollgate => format!(
+                            "{} {}",
+                            number(value),
+                            if goal.met(value) { "ok" } else { "MISS" }
+                        ),
+                        _ => number(value),
+                    },
+                });
+            }
+            lines.push(line);
+        }
+        let widths: Vec<usize> = (0..lines[0].len())
+            .map(|i| {
+                lines
+                    .iter()
+                    .map(|l| l[i].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for line in &lines {
+            for (i, cell) in line.iter().enumerate() {
+                let pad = widths[i] - cell.chars().count();
+                if i == 0 {
+                    let _ = write!(out, "{cell}{}", " ".repeat(pad));
+                } else {
+                    let _ = write!(out, "  {}{cell}", " ".repeat(pad));
+                }
+            }
+            out.push('\n');
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+        out
+    }
+
+    /// Every figure, with its median, as JSON.
+    pub(crate) fn json(&self, header: Value) -> Value {
+        let results: Vec<Value> = self
+            .rows()
+            .flat_map(|metric| {
+                self.columns.iter().filter_map(move |&column| {
+                    let median = self.median(metric, column)?;
+                    Some(json!({
+                        "metric": metric.key(),
+                        "column": column.name(),
+                        "median": median,
+                        "samples": self.samples.get(&(metric, column)).cloned().unwrap_or_default(),
+                        "goal": metric.goal().map(Goal::text),
+                        "goal_met": metric.goal().filter(|_| column == Kind::Tollgate).map(|g| g.met(median)),
+                    }))
+                })
+            })
+            .collect();
+        json!({ "run": header, "results": results, "notes": self.notes })
+    }
+}
+
+/// A figure for the table: thousands separated, decimals only where they matter.
+fn number(value: f64) -> String {
+    let decimals = if value.abs() >= 100.0 {
+        0
+    } else if value.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let text = format!("{value:.decimals$}");
+    let (whole, fraction) = text
+        .split_once('.')
+        .map_or((text.as_str(), ""), |(w, f)| (w, f));
+    let (sign, digits) = whole.strip_prefix('-').map_or(("", whole), |d| ("-", d));
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if fraction.is_empty() {
+        format!("{sign}{grouped}")
+    } else {
+        format!("{sign}{grouped}.{fraction}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_grouped_and_rounded_by_size() {
+        assert_eq!(number(1_234_567.4), "1,234,567");
+        assert_eq!(number(999.6), "1,000");
+        assert_eq!(number(42.25), "42.2");
+        assert_eq!(number(4.256), "4.26");
+        assert_eq!(number(-119.0), "-119");
+    }
+
+    #[test]
+    fn medians_and_the_derived_added_latency() {
+        let mut report = Report::new(vec![Kind::Direct, Kind::Tollgate]);
+        for v in [100.0, 300.0, 200.0] {
+            report.record(Metric::LatencyP50, Kind::Direct, v);
+        }
+        for v in [250.0, 260.0] {
+            report.record(Metric::LatencyP50, Kind::Tollgate, v);
+        }
+        assert_eq!(report.median(Metric::LatencyP50, Kind::Direct), Some(200.0));
+        assert_eq!(
+            report.median(Metric::LatencyP50, Kind::Tollgate),
+            Some(255.0)
+        );
+        assert_eq!(
+            report.median(Metric::LatencyAdded, Kind::Tollgate),
+            Some(55.0)
+        );
+        assert_eq!(report.median(Metric::LatencyAdded, Kind::Direct), None);
+        assert!(report.table().contains("55.0 ok"));
+    }
+}
