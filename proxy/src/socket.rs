@@ -5,7 +5,8 @@
 use std::io;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::io::unix::AsyncFd;
+use tokio::net::{TcpStream, UdpSocket};
 
 use crate::config::Listener;
 
@@ -23,15 +24,22 @@ fn socket(config: &Listener, kind: Type, protocol: Protocol) -> io::Result<Socke
     Ok(socket)
 }
 
-/// A TCP listener for `config`, with its backlog; accepted sockets get TCP_NODELAY from
-/// [`accepted`].
+/// A non-blocking TCP listener for `config`, with its backlog and TCP_NODELAY, which accepted
+/// sockets inherit (one setsockopt per listener, not per connection): the proxy relays
+/// whatever it reads at once; batching is the endpoints' business.
 ///
 /// # Errors
 /// The socket call that failed (address in use, permission, ...).
-pub fn tcp_listener(config: &Listener) -> io::Result<TcpListener> {
+pub fn tcp_listener(config: &Listener) -> io::Result<AsyncFd<std::net::TcpListener>> {
     let socket = socket(config, Type::STREAM, Protocol::TCP)?;
+    socket.set_tcp_nodelay(true)?;
     socket.listen(i32::try_from(config.backlog).unwrap_or(i32::MAX))?;
-    TcpListener::from_std(socket.into())
+    // `AsyncFd::new` is deprecated because a type whose `as_raw_fd` can change or close behind
+    // the registration would be unsound; its replacement is an `unsafe fn`, which this
+    // workspace forbids. A `std::net::TcpListener` owns its descriptor and always returns the
+    // same one, and the `AsyncFd` owns the listener: the condition `register` asks for holds.
+    #[allow(deprecated)]
+    AsyncFd::new(std::net::TcpListener::from(socket))
 }
 
 /// A UDP socket bound for `config`.
@@ -42,16 +50,15 @@ pub fn udp_socket(config: &Listener) -> io::Result<UdpSocket> {
     UdpSocket::from_std(socket(config, Type::DGRAM, Protocol::UDP)?.into())
 }
 
-/// Prepares an accepted or connected stream: no Nagle delay (the proxy relays whatever it
-/// reads at once; batching is the endpoints' business).
-pub fn accepted(stream: &TcpStream) {
+/// Prepares a connected upstream stream: no Nagle delay, as for accepted ones.
+pub fn connected(stream: &TcpStream) {
     // A failure leaves Nagle on: slower, still correct.
     let _ = stream.set_nodelay(true);
 }
 
 /// Makes the next close of `stream` a reset (RST) instead of an orderly FIN: SO_LINGER with a
 /// zero timeout discards unsent data and aborts.
-pub fn reset_on_close(stream: &TcpStream) {
+pub fn reset_on_close<S: std::os::fd::AsFd>(stream: &S) {
     let _ = SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
 }
 

@@ -65,7 +65,7 @@ impl Pool {
             let upstream = self.upstreams[(start + attempt as usize) % self.upstreams.len()];
             match tokio::time::timeout(self.connect_timeout, TcpStream::connect(upstream)).await {
                 Ok(Ok(stream)) => {
-                    socket::accepted(&stream);
+                    socket::connected(&stream);
                     return Some(stream);
                 }
                 Ok(Err(err)) => {
