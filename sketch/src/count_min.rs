@@ -17,6 +17,23 @@
 //! lost (the loom model `observe_observe_one_key` checks this). A retry after a partly applied
 //! update may count that update twice in some rows: an overestimate, and only under contention
 //! on the very same counters.
+//!
+//! # Layout
+//! Rows stay separate (row `r` is cells `r * width ..`), so a key's cells are `depth`
+//! independent random cells and the bound above holds as stated. Blocked layouts, all of a
+//! key's cells in one cache line or two, were measured and rejected: on the accuracy tool's
+//! workload (a) at 2 MiB and depth 4 (light keys judged over / events wrongly over), rows give
+//! 9 / 28; 4 of the 8 words of one 64-byte line 2,289 / 11,045; 4 of the 16 words of a 128-byte
+//! pair of lines 537 / 2,276; 2 cells in each of two 128-byte blocks 49 / 98. Keys that share a
+//! block share most of their cells, so one heavy key shadows all its block's light keys. The
+//! speed they buy is small: one line per key was about 20% faster at 32 MiB and no faster at
+//! 2 MiB, where the cost is the compare-and-swap per raised cell (3.5 per event on the Zipf
+//! benchmark, about 10 ns each here), which blocking does not remove.
+//!
+//! The hot path instead does less around the misses: [`CountMin::snapshot`] locates and reads a
+//! key's cells once, early (the caller then checks the front while the lines come in), and
+//! [`CountMin::add`] starts its first attempt from those words instead of reading them again;
+//! a stale word just fails its swap.
 
 use crate::hash::KeyHash;
 use crate::pair::{COUNTER, Halves};
@@ -37,7 +54,7 @@ pub(crate) struct CountMin {
 }
 
 /// A key's cell positions and the words read from them.
-struct Snapshot {
+pub(crate) struct Snapshot {
     slots: [usize; MAX_DEPTH],
     words: [u64; MAX_DEPTH],
 }
@@ -67,6 +84,7 @@ impl CountMin {
     }
 
     /// The positions of a key's cells, one per row.
+    #[inline]
     fn slots(&self, hash: KeyHash) -> [usize; MAX_DEPTH] {
         let mut slots = [0; MAX_DEPTH];
         for (row, slot) in slots.iter_mut().enumerate().take(self.depth) {
@@ -76,8 +94,9 @@ impl CountMin {
         slots
     }
 
-    /// Reads the key's cells. All loads are issued before any is used, so their cache misses
-    /// overlap instead of adding up.
+    /// Reads the cells at `slots`. All loads are issued before any is used, so their cache
+    /// misses overlap instead of adding up.
+    #[inline]
     fn read(&self, slots: [usize; MAX_DEPTH]) -> Snapshot {
         let mut words = [0; MAX_DEPTH];
         for row in 0..self.depth {
@@ -88,6 +107,7 @@ impl CountMin {
         Snapshot { slots, words }
     }
 
+    #[inline]
     fn min(&self, snapshot: &Snapshot, window: u64) -> Halves {
         let mut min = Halves {
             current: u32::MAX,
@@ -101,36 +121,57 @@ impl CountMin {
         min
     }
 
-    /// Touches the key's cells so that their cache lines are on the way in while the caller
-    /// does other work.
-    pub(crate) fn prefetch(&self, hash: KeyHash) {
-        let _ = self.read(self.slots(hash));
+    /// Locates and reads the key's cells: issued early, the loads are on their way in while the
+    /// caller does other work, and [`CountMin::add`] starts from them.
+    #[inline]
+    pub(crate) fn snapshot(&self, hash: KeyHash) -> Snapshot {
+        self.read(self.slots(hash))
+    }
+
+    /// The key's estimated counts in `window` and the one before, from a fresh read of the
+    /// cells of `snapshot` (left in it).
+    #[inline]
+    pub(crate) fn reread(&self, snapshot: &mut Snapshot, window: u64) -> Halves {
+        self.reload(snapshot);
+        self.min(snapshot, window)
     }
 
     /// The key's estimated counts in `window` and the one before.
     pub(crate) fn estimate(&self, hash: KeyHash, window: u64) -> Halves {
-        self.min(&self.read(self.slots(hash)), window)
+        self.min(&self.snapshot(hash), window)
     }
 
-    /// Counts `weight` for the key in `window` (conservative update) and returns its estimated
-    /// counts including it.
-    pub(crate) fn add(&self, hash: KeyHash, weight: u32, window: u64) -> Halves {
-        let slots = self.slots(hash);
+    /// Counts `weight` for the key of `snapshot` in `window` (conservative update) and returns
+    /// its estimated counts including it. The first attempt starts from the words in
+    /// `snapshot`, however old: a swap lands only on the exact word read, so a stale word fails
+    /// its swap and the update starts again from a fresh read (left in `snapshot`).
+    #[inline]
+    pub(crate) fn add(&self, snapshot: &mut Snapshot, weight: u32, window: u64) -> Halves {
         loop {
-            let snapshot = self.read(slots);
-            let min = self.min(&snapshot, window);
+            let min = self.min(snapshot, window);
             let target = min.current.saturating_add(weight).min(COUNT_MAX);
-            if self.raise(&snapshot, window, target) {
+            if self.raise(snapshot, window, target) {
                 return Halves {
                     current: target,
                     previous: min.previous,
                 };
             }
+            self.reload(snapshot);
+        }
+    }
+
+    /// Reads the snapshot's cells again, in place.
+    #[inline]
+    fn reload(&self, snapshot: &mut Snapshot) {
+        for row in 0..self.depth {
+            // Relaxed: as in `read`.
+            snapshot.words[row] = self.cells[snapshot.slots[row]].load(Ordering::Relaxed);
         }
     }
 
     /// Raises every cell below `target` to it, each from exactly the word read; false if any
     /// cell changed since it was read.
+    #[inline]
     fn raise(&self, snapshot: &Snapshot, window: u64, target: u32) -> bool {
         for row in 0..self.depth {
             let word = snapshot.words[row];

