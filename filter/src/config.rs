@@ -23,6 +23,9 @@ pub const DEFAULT_MEMORY: usize = 64 << 20;
 pub struct Config {
     /// Memory for all sketches together, in bytes.
     pub memory: usize,
+    /// Memory given to the sketch of one period (limits of that period and penalties of that
+    /// length share it), shortest period first; the periods not named split the rest evenly.
+    pub periods: Vec<(Duration, usize)>,
     /// Sources never limited.
     pub allow: Vec<Cidr>,
     /// Sources always refused.
@@ -101,12 +104,15 @@ struct RawConfig {
     _admin: Option<IgnoredAny>,
     #[serde(default, rename = "listener")]
     _listener: Option<IgnoredAny>,
+    #[serde(default, rename = "cluster")]
+    _cluster: Option<IgnoredAny>,
 }
 
 #[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSketch {
     memory: Option<Spanned<String>>,
+    periods: Option<Spanned<toml::Table>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -301,9 +307,16 @@ impl Config {
                 reply,
             });
         }
+        let periods = raw
+            .sketch
+            .periods
+            .as_ref()
+            .map(|periods| check_periods(periods, memory, &rules, &mut checker))
+            .unwrap_or_default();
         if checker.errors.is_empty() {
             Ok(Config {
                 memory,
+                periods,
                 allow,
                 deny,
                 rules,
@@ -312,6 +325,53 @@ impl Config {
             Err(ConfigErrors(checker.errors))
         }
     }
+}
+
+/// `[sketch] periods = { "1s" = "8MiB", ... }`: each a period some limit or penalty uses, with a
+/// size, together within `memory`.
+fn check_periods(
+    raw: &Spanned<toml::Table>,
+    memory: usize,
+    rules: &[Rule],
+    checker: &mut Checker<'_>,
+) -> Vec<(Duration, usize)> {
+    let used = |period: Duration| {
+        rules.iter().any(|rule| {
+            rule.penalty == Some(period) || rule.limits.iter().any(|l| l.rate.per == period)
+        })
+    };
+    let mut periods = Vec::new();
+    for (key, value) in raw.get_ref() {
+        let parsed = parse_duration(key).and_then(|period| {
+            if !used(period) {
+                return Err(format!(
+                    "[sketch] periods: no limit or penalty has the period `{key}`"
+                ));
+            }
+            let size = value
+                .as_str()
+                .ok_or_else(|| format!("[sketch] periods: `{key}` needs a size such as \"8MiB\""))
+                .and_then(parse_size)?;
+            Ok((period, size))
+        });
+        match parsed {
+            Ok((period, _)) if periods.iter().any(|(p, _)| *p == period) => checker.error(
+                raw.span(),
+                format!("[sketch] periods: `{key}` names a period already given"),
+            ),
+            Ok(entry) => periods.push(entry),
+            Err(message) => checker.error(raw.span(), message),
+        }
+    }
+    periods.sort_unstable();
+    let named: usize = periods.iter().map(|(_, size)| size).sum();
+    if named > memory {
+        checker.error(
+            raw.span(),
+            format!("[sketch] periods name {named} bytes, more than the memory of {memory}"),
+        );
+    }
+    periods
 }
 
 fn check_limit(raw: &RawLimit, checker: &mut Checker<'_>) -> Option<Limit> {
@@ -372,6 +432,18 @@ impl fmt::Display for Config {
             format!("[{}]", items.join(", "))
         };
         writeln!(f, "[sketch]\nmemory = {}", quoted(&self.memory.to_string()))?;
+        let periods: Vec<String> = self
+            .periods
+            .iter()
+            .map(|(period, size)| {
+                format!(
+                    "{} = {}",
+                    quoted(&DurationText(*period).to_string()),
+                    quoted(&size.to_string())
+                )
+            })
+            .collect();
+        writeln!(f, "periods = {{ {} }}", periods.join(", "))?;
         writeln!(
             f,
             "\n[lists]\nallow = {}\ndeny = {}",

@@ -6,6 +6,7 @@ use tollgate_sketch::Tick;
 
 use crate::config::Config;
 use crate::policy::{Event, Policy, PolicyError};
+use crate::remote::Remote;
 use crate::sync::Swap;
 use crate::verdict::Decision;
 
@@ -43,6 +44,17 @@ impl Filter {
     pub fn new(config: Config) -> Result<Filter, PolicyError> {
         Ok(Filter {
             policy: Swap::new(Arc::new(Policy::compile(config, None)?)),
+        })
+    }
+
+    /// A filter enforcing `config` with the counts of the rest of a cluster from `remote`
+    /// added to the keys near their limits (see [`Remote`]); reloads keep the remote.
+    ///
+    /// # Errors
+    /// [`PolicyError`] if the config's memory cannot hold the sketches it needs.
+    pub fn with_remote(config: Config, remote: Arc<dyn Remote>) -> Result<Filter, PolicyError> {
+        Ok(Filter {
+            policy: Swap::new(Arc::new(Policy::compile(config, None)?.with_remote(remote))),
         })
     }
 

@@ -17,7 +17,8 @@
 //! ```
 //!
 //! A [`Filter`] holds the [`Policy`] compiled from a [`Config`] and decides on [`Event`]s.
-//! [`parse_frame`] reads raw frames for [`Filter::decide_frame`].
+//! [`parse_frame`] reads raw frames for [`Filter::decide_frame`]. A [`Remote`] (the proxy's
+//! cluster link) adds what other nodes counted to the keys near their limits.
 
 #![warn(missing_docs)]
 
@@ -28,6 +29,7 @@ mod packet;
 mod policy;
 mod prefix;
 mod prefix_map;
+mod remote;
 mod rules;
 mod sync;
 mod units;
@@ -40,6 +42,7 @@ pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
 pub use policy::{Event, LimitEstimate, Policy, PolicyError};
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;
+pub use remote::{Remote, Suspect};
 pub use rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Transport, Weight};
 pub use units::{DurationText, Rate, parse_duration, parse_rate, parse_size};
 pub use verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};

@@ -13,6 +13,7 @@ use crate::key::{LimitKey, Source};
 use crate::packet::{PacketInfo, parse_frame};
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
+use crate::remote::{Remote, Suspect};
 use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
 
@@ -103,12 +104,21 @@ pub struct Policy {
     lists: PrefixMap<(bool, Cidr)>,
     rules: Vec<Compiled>,
     counters: Vec<Counter>,
+    /// The rest of a cluster, if this node is part of one.
+    remote: Option<Shared>,
+}
+
+/// A remote and its suspect threshold, read once.
+#[derive(Clone, Debug)]
+struct Shared {
+    remote: Arc<dyn Remote>,
+    threshold: f64,
 }
 
 impl Policy {
     /// Builds the policy for `config`. Sketches of `previous` whose window length and memory
     /// share are unchanged are kept, with their counts: keys carry the rule's name, so the
-    /// counters of every rule whose name is unchanged survive.
+    /// counters of every rule whose name is unchanged survive. So is `previous`'s remote.
     ///
     /// # Errors
     /// [`PolicyError::Memory`] if the memory is too small for the sketches needed.
@@ -123,9 +133,23 @@ impl Policy {
                 }
             }
         }
-        let budget = config.memory / windows.len().max(1);
+        // Named periods get their share; the others split what is left evenly.
+        let named: usize = config.periods.iter().map(|(_, size)| size).sum();
+        let unnamed = windows
+            .iter()
+            .filter(|w| !config.periods.iter().any(|(p, _)| p == *w))
+            .count();
+        let even = config.memory.saturating_sub(named) / unnamed.max(1);
+        let budget_of = |window: Duration| {
+            config
+                .periods
+                .iter()
+                .find(|(p, _)| *p == window)
+                .map_or(even, |(_, size)| *size)
+        };
         let mut counters = Vec::with_capacity(windows.len());
         for &window in &windows {
+            let budget = budget_of(window);
             let kept = previous.and_then(|p| {
                 p.counters
                     .iter()
@@ -179,7 +203,20 @@ impl Policy {
             lists,
             rules,
             counters,
+            remote: previous.and_then(|p| p.remote.clone()),
         })
+    }
+
+    /// This policy, adding what `remote` reports the rest of a cluster counted to every key
+    /// whose local estimate reaches `remote.threshold()` of a limit, and reporting those keys'
+    /// events to it (see [`Remote`]).
+    #[must_use]
+    pub fn with_remote(self, remote: Arc<dyn Remote>) -> Policy {
+        let threshold = remote.threshold();
+        Policy {
+            remote: Some(Shared { remote, threshold }),
+            ..self
+        }
     }
 
     /// The config this policy was built from.
@@ -293,11 +330,15 @@ impl Policy {
                     }
                 }
                 let sketch = &self.counters[*counter].sketch;
-                let estimate = if count {
+                let mut estimate = if count {
                     sketch.observe(key.as_bytes(), weight, now)
                 } else {
                     sketch.estimate(key.as_bytes(), now)
                 };
+                if let Some(shared) = &self.remote {
+                    let counted = if count { weight } else { 0 };
+                    estimate = shared.with_rest(&key, limit, estimate, counted, now);
+                }
                 if estimate <= limit.rate.count {
                     continue;
                 }
@@ -327,6 +368,32 @@ impl Policy {
             }
         }
         decision
+    }
+}
+
+impl Shared {
+    /// `estimate` plus the rest of the cluster's count if the key is a suspect under `limit`
+    /// (reporting the `counted` weight), or `estimate` as it is.
+    #[inline]
+    fn with_rest(
+        &self,
+        key: &LimitKey,
+        limit: &Limit,
+        estimate: u64,
+        counted: u64,
+        now: Tick,
+    ) -> u64 {
+        if (estimate as f64) < self.threshold * limit.rate.count as f64 {
+            return estimate;
+        }
+        let rest = self.remote.suspect(&Suspect {
+            key,
+            per: limit.rate.per,
+            before: estimate.saturating_sub(counted),
+            weight: counted,
+            now,
+        });
+        estimate.saturating_add(rest)
     }
 }
 

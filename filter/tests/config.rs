@@ -132,6 +132,42 @@ fn each_kind_of_bad_config_names_its_line() {
 }
 
 #[test]
+fn periods_get_the_memory_named_and_the_rest_is_split() {
+    let text = "[sketch]\nmemory = \"64MiB\"\nperiods = { \"1s\" = \"8MiB\" }\n\n[[rule]]\nname = \"burst\"\nlimits = [{ rate = \"20/1s\" }, { rate = \"600/60s\" }]\npenalty = \"5m\"\n";
+    let config = Config::parse(text).expect("valid");
+    assert_eq!(config.periods, [(Duration::from_secs(1), 8 << 20)]);
+    let policy = tollgate_filter::Policy::compile(config, None).expect("fits");
+    let sizes: Vec<usize> = policy
+        .sketch_stats(tollgate_sketch::Tick::ZERO)
+        .iter()
+        .map(|s| s.memory_bytes)
+        .collect();
+    // 8 MiB for 1 s; 56 MiB split between 60 s and the 5 min penalty (each within its budget).
+    assert!(sizes[0] <= 8 << 20 && sizes[0] > 7 << 20, "{sizes:?}");
+    assert!(
+        sizes[1..].iter().all(|&s| s <= 28 << 20 && s > 27 << 20),
+        "{sizes:?}"
+    );
+    for (bad, needle) in [
+        (
+            "{ \"2s\" = \"1MiB\" }",
+            "no limit or penalty has the period `2s`",
+        ),
+        ("{ \"1s\" = \"100MiB\" }", "more than the memory"),
+        (
+            "{ \"1s\" = \"1MiB\", \"1000ms\" = \"1MiB\" }",
+            "already given",
+        ),
+        ("{ \"1s\" = 5 }", "needs a size"),
+    ] {
+        let text = text.replace("{ \"1s\" = \"8MiB\" }", bad);
+        let (line, message) = only_error(&text);
+        assert_eq!(line, 3, "{message}");
+        assert!(message.contains(needle), "{message}");
+    }
+}
+
+#[test]
 fn duplicate_rule_names_point_at_both() {
     let text = "[[rule]]\nname = \"a\"\nlimits = [{ rate = \"1/s\" }]\n\n[[rule]]\nname = \"a\"\nlimits = [{ rate = \"2/s\" }]\n";
     let (line, message) = only_error(text);

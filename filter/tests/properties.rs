@@ -194,8 +194,32 @@ mod round_trip {
                 let rules: Vec<_> = (0..rules).map(rule).collect();
                 (Just(memory), Just(allow), Just(deny), rules)
             })
-            .prop_map(|(memory, allow, deny, rules)| Config {
+            .prop_flat_map(|(memory, allow, deny, rules)| {
+                // Some of the periods in use, each with a share that keeps the sum in memory.
+                let mut used: Vec<Duration> = rules
+                    .iter()
+                    .flat_map(|r: &Rule| r.limits.iter().map(|l| l.rate.per).chain(r.penalty))
+                    .collect();
+                used.sort_unstable();
+                used.dedup();
+                let share = memory / (used.len() + 1);
+                let picks = prop::collection::vec((any::<bool>(), 1..=share.max(1)), used.len());
+                (
+                    Just(memory),
+                    Just(allow),
+                    Just(deny),
+                    Just(rules),
+                    Just(used),
+                    picks,
+                )
+            })
+            .prop_map(|(memory, allow, deny, rules, used, picks)| Config {
                 memory,
+                periods: used
+                    .into_iter()
+                    .zip(picks)
+                    .filter_map(|(period, (named, size))| named.then_some((period, size)))
+                    .collect(),
                 allow,
                 deny,
                 rules,

@@ -1,0 +1,134 @@
+//! The hook a cluster plugs into a policy: counts of the rest of the cluster for the keys
+//! that matter, and a report of those keys as they are counted here.
+//!
+//! A limit shared by several proxies must see the traffic the others let through, but a
+//! decision must never wait for the network. The filter therefore knows nothing of how counts
+//! travel: it asks a [`Remote`] for what the rest of the cluster has counted (from a view the
+//! remote keeps in memory) and tells it about every event that counts against a key whose
+//! local estimate has reached [`Remote::threshold`] of its limit (a *suspect*). Keys below the
+//! threshold cost one comparison; without a remote, one branch.
+
+use std::fmt;
+use std::time::Duration;
+
+use tollgate_sketch::Tick;
+
+use crate::key::LimitKey;
+
+/// A suspect key as one decision sees it (see [`Remote::suspect`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Suspect<'a> {
+    /// The key.
+    pub key: &'a LimitKey,
+    /// The period of the limit it is counted under (two limits of a rule with one prefix share
+    /// a key but not a count).
+    pub per: Duration,
+    /// The local sliding estimate before this event.
+    pub before: u64,
+    /// The weight this event added (0 when nothing was counted, as in a recheck).
+    pub weight: u64,
+    /// When.
+    pub now: Tick,
+}
+
+/// Counts from the rest of a cluster, for keys over the suspect threshold.
+///
+/// Implementations are called on the decide path: they must not block, allocate per call or
+/// wait on the network (the proxy's answers from an in-memory view swapped in by a background
+/// task).
+pub trait Remote: Send + Sync + fmt::Debug {
+    /// The fraction of a limit a key's local estimate must reach to be a suspect, in `(0, 1]`.
+    fn threshold(&self) -> f64;
+
+    /// Records `suspect` (when its weight is not 0) and returns what the rest of the cluster
+    /// has counted for its key under its limit, as a sliding-window estimate at its `now` (0
+    /// when unknown).
+    fn suspect(&self, suspect: &Suspect<'_>) -> u64;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::{Config, Event, Filter, Source, Transport, Verdict};
+
+    /// Remembers what it was told; reports a fixed count for the rest of the cluster.
+    #[derive(Debug, Default)]
+    struct Fixed {
+        rest: u64,
+        seen: Mutex<Vec<(u64, u64, Duration)>>,
+    }
+
+    impl Remote for Fixed {
+        fn threshold(&self) -> f64 {
+            0.5
+        }
+
+        fn suspect(&self, suspect: &Suspect<'_>) -> u64 {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            seen.push((suspect.before, suspect.weight, suspect.per));
+            self.rest
+        }
+    }
+
+    fn filter(remote: &Arc<Fixed>) -> Filter {
+        let config = Config::parse(
+            "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/10s\" }]\n",
+        )
+        .expect("valid");
+        Filter::with_remote(config, Arc::clone(remote) as Arc<dyn Remote>).expect("fits")
+    }
+
+    fn event() -> Event {
+        Event {
+            source: Source::from(Ipv4Addr::new(192, 0, 2, 1)),
+            transport: Transport::Tcp,
+            bytes: 1,
+        }
+    }
+
+    #[test]
+    fn keys_below_the_threshold_are_not_reported_and_suspects_get_the_rest_added() {
+        let remote = Arc::new(Fixed {
+            rest: 5,
+            ..Fixed::default()
+        });
+        let filter = filter(&remote);
+        for _ in 0..4 {
+            assert_eq!(filter.decide(&event(), Tick::ZERO).verdict, Verdict::Allow);
+        }
+        assert!(
+            remote.seen.lock().unwrap().is_empty(),
+            "below half the limit"
+        );
+        // The fifth event reaches the threshold: 5 here and 5 elsewhere is still 10.
+        assert_eq!(filter.decide(&event(), Tick::ZERO).verdict, Verdict::Allow);
+        let Verdict::Throttle(throttle) = filter.decide(&event(), Tick::ZERO).verdict else {
+            panic!("6 here and 5 elsewhere is over 10");
+        };
+        assert_eq!(throttle.estimate, 11);
+        let seen = remote.seen.lock().unwrap().clone();
+        let per = Duration::from_secs(10);
+        assert_eq!(seen, [(4, 1, per), (5, 1, per)]);
+    }
+
+    #[test]
+    fn a_recheck_adds_the_rest_without_reporting_weight() {
+        let remote = Arc::new(Fixed {
+            rest: 100,
+            ..Fixed::default()
+        });
+        let filter = filter(&remote);
+        for _ in 0..5 {
+            let _ = filter.decide(&event(), Tick::ZERO);
+        }
+        let policy = filter.policy();
+        assert!(matches!(
+            policy.recheck(&event(), Tick::ZERO).verdict,
+            Verdict::Throttle(_)
+        ));
+        assert_eq!(remote.seen.lock().unwrap().last().map(|s| s.1), Some(0));
+    }
+}
