@@ -1,4 +1,4 @@
-//! The proxy's part of the config file: `[proxy]`, `[admin]` and `[[listener]]`, read from the
+//! The proxy's part of the config file: `[proxy]`, `[admin]`, `[[listener]]` and `[cluster]`, read from the
 //! same file as the policy (`[sketch]`, `[lists]`, `[[rule]]`, read by `tollgate-filter`). One
 //! file describes one deployment; both halves are checked before anything runs, and every error
 //! is located by line and column.
@@ -27,6 +27,9 @@ pub struct ProxyConfig {
     pub admin: Option<SocketAddr>,
     /// The listeners (`[[listener]]`), in file order.
     pub listeners: Vec<Listener>,
+    /// Limits shared with other proxies through Redis (`[cluster]`); `None` without the
+    /// section: no cluster, nothing changes and nothing is spent.
+    pub cluster: Option<ClusterConfig>,
     /// The policy (`[sketch]`, `[lists]`, `[[rule]]`).
     pub policy: Config,
 }
@@ -61,6 +64,78 @@ impl Default for Settings {
 /// The admin endpoint's default address: loopback only, so metrics and `/reload` are not
 /// offered to the network unless the operator says so.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+
+/// `[cluster]`: limits shared with other proxies through Redis (see [`crate::cluster`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The Redis server (one for now).
+    pub redis: SocketAddr,
+    /// This node's name, for logs and Redis' client list (default: the host name).
+    pub node: String,
+    /// The cluster's name: its keys' namespace, so several clusters can share one Redis.
+    pub name: String,
+    /// How often the suspects' counts are pushed and the cluster's read back.
+    pub sync: Duration,
+    /// How long a connection attempt or a sync round may take before Redis counts as away.
+    pub timeout: Duration,
+    /// The fraction of a limit a key's local estimate must reach to be shared.
+    pub threshold: Threshold,
+    /// What the node does while Redis is away.
+    pub on_failure: OnFailure,
+    /// Slots in the suspects table (each of its two), a power of two: at most this many keys
+    /// are shared per sync interval; more are counted as overflow and stay local.
+    pub suspects: usize,
+}
+
+/// The default cluster name (the Redis key namespace).
+pub const DEFAULT_CLUSTER_NAME: &str = "tollgate";
+
+/// A fraction of a limit, in `(0, 1]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Threshold(f64);
+
+// Never NaN: `Threshold::new` accepts finite values only.
+impl Eq for Threshold {}
+
+impl Threshold {
+    /// `fraction` if it lies in `(0, 1]`.
+    ///
+    /// # Errors
+    /// A message saying the range.
+    pub fn new(fraction: f64) -> Result<Threshold, String> {
+        if fraction.is_finite() && fraction > 0.0 && fraction <= 1.0 {
+            Ok(Threshold(fraction))
+        } else {
+            Err(format!(
+                "threshold {fraction} is not a fraction of a limit: use a number above 0 and at most 1"
+            ))
+        }
+    }
+
+    /// The fraction.
+    #[must_use]
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+/// What a node does while Redis is away.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Keep limiting with the local counts alone (each node then admits up to a whole limit).
+    #[default]
+    Local,
+}
+
+impl OnFailure {
+    /// The config file's word for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Local => "local",
+        }
+    }
+}
 
 /// What a listener carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +227,7 @@ struct RawFile {
     admin: Option<RawAdmin>,
     #[serde(default)]
     listener: Vec<RawListener>,
+    cluster: Option<RawCluster>,
     // The policy's sections: checked by `Config::parse`.
     #[serde(default, rename = "sketch")]
     _sketch: Option<serde::de::IgnoredAny>,
@@ -206,6 +282,19 @@ struct RawListener {
     send_proxy: SendProxy,
     session_timeout: Option<Spanned<String>>,
     max_sessions: Option<Spanned<usize>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    redis: Spanned<Vec<Spanned<String>>>,
+    node: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
+    sync: Option<Spanned<String>>,
+    timeout: Option<Spanned<String>>,
+    threshold: Option<Spanned<f64>>,
+    on_failure: Option<Spanned<String>>,
+    suspects: Option<Spanned<usize>>,
 }
 
 /// The filter's located-error checker, with what the proxy's sections need besides.
@@ -308,12 +397,14 @@ impl ProxyConfig {
                 listener(raw, &mut errors)
             })
             .collect();
+        let cluster = raw.cluster.as_ref().and_then(|c| cluster(c, &mut errors));
         let own = errors.0.into_errors();
         match policy {
             Ok(policy) if own.is_empty() => Ok(ProxyConfig {
                 settings,
                 admin,
                 listeners,
+                cluster,
                 policy,
             }),
             result => {
@@ -395,6 +486,104 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
     })
 }
 
+fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
+    let addresses = raw.redis.get_ref();
+    if addresses.len() != 1 {
+        errors.at(
+            &raw.redis,
+            format!(
+                "give one Redis address (this version talks to one server); found {}",
+                addresses.len()
+            ),
+        );
+    }
+    let redis = addresses
+        .first()
+        .and_then(|a| errors.check(a, |a| socket_addr(a)));
+    let node = match &raw.node {
+        Some(node) => errors.check(node, |n| name(n, "node")),
+        None => Some(hostname()),
+    };
+    let cluster_name = match &raw.name {
+        Some(n) => errors.check(n, |n| name(n, "cluster")),
+        None => Some(DEFAULT_CLUSTER_NAME.to_owned()),
+    };
+    let threshold = match &raw.threshold {
+        Some(t) => errors.check(t, |&t| Threshold::new(t)),
+        None => Some(Threshold(0.25)),
+    };
+    let on_failure = match &raw.on_failure {
+        Some(o) => errors.check(o, |o| match o.as_str() {
+            "local" => Ok(OnFailure::Local),
+            other => Err(format!(
+                "unknown on_failure `{other}` (use local: keep limiting with local counts)"
+            )),
+        }),
+        None => Some(OnFailure::Local),
+    };
+    let suspects = match &raw.suspects {
+        Some(s) => errors.check(s, |&s| {
+            if (8..=1 << 24).contains(&s) {
+                Ok(s.next_power_of_two())
+            } else {
+                Err(format!("suspects = {s}: use 8 to 16777216 slots"))
+            }
+        }),
+        None => Some(4096),
+    };
+    // Checked before any `?` below, so their errors are reported with the others.
+    let sync = errors.duration(raw.sync.as_ref(), Duration::from_millis(200));
+    let timeout = errors.duration(raw.timeout.as_ref(), Duration::from_secs(1));
+    Some(ClusterConfig {
+        redis: redis?,
+        node: node?,
+        name: cluster_name?,
+        sync,
+        timeout,
+        threshold: threshold?,
+        on_failure: on_failure?,
+        suspects: suspects?,
+    })
+}
+
+/// A node or cluster name: 1 to 64 letters, digits, `.`, `_` or `-` (it goes into Redis key
+/// and client names).
+fn name(text: &str, what: &str) -> Result<String, String> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if (1..=64).contains(&text.len()) && text.chars().all(fits) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{what} name `{text}`: use 1 to 64 letters, digits, `.`, `_` or `-`"
+        ))
+    }
+}
+
+/// This machine's host name (the default node name), cut to what a node name may hold.
+fn hostname() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let cleaned: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    if cleaned.is_empty() {
+        "tollgate".to_owned()
+    } else {
+        cleaned
+    }
+}
+
 /// Every error of `errors` as `FILE:LINE:COLUMN: message`, one per line: the form editors and
 /// terminals turn into links.
 #[must_use]
@@ -461,6 +650,17 @@ impl fmt::Display for ProxyConfig {
             writeln!(f, "send_proxy = {}", quoted(l.send_proxy.as_str()))?;
             writeln!(f, "session_timeout = {}", duration(l.session_timeout))?;
             writeln!(f, "max_sessions = {}", l.max_sessions)?;
+        }
+        if let Some(c) = &self.cluster {
+            writeln!(f, "\n[cluster]")?;
+            writeln!(f, "redis = {}", list(vec![c.redis.to_string()]))?;
+            writeln!(f, "node = {}", quoted(&c.node))?;
+            writeln!(f, "name = {}", quoted(&c.name))?;
+            writeln!(f, "sync = {}", duration(c.sync))?;
+            writeln!(f, "timeout = {}", duration(c.timeout))?;
+            writeln!(f, "threshold = {:?}", c.threshold.get())?;
+            writeln!(f, "on_failure = {}", quoted(c.on_failure.as_str()))?;
+            writeln!(f, "suspects = {}", c.suspects)?;
         }
         writeln!(f)?;
         write!(f, "{}", self.policy)

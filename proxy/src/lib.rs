@@ -11,6 +11,7 @@ pub mod admin;
 pub mod capture;
 pub mod check;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod log_limit;

@@ -10,6 +10,7 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEn
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate_filter::DurationText;
 use tollgate_sketch::Stats;
@@ -125,6 +126,132 @@ pub struct Metrics {
     sketch_bound: Family<WindowLabel, Gauge>,
     /// Bytes held for per-source open-connection counts.
     pub connection_memory: Gauge,
+    /// The cluster's metrics (exported only when `[cluster]` is configured).
+    pub cluster: ClusterMetrics,
+}
+
+/// A cluster node's metrics: the sync with Redis and the suspects it shares (see
+/// [`crate::cluster`]).
+#[derive(Clone, Debug)]
+pub struct ClusterMetrics {
+    /// Duration of each successful sync round trip.
+    pub sync_seconds: Histogram,
+    /// Duration of the last successful sync round trip.
+    pub last_sync: Gauge<f64, AtomicU64>,
+    /// Successful sync rounds.
+    pub syncs: Counter,
+    /// Bytes sent to Redis (the RESP encoding of the commands).
+    pub sent_bytes: Counter,
+    /// Bytes received from Redis (the RESP encoding of the replies).
+    pub received_bytes: Counter,
+    /// Commands Redis ran for this node (each `EVALSHA` and the commands inside it).
+    pub redis_commands: Counter,
+    /// Failed connection attempts and sync rounds.
+    pub redis_errors: Counter,
+    /// Seconds since the view of the rest of the cluster was last refreshed.
+    pub view_age: Gauge<f64, AtomicU64>,
+    /// 1 while the node limits alone (Redis away or not yet reached), 0 while it shares.
+    pub alone: Gauge,
+    /// Suspects whose counts the node holds (shared in the current or previous window).
+    pub suspects: Gauge,
+    /// Suspect events not shared because the suspects table or the own counts were full.
+    pub suspects_overflow: Counter,
+    /// Bytes held by the suspects tables.
+    pub memory: Gauge,
+}
+
+impl Default for ClusterMetrics {
+    fn default() -> ClusterMetrics {
+        ClusterMetrics::new()
+    }
+}
+
+impl ClusterMetrics {
+    /// All at zero (`alone` at 1 until a first sync), registered nowhere (see
+    /// [`Metrics::with_cluster`]).
+    #[must_use]
+    pub fn new() -> ClusterMetrics {
+        let metrics = ClusterMetrics {
+            // 100 us to ~3 s.
+            sync_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
+            last_sync: Gauge::default(),
+            syncs: Counter::default(),
+            sent_bytes: Counter::default(),
+            received_bytes: Counter::default(),
+            redis_commands: Counter::default(),
+            redis_errors: Counter::default(),
+            view_age: Gauge::default(),
+            alone: Gauge::default(),
+            suspects: Gauge::default(),
+            suspects_overflow: Counter::default(),
+            memory: Gauge::default(),
+        };
+        metrics.alone.set(1);
+        metrics
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "cluster_sync_seconds",
+            "Duration of each successful sync round trip with Redis",
+            self.sync_seconds.clone(),
+        );
+        r.register(
+            "cluster_last_sync_seconds",
+            "Duration of the last successful sync round trip with Redis",
+            self.last_sync.clone(),
+        );
+        r.register(
+            "cluster_syncs",
+            "Successful sync rounds with Redis",
+            self.syncs.clone(),
+        );
+        r.register(
+            "cluster_sent_bytes",
+            "Bytes sent to Redis (RESP encoding of the commands)",
+            self.sent_bytes.clone(),
+        );
+        r.register(
+            "cluster_received_bytes",
+            "Bytes received from Redis (RESP encoding of the replies)",
+            self.received_bytes.clone(),
+        );
+        r.register(
+            "cluster_redis_commands",
+            "Commands Redis ran for this node: each EVALSHA and the commands inside it",
+            self.redis_commands.clone(),
+        );
+        r.register(
+            "cluster_redis_errors",
+            "Failed connection attempts and sync rounds with Redis",
+            self.redis_errors.clone(),
+        );
+        r.register(
+            "cluster_view_age_seconds",
+            "Seconds since the counts of the rest of the cluster were last refreshed",
+            self.view_age.clone(),
+        );
+        r.register(
+            "cluster_alone",
+            "1 while this node limits with its local counts alone (Redis away), 0 while shared",
+            self.alone.clone(),
+        );
+        r.register(
+            "cluster_suspects",
+            "Keys over the suspect threshold whose counts this node shares",
+            self.suspects.clone(),
+        );
+        r.register(
+            "cluster_suspects_overflow",
+            "Suspect events not shared because the suspects table was full (they count locally)",
+            self.suspects_overflow.clone(),
+        );
+        r.register(
+            "cluster_memory_bytes",
+            "Bytes held by the suspects tables",
+            self.memory.clone(),
+        );
+    }
 }
 
 /// The counters one listener touches per connection or datagram.
@@ -157,9 +284,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// All metrics at zero, registered under the `tollgate_` prefix.
+    /// All metrics at zero, registered under the `tollgate_` prefix (the cluster's not
+    /// exported).
     #[must_use]
     pub fn new() -> Metrics {
+        Metrics::build(false)
+    }
+
+    /// As [`Metrics::new`], and the cluster's metrics exported too.
+    #[must_use]
+    pub fn with_cluster() -> Metrics {
+        Metrics::build(true)
+    }
+
+    fn build(cluster: bool) -> Metrics {
         let mut registry = Registry::with_prefix("tollgate");
         let metrics = Metrics {
             registry: Registry::default(),
@@ -181,6 +319,7 @@ impl Metrics {
             sketch_fill: Family::default(),
             sketch_bound: Family::default(),
             connection_memory: Gauge::default(),
+            cluster: ClusterMetrics::new(),
         };
         let r = &mut registry;
         r.register(
@@ -274,6 +413,9 @@ impl Metrics {
             "Bytes held for per-source open-connection counts",
             metrics.connection_memory.clone(),
         );
+        if cluster {
+            metrics.cluster.register(r);
+        }
         Metrics {
             registry,
             ..metrics

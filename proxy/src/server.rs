@@ -14,7 +14,7 @@ use crate::config::{Protocol, ProxyConfig, located};
 use crate::shared::Shared;
 use crate::tcp::Frontend;
 use crate::udp::UdpFrontend;
-use crate::{admin, socket, tcp, udp};
+use crate::{admin, cluster, socket, tcp, udp};
 
 /// Why the proxy could not start.
 #[derive(Debug)]
@@ -95,6 +95,12 @@ impl Server {
             tasks: Vec::new(),
             drain,
         };
+        if let Some(node) = &shared.cluster {
+            server.tasks.push(tokio::spawn(cluster::run(
+                Arc::clone(node),
+                stopped.clone(),
+            )));
+        }
         for config in listeners {
             match config.protocol {
                 Protocol::Tcp => {
@@ -257,6 +263,16 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         if let Some(address) = server.admin {
             tracing::info!(%address, "admin endpoint");
+        }
+        if let Some(node) = &server.shared.cluster {
+            let config = node.config();
+            tracing::info!(
+                cluster = %config.name,
+                node = %config.node,
+                redis = %config.redis,
+                sync = ?config.sync,
+                "cluster node: limits are shared through Redis"
+            );
         }
         server.run_until_signalled().await?;
         Ok::<_, Box<dyn std::error::Error>>(ExitCode::SUCCESS)

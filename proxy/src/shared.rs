@@ -1,5 +1,6 @@
 //! What every listener shares: the filter and its clock, the open-connection counts, metrics,
-//! the offender list and the rejection log budget; and the one place a decision is made.
+//! the offender list, the rejection log budget and the cluster link; and the one place a
+//! decision is made.
 
 use std::net::IpAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -7,11 +8,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use tollgate_filter::{
-    Config, Decision, DenyReason, Event, Filter, LimitKey, Policy, Prefix, RuleId, Source,
+    Config, Decision, DenyReason, Event, Filter, LimitKey, Policy, Prefix, Remote, RuleId, Source,
     Transport, Verdict,
 };
 use tollgate_sketch::{Clock, ConcurrencySketch, MonotonicClock, Tick};
 
+use crate::cluster::Cluster;
 use crate::config::{ProxyConfig, Settings, located};
 use crate::log_limit::LogLimit;
 use crate::metrics::{ListenerMetrics, Metrics, Refusal};
@@ -37,6 +39,9 @@ pub struct Shared {
     pub logs: LogLimit,
     /// Process settings (fixed at start).
     pub settings: Settings,
+    /// This node's part of a cluster (`[cluster]`, fixed at start); its sync task is started
+    /// by [`crate::server::Server::start`].
+    pub cluster: Option<Arc<Cluster>>,
     /// Where the config came from (reloads re-read it); `None` for an in-memory config.
     path: Option<PathBuf>,
     /// The config last loaded successfully (listener changes need a restart: a reload
@@ -102,7 +107,23 @@ impl Shared {
         config: ProxyConfig,
         path: Option<PathBuf>,
     ) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
-        let metrics = Metrics::new();
+        let metrics = if config.cluster.is_some() {
+            Metrics::with_cluster()
+        } else {
+            Metrics::new()
+        };
+        let clock = MonotonicClock::new();
+        let cluster = config
+            .cluster
+            .clone()
+            .map(|c| Arc::new(Cluster::new(c, clock, metrics.cluster.clone())));
+        let filter = match &cluster {
+            Some(cluster) => {
+                let remote: Arc<dyn Remote> = Arc::clone(cluster) as Arc<dyn Remote>;
+                Filter::with_remote(config.policy.clone(), remote)?
+            }
+            None => Filter::new(config.policy.clone())?,
+        };
         let connections = ConcurrencySketch::new(
             config.settings.connection_memory,
             CONNECTION_DEPTH,
@@ -116,8 +137,9 @@ impl Shared {
             metrics.logs_suppressed.clone(),
         );
         Ok(Shared {
-            filter: Filter::new(config.policy.clone())?,
-            clock: MonotonicClock::new(),
+            filter,
+            clock,
+            cluster,
             connections,
             offenders: Offenders::new(OFFENDERS),
             logs,
@@ -268,10 +290,11 @@ impl Shared {
         if loaded.listeners != config.listeners
             || loaded.admin != config.admin
             || loaded.settings != config.settings
+            || loaded.cluster != config.cluster
         {
             tracing::warn!(
-                "listener, admin or [proxy] settings changed: they take effect on restart; \
-                 the policy is reloaded now"
+                "listener, admin, [proxy] or [cluster] settings changed: they take effect on \
+                 restart; the policy is reloaded now"
             );
         }
         *loaded = config;

@@ -1,0 +1,259 @@
+//! Talking to Redis: key names, the one script a sync round runs, and what a round costs on
+//! the wire.
+//!
+//! A round is one pipelined round trip of `EVALSHA` calls, each over at most [`BATCH`]
+//! suspects, so that no single script holds Redis for long. Per suspect the script adds this
+//! node's new weight to the counters of the current (and, after an outage, the previous)
+//! window, sets their expiry in the same atomic step (a node that dies between the two cannot
+//! leave a counter that never expires), and returns both windows' cluster-wide counts.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client};
+
+/// Suspects per `EVALSHA`: a script of this size runs in well under a millisecond.
+pub(crate) const BATCH: usize = 512;
+
+/// Bytes of a suspect's key after the cluster name: the filter's key, the period, the window.
+const SUFFIX: usize = tollgate_filter::LimitKey::LEN + 8 + 8;
+
+/// KEYS: the current and previous window's counters of each suspect, in pairs. ARGV: per
+/// suspect, the expiry in milliseconds and the weight to add to each of the two.
+const SCRIPT: &str = r"
+local out = {}
+for i = 1, #KEYS, 2 do
+  local a = (i - 1) / 2 * 3
+  local ttl = ARGV[a + 1]
+  for k = 0, 1 do
+    local key = KEYS[i + k]
+    local delta = tonumber(ARGV[a + 2 + k])
+    if delta > 0 then
+      out[#out + 1] = redis.call('INCRBY', key, delta)
+      redis.call('PEXPIRE', key, ttl)
+    else
+      out[#out + 1] = tonumber(redis.call('GET', key) or 0)
+    end
+  end
+end
+return out
+";
+
+/// The Redis key of one suspect's counter in one window: `tollgate:` and the cluster's name
+/// and `:`, then a fixed-length binary suffix: the filter's key (rule id, family, prefix
+/// length, masked address), the limit's period in milliseconds and the window index, both
+/// big-endian u64. The suffix has a fixed length, so keys of different clusters, rules,
+/// prefixes, periods or windows never coincide.
+pub(crate) fn key_name(cluster: &str, key: &[u8], period_ms: u64, window: u64) -> Vec<u8> {
+    let mut name = Vec::with_capacity(10 + cluster.len() + SUFFIX);
+    name.extend_from_slice(b"tollgate:");
+    name.extend_from_slice(cluster.as_bytes());
+    name.push(b':');
+    name.extend_from_slice(key);
+    name.extend_from_slice(&period_ms.to_be_bytes());
+    name.extend_from_slice(&window.to_be_bytes());
+    name
+}
+
+/// One suspect's part of a round.
+#[derive(Clone, Debug)]
+pub(crate) struct Push {
+    pub(crate) current: Vec<u8>,
+    pub(crate) previous: Vec<u8>,
+    pub(crate) ttl_ms: u64,
+    pub(crate) add_current: u64,
+    pub(crate) add_previous: u64,
+}
+
+/// Cluster-wide counts of one suspect after a round: (current window, previous window).
+pub(crate) type Totals = (u64, u64);
+
+/// What a round cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cost {
+    /// Request bytes in the RESP encoding.
+    pub(crate) sent: u64,
+    /// Reply bytes in the RESP encoding.
+    pub(crate) received: u64,
+    /// Commands Redis ran: the `EVALSHA` calls and the commands inside them.
+    pub(crate) commands: u64,
+}
+
+/// A connection with the script loaded.
+#[derive(Debug)]
+pub(crate) struct Link {
+    connection: MultiplexedConnection,
+    sha: String,
+    /// The server's `run_id`: a new one means a restarted Redis that lost the counts.
+    pub(crate) run_id: String,
+}
+
+/// Why a connection or a round failed.
+pub(crate) type LinkError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Link {
+    /// Connects to `address`, names the connection `client_name` (so `CLIENT LIST` shows which
+    /// node it is) and loads the script; each step bounded by `timeout`.
+    pub(crate) async fn connect(
+        address: SocketAddr,
+        client_name: &str,
+        timeout: Duration,
+    ) -> Result<Link, LinkError> {
+        let client = Client::open(format!("redis://{address}/"))?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let bounded = async {
+            let mut connection = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(client_name)
+                .query_async::<()>(&mut connection)
+                .await?;
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(SCRIPT)
+                .query_async(&mut connection)
+                .await?;
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query_async(&mut connection)
+                .await?;
+            let run_id = info
+                .lines()
+                .find_map(|line| line.strip_prefix("run_id:"))
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
+            Ok::<_, LinkError>(Link {
+                connection,
+                sha,
+                run_id,
+            })
+        };
+        tokio::time::timeout(timeout, bounded)
+            .await
+            .map_err(|_| LinkError::from("timed out"))?
+    }
+
+    /// Runs one round: every push in one pipelined round trip, bounded by `timeout`. Returns
+    /// the cluster-wide totals, one per push, in order.
+    pub(crate) async fn round(
+        &mut self,
+        pushes: &[Push],
+        timeout: Duration,
+    ) -> Result<(Vec<Totals>, Cost), LinkError> {
+        if pushes.is_empty() {
+            // Nothing to push: a PING still tells whether Redis is there.
+            tokio::time::timeout(
+                timeout,
+                redis::cmd("PING").query_async::<()>(&mut self.connection),
+            )
+            .await
+            .map_err(|_| LinkError::from("timed out"))??;
+            let ping = Cost {
+                sent: resp_array(&[4]),
+                received: "+PONG\r\n".len() as u64,
+                commands: 1,
+            };
+            return Ok((Vec::new(), ping));
+        }
+        let mut pipe = redis::pipe();
+        let mut cost = Cost::default();
+        for batch in pushes.chunks(BATCH) {
+            let command = pipe.cmd("EVALSHA").arg(&self.sha).arg(batch.len() * 2);
+            let mut args: Vec<usize> = vec![
+                "EVALSHA".len(),
+                self.sha.len(),
+                digits(batch.len() as u64 * 2),
+            ];
+            for push in batch {
+                command.arg(&push.current[..]).arg(&push.previous[..]);
+                args.push(push.current.len());
+                args.push(push.previous.len());
+            }
+            for push in batch {
+                command
+                    .arg(push.ttl_ms)
+                    .arg(push.add_current)
+                    .arg(push.add_previous);
+                args.push(digits(push.ttl_ms));
+                args.push(digits(push.add_current));
+                args.push(digits(push.add_previous));
+            }
+            cost.sent += resp_array(&args);
+            let writes = batch
+                .iter()
+                .map(|p| u64::from(p.add_current > 0) + u64::from(p.add_previous > 0))
+                .sum::<u64>();
+            // Per counter: INCRBY and PEXPIRE, or one GET.
+            cost.commands += 1 + 2 * batch.len() as u64 + writes;
+        }
+        let replies: Vec<Vec<i64>> =
+            tokio::time::timeout(timeout, pipe.query_async(&mut self.connection))
+                .await
+                .map_err(|_| LinkError::from("timed out"))??;
+        let mut totals = Vec::with_capacity(pushes.len());
+        for reply in &replies {
+            cost.received += 3 + digits(reply.len() as u64) as u64;
+            for pair in reply.chunks(2) {
+                let count = |i: usize| pair.get(i).copied().unwrap_or(0).max(0) as u64;
+                cost.received += (4 + digits(count(0)) + 4 + digits(count(1))) as u64;
+                totals.push((count(0), count(1)));
+            }
+        }
+        if totals.len() != pushes.len() {
+            return Err(format!("{} counts for {} suspects", totals.len(), pushes.len()).into());
+        }
+        Ok((totals, cost))
+    }
+}
+
+/// Decimal digits of `n`.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// Bytes of a RESP array of bulk strings of these lengths: `*N\r\n`, then `$len\r\n` +
+/// payload + `\r\n` each.
+fn resp_array(lengths: &[usize]) -> u64 {
+    let items: usize = lengths
+        .iter()
+        .map(|&len| 1 + digits(len as u64) + 2 + len + 2)
+        .sum();
+    (1 + digits(lengths.len() as u64) + 2 + items) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Script;
+
+    use super::*;
+
+    #[test]
+    fn keys_of_different_clusters_periods_and_windows_differ() {
+        let key = [7u8; tollgate_filter::LimitKey::LEN];
+        let base = key_name("a", &key, 1000, 5);
+        assert_ne!(base, key_name("b", &key, 1000, 5));
+        assert_ne!(base, key_name("a", &key, 2000, 5));
+        assert_ne!(base, key_name("a", &key, 1000, 6));
+        // The suffix has a fixed length: a cluster name cannot imitate another's keys.
+        assert_ne!(key_name("a:", &key, 1000, 5), key_name("a", &key, 1000, 5));
+        assert_eq!(base.len(), "tollgate:a:".len() + SUFFIX);
+    }
+
+    #[test]
+    fn resp_sizes_match_the_encoding() {
+        // *2\r\n$3\r\nGET\r\n$1\r\nk\r\n
+        assert_eq!(
+            resp_array(&[3, 1]),
+            "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n".len() as u64
+        );
+        assert_eq!(digits(0), 1);
+        assert_eq!(digits(10), 2);
+        assert_eq!(Script::new(SCRIPT).get_hash().len(), 40);
+    }
+}

@@ -1,0 +1,338 @@
+//! The sync task: once per interval, collect the suspects' weight, push it to Redis and read
+//! back the cluster-wide counts in one round trip, and swap in a new view. It runs apart from
+//! the decide path, which never waits for it; when Redis is away it keeps the counts, says so
+//! and retries, and when Redis is back it pushes what it kept and the view returns.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+
+use super::Cluster;
+use super::redis::{Link, Push, key_name};
+use super::suspects::Collected;
+use super::view::{Rest, View};
+
+/// The longest wait between two connection attempts while Redis is away.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+/// While alone, at most one log line per this long says so.
+const ALONE_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// This node's own counts of one suspect, in the wall-clock windows Redis keys them by.
+#[derive(Clone, Copy, Debug)]
+struct Own {
+    key: [u8; tollgate_filter::LimitKey::LEN],
+    period_ms: u64,
+    /// The window index of `counted[0]` and `pushed[0]`.
+    window: u64,
+    /// Weight counted here: current window, previous window.
+    counted: [u64; 2],
+    /// Of it, what Redis has (the rest of the cluster is the total less this).
+    pushed: [u64; 2],
+    /// Counted since the last successful round.
+    touched: bool,
+}
+
+impl Own {
+    fn roll(&mut self, window: u64) {
+        match window.saturating_sub(self.window) {
+            0 => return,
+            1 => {
+                self.counted = [0, self.counted[0]];
+                self.pushed = [0, self.pushed[0]];
+            }
+            _ => {
+                self.counted = [0, 0];
+                self.pushed = [0, 0];
+            }
+        }
+        self.window = window;
+    }
+}
+
+/// The sync task's state: the own counts of every suspect of the last two windows (at most
+/// `8 x suspects` of them), the view being built, and the link to Redis.
+#[derive(Debug)]
+struct Syncer {
+    cluster: Arc<Cluster>,
+    own: HashMap<u64, Own>,
+    view: View,
+    link: Option<Link>,
+    run_id: Option<String>,
+    collected: Vec<Collected>,
+    retry_at: Instant,
+    retry_wait: Duration,
+    last_success: Option<Instant>,
+    alone_logged: Option<Instant>,
+}
+
+/// Runs the sync task of `cluster` until `stop` says so (or its sender is gone): a round
+/// every sync interval, and an early one (no sooner than a quarter interval after the last)
+/// when a decider meets a suspect the view does not hold yet.
+pub async fn run(cluster: Arc<Cluster>, mut stop: watch::Receiver<bool>) {
+    let sync = cluster.config.sync;
+    let mut syncer = Syncer::new(Arc::clone(&cluster));
+    let mut interval = tokio::time::interval(sync);
+    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last = tokio::time::Instant::now();
+    loop {
+        let early = tokio::select! {
+            _ = interval.tick() => false,
+            () = cluster.wake.notified() => {
+                tokio::time::sleep_until(last + sync / 4).await;
+                true
+            }
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    break;
+                }
+                continue;
+            }
+        };
+        syncer.round(early).await;
+        last = tokio::time::Instant::now();
+    }
+}
+
+impl Syncer {
+    fn new(cluster: Arc<Cluster>) -> Syncer {
+        cluster.metrics.alone.set(1);
+        Syncer {
+            own: HashMap::new(),
+            view: View::default(),
+            link: None,
+            run_id: None,
+            collected: Vec::new(),
+            retry_at: Instant::now(),
+            retry_wait: cluster.config.sync,
+            last_success: None,
+            alone_logged: None,
+            cluster,
+        }
+    }
+
+    fn own_cap(&self) -> usize {
+        8 * self.cluster.suspects.capacity()
+    }
+
+    /// One round; an `early` one pushes and reads only the suspects the view does not hold
+    /// yet (the rest wait for the next regular round).
+    async fn round(&mut self, early: bool) {
+        let cluster = Arc::clone(&self.cluster);
+        let metrics = &cluster.metrics;
+        let wall_ms = cluster.wall_ms_now();
+        self.collect(wall_ms);
+        metrics
+            .suspects_overflow
+            .inc_by(cluster.suspects.take_overflow());
+        if self.link.is_none() && Instant::now() >= self.retry_at {
+            self.connect().await;
+        }
+        if self.link.is_some() {
+            self.push(wall_ms, early).await;
+        }
+        metrics
+            .suspects
+            .set(i64::try_from(self.own.len()).unwrap_or(i64::MAX));
+        let age = self
+            .last_success
+            .map_or(f64::INFINITY, |at| at.elapsed().as_secs_f64());
+        metrics.view_age.set(age);
+    }
+
+    /// Takes the suspects' weight into the own counts, rolled to the current windows;
+    /// forgets suspects with nothing counted in either.
+    fn collect(&mut self, wall_ms: u64) {
+        let cap = self.own_cap();
+        self.collected.clear();
+        self.cluster.suspects.drain(&mut self.collected);
+        for item in &self.collected {
+            let window = wall_ms / item.period_ms.max(1);
+            let full = self.own.len() >= cap;
+            let own = match self.own.get_mut(&item.hash) {
+                Some(own) => own,
+                None if full => {
+                    self.cluster.metrics.suspects_overflow.inc();
+                    continue;
+                }
+                // A new suspect brings what was counted here before it became one, so the
+                // others see all of it, not only what came after the threshold.
+                None => self.own.entry(item.hash).or_insert(Own {
+                    key: item.key,
+                    period_ms: item.period_ms,
+                    window,
+                    counted: [item.before, 0],
+                    pushed: [0, 0],
+                    touched: true,
+                }),
+            };
+            own.roll(window);
+            own.counted[0] += item.weight;
+            own.touched = true;
+        }
+        let view = &mut self.view;
+        self.own.retain(|hash, own| {
+            own.roll(wall_ms / own.period_ms.max(1));
+            let keep = own.counted != [0, 0];
+            if !keep {
+                view.remove(hash);
+            }
+            keep
+        });
+    }
+
+    async fn connect(&mut self) {
+        let config = &self.cluster.config;
+        let name = format!("tollgate:{}:{}", config.name, config.node);
+        match Link::connect(config.redis, &name, config.timeout).await {
+            Ok(link) => {
+                if self.run_id.as_ref().is_some_and(|id| *id != link.run_id) {
+                    // A restarted Redis: what was pushed before is gone; push it all again.
+                    for own in self.own.values_mut() {
+                        own.pushed = [0, 0];
+                    }
+                }
+                self.run_id = Some(link.run_id.clone());
+                self.link = Some(link);
+                self.retry_wait = config.sync;
+            }
+            Err(error) => self.failed(&error.to_string()),
+        }
+    }
+
+    async fn push(&mut self, wall_ms: u64, early: bool) {
+        let config = &self.cluster.config;
+        let mut hashes = Vec::new();
+        let mut pushes = Vec::new();
+        for (&hash, own) in &self.own {
+            if (!own.touched && own.counted == own.pushed)
+                || (early && self.view.contains_key(&hash))
+            {
+                continue;
+            }
+            let window = wall_ms / own.period_ms.max(1);
+            hashes.push(hash);
+            pushes.push(Push {
+                current: key_name(&config.name, &own.key, own.period_ms, window),
+                previous: key_name(
+                    &config.name,
+                    &own.key,
+                    own.period_ms,
+                    window.saturating_sub(1),
+                ),
+                ttl_ms: 2 * own.period_ms,
+                add_current: own.counted[0] - own.pushed[0],
+                add_previous: own.counted[1] - own.pushed[1],
+            });
+        }
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        let started = Instant::now();
+        let result = link.round(&pushes, config.timeout).await;
+        let metrics = &self.cluster.metrics;
+        match result {
+            Ok((totals, cost)) => {
+                let took = started.elapsed().as_secs_f64();
+                metrics.sync_seconds.observe(took);
+                metrics.last_sync.set(took);
+                metrics.sent_bytes.inc_by(cost.sent);
+                metrics.received_bytes.inc_by(cost.received);
+                metrics.redis_commands.inc_by(cost.commands);
+                metrics.syncs.inc();
+                for (hash, (current, previous)) in hashes.iter().zip(totals) {
+                    let Some(own) = self.own.get_mut(hash) else {
+                        continue;
+                    };
+                    own.pushed = own.counted;
+                    own.touched = false;
+                    self.view.insert(
+                        *hash,
+                        Rest {
+                            window: own.window,
+                            period_ms: own.period_ms,
+                            current: current.saturating_sub(own.pushed[0]),
+                            previous: previous.saturating_sub(own.pushed[1]),
+                        },
+                    );
+                }
+                self.cluster.view.store(Arc::new(self.view.clone()));
+                // Relaxed: a hint (see `Cluster::wake_early`); the suspects seen so far are in
+                // the view now.
+                self.cluster
+                    .wake_pending
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                self.last_success = Some(Instant::now());
+                if metrics.alone.get() == 1 {
+                    metrics.alone.set(0);
+                    tracing::info!(
+                        cluster = %config.name,
+                        node = %config.node,
+                        redis = %config.redis,
+                        "cluster: joined; limits count the whole cluster"
+                    );
+                    self.alone_logged = None;
+                }
+            }
+            Err(error) => {
+                self.link = None;
+                self.failed(&error.to_string());
+            }
+        }
+    }
+
+    /// Redis is away: limit alone (an empty view), count the error, log within the budget,
+    /// and back off before the next attempt.
+    fn failed(&mut self, error: &str) {
+        let config = &self.cluster.config;
+        let metrics = &self.cluster.metrics;
+        metrics.redis_errors.inc();
+        if !self.view.is_empty() {
+            self.view.clear();
+            self.cluster.view.store(Arc::new(View::default()));
+        }
+        let was_alone = metrics.alone.get() == 1;
+        metrics.alone.set(1);
+        let due = self
+            .alone_logged
+            .is_none_or(|at| at.elapsed() >= ALONE_LOG_EVERY);
+        if !was_alone || due {
+            tracing::warn!(
+                cluster = %config.name,
+                node = %config.node,
+                redis = %config.redis,
+                %error,
+                "cluster: Redis unreachable; limiting alone with local counts, retrying"
+            );
+            self.alone_logged = Some(Instant::now());
+        }
+        self.retry_at = Instant::now() + self.retry_wait;
+        self.retry_wait = (self.retry_wait * 2).min(RETRY_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_counts_roll_with_the_windows() {
+        let mut own = Own {
+            key: [0; tollgate_filter::LimitKey::LEN],
+            period_ms: 1000,
+            window: 7,
+            counted: [5, 3],
+            pushed: [4, 3],
+            touched: true,
+        };
+        own.roll(7);
+        assert_eq!((own.counted, own.pushed), ([5, 3], [4, 3]));
+        // One window on: what was current is previous, and its unpushed 1 is still owed.
+        own.roll(8);
+        assert_eq!((own.window, own.counted, own.pushed), (8, [0, 5], [0, 4]));
+        own.roll(10);
+        assert_eq!((own.counted, own.pushed), ([0, 0], [0, 0]));
+    }
+}

@@ -1,0 +1,80 @@
+//! The view: what the rest of the cluster has counted for this node's suspects, as of the last
+//! sync, swapped in whole each round and read by deciders with one hash lookup.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// The rest of the cluster's counts of one suspect (cluster-wide counts less this node's own),
+/// in the wall-clock windows they were read in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Rest {
+    /// The window index (wall-clock milliseconds / period) of `current`.
+    pub(crate) window: u64,
+    /// The limit's period in milliseconds.
+    pub(crate) period_ms: u64,
+    /// Counted by the others in window `window`.
+    pub(crate) current: u64,
+    /// Counted by the others in window `window - 1`.
+    pub(crate) previous: u64,
+}
+
+impl Rest {
+    /// The others' sliding-window estimate at wall-clock time `wall_ms`: the two-window
+    /// interpolation the sketch uses, `current + previous * (1 - elapsed / period)`, moved on
+    /// by however many windows have passed since the read (a window the view has not seen
+    /// counts 0 until the next sync).
+    pub(crate) fn at(&self, wall_ms: u64) -> u64 {
+        let period = self.period_ms.max(1);
+        let window = wall_ms / period;
+        let left = u128::from(period - wall_ms % period);
+        let fade = |count: u64| (u128::from(count) * left / u128::from(period)) as u64;
+        match window.saturating_sub(self.window) {
+            0 => self.current + fade(self.previous),
+            1 => fade(self.current),
+            _ => 0,
+        }
+    }
+}
+
+/// The suspects' hashes are xxh3 already: the map uses them as they are.
+#[derive(Debug, Default)]
+pub(crate) struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
+/// Rest-of-cluster counts by suspect hash.
+pub(crate) type View = HashMap<u64, Rest, BuildHasherDefault<Prehashed>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_fades_like_the_sketch_and_expires_after_two_windows() {
+        let rest = Rest {
+            window: 10,
+            period_ms: 1000,
+            current: 40,
+            previous: 100,
+        };
+        assert_eq!(rest.at(10_000), 140);
+        assert_eq!(rest.at(10_250), 40 + 75);
+        assert_eq!(rest.at(11_000), 40);
+        assert_eq!(rest.at(11_500), 20);
+        assert_eq!(rest.at(12_000), 0);
+    }
+}

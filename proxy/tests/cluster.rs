@@ -1,0 +1,393 @@
+//! Cluster-wide limits end to end: three in-process proxies share one limit through a real
+//! `redis-server` on a loopback port, and keep limiting alone when it dies or stalls.
+//!
+//! Needs `redis-server` on the PATH (Debian: `apt-get install redis-server`; `.ci/run`
+//! installs it). Without it these tests fail when `CI` is set and otherwise say they were
+//! skipped.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{BOUND, Wire, attempt, echo_upstream, eventually, start};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tollgate::server::Server;
+
+/// The shared limit: `LIMIT` connections per minute per source address.
+const LIMIT: u64 = 30;
+/// Nodes in the cluster.
+const NODES: usize = 3;
+/// The suspect threshold, as a fraction of the limit.
+const THRESHOLD: f64 = 0.25;
+
+/// A `redis-server` on a loopback port, killed when dropped (and resumed first if stopped).
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    /// Starts one on a free port, or `None` (after saying so) when `redis-server` is missing
+    /// outside CI. In CI a missing `redis-server` fails the test.
+    async fn start() -> Option<Redis> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Redis::on(port).await
+    }
+
+    async fn on(port: u16) -> Option<Redis> {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(child) => child,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "redis-server is not installed: CI must install it (apt-get install \
+                     redis-server; .ci/run does)"
+                );
+                eprintln!(
+                    "SKIPPED: redis-server is not installed (apt-get install redis-server); \
+                     the cluster tests did not run"
+                );
+                return None;
+            }
+            Err(err) => panic!("cannot start redis-server: {err}"),
+        };
+        let redis = Redis { child, port };
+        let address = redis.address();
+        eventually_async(|| async move { ping(address).await }).await;
+        Some(redis)
+    }
+
+    fn address(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether Redis answers a PING at `address` (within a bound).
+async fn ping(address: SocketAddr) -> bool {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 7];
+        stream.read_exact(&mut reply).await.ok()?;
+        Some(&reply == b"+PONG\r\n")
+    };
+    tokio::time::timeout(Duration::from_secs(1), exchange)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// Waits (polling, bounded by [`BOUND`]) until the async condition holds.
+async fn eventually_async<F, Fut>(mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not reached within {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn config(upstream: SocketAddr, cluster: Option<(&Redis, usize)>, limit: u64) -> String {
+    let cluster = cluster.map_or(String::new(), |(redis, node)| {
+        format!(
+            r#"
+[cluster]
+redis = ["{}"]
+node = "node-{node}"
+name = "test"
+sync = "50ms"
+timeout = "300ms"
+threshold = {THRESHOLD}
+"#,
+            redis.address()
+        )
+    });
+    format!(
+        r#"
+[admin]
+enabled = false
+
+[[listener]]
+name = "front"
+listen = "127.0.0.1:0"
+upstreams = ["{upstream}"]
+{cluster}
+[[rule]]
+name = "per-source"
+limits = [{{ rate = "{limit}/60s" }}]
+"#
+    )
+}
+
+async fn nodes(redis: Option<&Redis>, limit: u64) -> Vec<Server> {
+    let upstream = echo_upstream().await;
+    let mut nodes = Vec::new();
+    for node in 0..NODES {
+        nodes.push(start(&config(upstream, redis.map(|r| (r, node)), limit)).await);
+    }
+    nodes
+}
+
+fn cluster_of(server: &Server) -> &tollgate::cluster::Cluster {
+    server.shared().cluster.as_deref().expect("a cluster node")
+}
+
+fn alone(server: &Server) -> bool {
+    cluster_of(server).metrics().alone.get() == 1
+}
+
+fn syncs(server: &Server) -> u64 {
+    cluster_of(server).metrics().syncs.get()
+}
+
+fn allowed(servers: &[Server]) -> u64 {
+    servers
+        .iter()
+        .map(|s| s.shared().metrics.listener("front").allowed.get())
+        .sum()
+}
+
+/// Waits until every node has finished two more sync rounds (so the first began after now).
+async fn two_rounds(servers: &[Server]) {
+    let before: Vec<u64> = servers.iter().map(syncs).collect();
+    eventually(|| servers.iter().zip(&before).all(|(s, b)| syncs(s) >= b + 2)).await;
+}
+
+async fn joined(servers: &[Server]) {
+    eventually(|| servers.iter().all(|s| !alone(s))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_admit_about_one_limit_where_three_alone_admit_three() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let cluster = nodes(Some(&redis), LIMIT).await;
+    let independent = nodes(None, LIMIT).await;
+    joined(&cluster).await;
+    // One source, its connections spread evenly: `PER_ROUND` to each node, then two sync
+    // rounds, until it has sent four limits' worth.
+    const PER_ROUND: u64 = 2;
+    let rounds = 4 * LIMIT / (PER_ROUND * NODES as u64);
+    for _ in 0..rounds {
+        for group in [&cluster, &independent] {
+            for server in group {
+                for _ in 0..PER_ROUND {
+                    let wire = attempt("127.0.0.2", server.local_addr("front").unwrap()).await;
+                    // Refused at accept: a reset, or a close when the reset races the write.
+                    assert!(
+                        matches!(wire, Wire::Echoed | Wire::Reset | Wire::Closed(_)),
+                        "{wire:?}"
+                    );
+                }
+            }
+        }
+        two_rounds(&cluster).await;
+    }
+    let (shared, alone) = (allowed(&cluster), allowed(&independent));
+    // The stated bound: each node may admit `THRESHOLD x LIMIT` before it shares anything,
+    // and a round's worth more while counts are in flight.
+    let bound = LIMIT as f64 * (1.0 + NODES as f64 * THRESHOLD) + (PER_ROUND * NODES as u64) as f64;
+    println!("admitted: cluster {shared}, independent {alone} (limit {LIMIT}, bound {bound})");
+    assert_eq!(
+        alone,
+        NODES as u64 * LIMIT,
+        "three independent nodes admit three limits"
+    );
+    assert!(
+        shared as f64 <= bound,
+        "cluster admitted {shared} > {bound}"
+    );
+    assert!(
+        shared >= LIMIT * 9 / 10,
+        "cluster admitted {shared}: fewer than the limit"
+    );
+    for server in &cluster {
+        let metrics = cluster_of(server).metrics();
+        assert!(metrics.sent_bytes.get() > 0 && metrics.received_bytes.get() > 0);
+        assert_eq!(metrics.suspects_overflow.get(), 0);
+        assert_eq!(metrics.redis_errors.get(), 0);
+        // Exported under these names.
+        assert!(common::metric(server, "tollgate_cluster_syncs_total") > 0.0);
+        assert!(common::metric(server, "tollgate_cluster_sync_seconds_count") > 0.0);
+        assert!(common::metric(server, "tollgate_cluster_sent_bytes_total") > 0.0);
+        assert!(common::metric(server, "tollgate_cluster_suspects ") > 0.0);
+        assert_eq!(common::metric(server, "tollgate_cluster_alone "), 0.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_every_node_limits_alone_and_rejoins_when_it_returns() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let port = redis.port;
+    let cluster = nodes(Some(&redis), 5).await;
+    joined(&cluster).await;
+    drop(redis);
+    // Every node keeps serving and limiting with its local counts: node 0 admits exactly its
+    // limit of a new source, every answer within the bound `attempt` enforces.
+    let front = cluster[0].local_addr("front").unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        seen.push(attempt("127.0.0.3", front).await);
+    }
+    assert_eq!(
+        seen.iter().filter(|w| **w == Wire::Echoed).count(),
+        5,
+        "{seen:?}"
+    );
+    assert!(seen[5..].iter().all(|w| *w == Wire::Reset), "{seen:?}");
+    eventually(|| cluster.iter().all(alone)).await;
+    eventually(|| {
+        cluster
+            .iter()
+            .all(|s| cluster_of(s).metrics().view_age.get() > 0.2)
+    })
+    .await;
+    for server in &cluster {
+        let metrics = cluster_of(server).metrics();
+        assert!(metrics.redis_errors.get() > 0);
+        assert_eq!(
+            attempt("127.0.0.5", server.local_addr("front").unwrap()).await,
+            Wire::Echoed
+        );
+    }
+    // Redis returns on the same port: the nodes rejoin by themselves, the view is fresh again,
+    // and what node 0 counted while alone reaches the others.
+    let _redis = Redis::on(port)
+        .await
+        .expect("redis-server was there a moment ago");
+    joined(&cluster).await;
+    eventually(|| {
+        cluster
+            .iter()
+            .all(|s| cluster_of(s).metrics().view_age.get() < 1.0)
+    })
+    .await;
+    two_rounds(&cluster).await;
+    let other = cluster[1].local_addr("front").unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(attempt("127.0.0.3", other).await);
+        two_rounds(&cluster).await;
+    }
+    assert_eq!(
+        seen.last(),
+        Some(&Wire::Reset),
+        "node 1 sees node 0's counts: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_does_not_stall_the_data_path() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let cluster = nodes(Some(&redis), 1000).await;
+    joined(&cluster).await;
+    let errors = |s: &Server| cluster_of(s).metrics().redis_errors.get();
+    redis.signal("-STOP");
+    // While Redis is frozen, the sync rounds wait for it up to their timeout and then give up;
+    // the data path answers throughout. Each connection is bounded by a second, well below a
+    // frozen Redis' hold on a waiting client (forever).
+    let mut answered = 0;
+    while !cluster.iter().all(|s| errors(s) > 0) {
+        for (i, server) in cluster.iter().enumerate() {
+            let front = server.local_addr("front").unwrap();
+            let from = format!("127.0.1.{}", answered % 200 + i + 1);
+            let wire = tokio::time::timeout(Duration::from_secs(1), attempt(&from, front))
+                .await
+                .expect("the data path answers while Redis is frozen");
+            assert_eq!(wire, Wire::Echoed);
+            answered += 1;
+        }
+        assert!(
+            answered < 10_000,
+            "the sync rounds never noticed the frozen Redis"
+        );
+    }
+    assert!(cluster.iter().all(alone));
+    redis.signal("-CONT");
+    joined(&cluster).await;
+    println!("{answered} connections answered while Redis was frozen");
+}
+
+#[test]
+fn the_cluster_section_is_checked_located_and_printed_back() {
+    use tollgate::config::{OnFailure, ProxyConfig};
+    let base = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]\n";
+    let none = ProxyConfig::parse(base).unwrap();
+    assert_eq!(none.cluster, None, "no section, no cluster");
+    let text = format!("[cluster]\nredis = [\"127.0.0.1:6379\"]\nname = \"edge\"\n{base}");
+    let config = ProxyConfig::parse(&text).unwrap();
+    let cluster = config.cluster.clone().expect("a cluster");
+    assert_eq!(cluster.redis, "127.0.0.1:6379".parse().unwrap());
+    assert_eq!(cluster.name, "edge");
+    assert!(!cluster.node.is_empty(), "the host name by default");
+    assert_eq!(cluster.sync, Duration::from_millis(200));
+    assert_eq!(cluster.threshold.get(), 0.25);
+    assert_eq!(cluster.on_failure, OnFailure::Local);
+    assert_eq!(cluster.suspects, 4096);
+    assert_eq!(ProxyConfig::parse(&config.to_string()).unwrap(), config);
+    let bad = "[cluster]\nredis = [\"127.0.0.1:6379\", \"127.0.0.1:6380\"]\nname = \"a b\"\n\
+               sync = \"0s\"\nthreshold = 1.5\non_failure = \"open\"\nsuspects = 2\n";
+    let errors = ProxyConfig::parse(&format!("{bad}{base}")).unwrap_err();
+    let lines: Vec<usize> = errors.0.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [2, 3, 4, 5, 6, 7], "{errors}");
+    let unknown = ProxyConfig::parse(&format!("[cluster]\nredis = []\nsink = 1\n{base}"));
+    assert!(unknown.unwrap_err().to_string().contains("sink"));
+}
+
+#[tokio::test]
+async fn without_a_cluster_section_nothing_of_it_runs_or_is_exported() {
+    let upstream = echo_upstream().await;
+    let server = start(&config(upstream, None, LIMIT)).await;
+    assert!(server.shared().cluster.is_none());
+    assert_eq!(common::metric(&server, "tollgate_cluster_"), 0.0);
+    let text = server.shared().metrics.render(
+        &server
+            .shared()
+            .filter
+            .policy()
+            .sketch_stats(server.shared().now()),
+    );
+    assert!(!text.contains("tollgate_cluster_"), "{text}");
+}
