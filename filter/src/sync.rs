@@ -1,10 +1,16 @@
-//! The one shared mutable thing in the filter: the current policy, swapped whole on reload.
+//! The filter's shared mutable things: the current policy, swapped whole on reload, and the
+//! atomics of the suspects table. Under `--cfg loom` both come from loom.
 //!
 //! Normally an [`arc_swap::ArcSwap`]: readers take no lock and never wait for a reload. arc-swap
 //! is not loom-instrumented, so under `--cfg loom` it is a loom `RwLock<Arc<T>>`, which lets the
 //! models in `tests/loom` check that a decide racing a reload sees one policy whole.
 
 use std::sync::Arc;
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// An atomically replaceable `Arc<T>`.
 #[derive(Debug)]

@@ -97,7 +97,7 @@
 //!   event a suspect's), none measurable when few are.
 
 mod redis;
-mod suspects;
+
 mod sync;
 mod view;
 
@@ -112,7 +112,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::config::ClusterConfig;
 use crate::metrics::ClusterMetrics;
-use suspects::SuspectTable;
+use tollgate_filter::SuspectTable;
 use view::View;
 
 pub use sync::run;

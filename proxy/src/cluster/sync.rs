@@ -12,8 +12,8 @@ use tokio::time::MissedTickBehavior;
 
 use super::Cluster;
 use super::redis::{Link, Push, key_name};
-use super::suspects::Collected;
 use super::view::{Rest, View};
+use tollgate_filter::Collected;
 
 /// The longest wait between two connection attempts while Redis is away.
 const RETRY_MAX: Duration = Duration::from_secs(2);

@@ -1,5 +1,7 @@
-//! The suspects table: where the decide path leaves the weight of suspect keys for the sync
-//! task to collect, in fixed memory and without a lock.
+//! The suspects table: where the decide path leaves the weight of suspect keys (see
+//! [`crate::Remote`]) for a cluster's sync task to collect, in fixed memory and without a lock.
+//! It lives here, beside the hook, and not in the proxy, so that its races can be modelled
+//! with loom (`tests/loom/tests/suspects.rs`) in a crate that does not depend on tokio.
 //!
 //! Two tables of `capacity` slots (64 bytes each, one cache line) take turns: deciders add to
 //! the active one; each sync round the sync task makes the other active and drains the one it
@@ -14,16 +16,15 @@
 //! decider stalled for a whole sync interval between reading the index and adding (a thread
 //! descheduled that long) can lose its event's weight.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
-use tollgate_filter::LimitKey;
+use crate::key::LimitKey;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// Slots probed from a key's home before the event counts as overflow.
-pub(crate) const PROBES: usize = 8;
+pub const PROBES: usize = 8;
 
 const KEY_WORDS: usize = LimitKey::LEN.div_ceil(8);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(64))]
 struct Slot {
     /// The key's hash (odd); 0 when free.
@@ -37,20 +38,36 @@ struct Slot {
     key: [AtomicU64; KEY_WORDS],
 }
 
-/// One suspect's weight since the last drain, as the sync task collects it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Collected {
-    pub(crate) key: [u8; LimitKey::LEN],
-    /// The key's hash (with the period), as the decide path computed it.
-    pub(crate) hash: u64,
-    pub(crate) period_ms: u64,
-    /// The local estimate before the first event the slot saw.
-    pub(crate) before: u64,
-    pub(crate) weight: u64,
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            tag: AtomicU64::new(0),
+            weight: AtomicU64::new(0),
+            before: AtomicU64::new(0),
+            period_ms: AtomicU64::new(0),
+            key: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
+/// One suspect's weight since the last drain, as the sync task collects it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Collected {
+    /// The key's bytes ([`LimitKey::as_bytes`]).
+    pub key: [u8; LimitKey::LEN],
+    /// The key's hash (with the period), as the decide path computed it.
+    pub hash: u64,
+    /// The limit's period in milliseconds.
+    pub period_ms: u64,
+    /// The local estimate before the first event the slot saw.
+    pub before: u64,
+    /// The weight added since the last drain.
+    pub weight: u64,
+}
+
+/// Two fixed tables of suspect slots taking turns (see the module docs).
 #[derive(Debug)]
-pub(crate) struct SuspectTable {
+pub struct SuspectTable {
     tables: [Box<[Slot]>; 2],
     mask: usize,
     active: AtomicUsize,
@@ -59,13 +76,9 @@ pub(crate) struct SuspectTable {
 
 impl SuspectTable {
     /// Two tables of `capacity` slots each (rounded up to a power of two, at least [`PROBES`]).
-    pub(crate) fn new(capacity: usize) -> SuspectTable {
+    pub fn new(capacity: usize) -> SuspectTable {
         let capacity = capacity.max(PROBES).next_power_of_two();
-        let table = || {
-            (0..capacity)
-                .map(|_| Slot::default())
-                .collect::<Box<[Slot]>>()
-        };
+        let table = || (0..capacity).map(|_| Slot::new()).collect::<Box<[Slot]>>();
         SuspectTable {
             tables: [table(), table()],
             mask: capacity - 1,
@@ -75,19 +88,19 @@ impl SuspectTable {
     }
 
     /// Slots per table.
-    pub(crate) fn capacity(&self) -> usize {
+    pub fn capacity(&self) -> usize {
         self.mask + 1
     }
 
     /// Bytes held by both tables.
-    pub(crate) fn memory_bytes(&self) -> usize {
+    pub fn memory_bytes(&self) -> usize {
         2 * self.capacity() * std::mem::size_of::<Slot>()
     }
 
     /// Adds `weight` to suspect `key` (hash `hash`, odd, of the key and a limit's period
     /// `period_ms`); `before` is its local estimate before this event. Lock-free; no
     /// allocation.
-    pub(crate) fn add(&self, key: &LimitKey, hash: u64, period_ms: u64, before: u64, weight: u64) {
+    pub fn add(&self, key: &LimitKey, hash: u64, period_ms: u64, before: u64, weight: u64) {
         // Acquire: pairs with the sync task's Release store of a freshly cleared table.
         let table = &self.tables[self.active.load(Ordering::Acquire) & 1];
         let tag = hash;
@@ -136,7 +149,7 @@ impl SuspectTable {
     /// One sync round's collection: the weight left in the table deciders just stopped using,
     /// and what arrived late in the other (which is then cleared and made active). Only the
     /// sync task calls this.
-    pub(crate) fn drain(&self, into: &mut Vec<Collected>) {
+    pub fn drain(&self, into: &mut Vec<Collected>) {
         // Relaxed: only this task stores `active`.
         let old = self.active.load(Ordering::Relaxed) & 1;
         let next = 1 - old;
@@ -153,7 +166,7 @@ impl SuspectTable {
     }
 
     /// Events whose weight found no slot since the last call.
-    pub(crate) fn take_overflow(&self) -> u64 {
+    pub fn take_overflow(&self) -> u64 {
         // Relaxed: a counter.
         self.overflow.swap(0, Ordering::Relaxed)
     }
@@ -194,7 +207,7 @@ fn collect(table: &[Slot], into: &mut Vec<Collected>) {
 mod tests {
     use std::net::Ipv4Addr;
 
-    use tollgate_filter::{Prefix, RuleId, Source};
+    use crate::{Prefix, RuleId, Source};
 
     use super::*;
 
