@@ -68,8 +68,9 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
 /// `[cluster]`: limits shared with other proxies through Redis (see [`crate::cluster`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterConfig {
-    /// The Redis server (one for now).
-    pub redis: SocketAddr,
+    /// The Redis servers, in order of preference: the sync task talks to one at a time and
+    /// moves to the next when it fails (a primary, then the replicas a failover may promote).
+    pub redis: Vec<SocketAddr>,
     /// This node's name, for logs and Redis' client list (default: the host name).
     pub node: String,
     /// The cluster's name: its keys' namespace, so several clusters can share one Redis.
@@ -488,18 +489,14 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
 
 fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
     let addresses = raw.redis.get_ref();
-    if addresses.len() != 1 {
-        errors.at(
-            &raw.redis,
-            format!(
-                "give one Redis address (this version talks to one server); found {}",
-                addresses.len()
-            ),
-        );
+    if addresses.is_empty() {
+        errors.at(&raw.redis, "give at least one Redis address".to_owned());
     }
-    let redis = addresses
-        .first()
-        .and_then(|a| errors.check(a, |a| socket_addr(a)));
+    let redis: Vec<SocketAddr> = addresses
+        .iter()
+        .filter_map(|a| errors.check(a, |a| socket_addr(a)))
+        .collect();
+    let redis = (redis.len() == addresses.len() && !redis.is_empty()).then_some(redis);
     let node = match &raw.node {
         Some(node) => errors.check(node, |n| name(n, "node")),
         None => Some(hostname()),
@@ -653,7 +650,11 @@ impl fmt::Display for ProxyConfig {
         }
         if let Some(c) = &self.cluster {
             writeln!(f, "\n[cluster]")?;
-            writeln!(f, "redis = {}", list(vec![c.redis.to_string()]))?;
+            writeln!(
+                f,
+                "redis = {}",
+                list(c.redis.iter().map(ToString::to_string).collect())
+            )?;
             writeln!(f, "node = {}", quoted(&c.node))?;
             writeln!(f, "name = {}", quoted(&c.name))?;
             writeln!(f, "sync = {}", duration(c.sync))?;

@@ -269,7 +269,7 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
             tracing::info!(
                 cluster = %config.name,
                 node = %config.node,
-                redis = %config.redis,
+                redis = ?config.redis,
                 sync = ?config.sync,
                 "cluster node: limits are shared through Redis"
             );

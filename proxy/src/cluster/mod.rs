@@ -5,7 +5,7 @@
 //! use tollgate::config::ProxyConfig;
 //! let config = ProxyConfig::parse(r#"
 //!     [cluster]
-//!     redis = ["127.0.0.1:6379"]  # one server for now
+//!     redis = ["127.0.0.1:6379", "127.0.0.1:6380"]  # in order; on failure, the next
 //!     node = "edge-1"             # default: the host name
 //!     name = "edge"               # the key namespace in Redis
 //!     sync = "200ms"              # how often counts are pushed and read back
@@ -17,7 +17,7 @@
 //!     limits = [{ rate = "100/10s" }]
 //! "#)?;
 //! let cluster = config.cluster.expect("a [cluster] section");
-//! assert_eq!((cluster.name.as_str(), cluster.threshold.get()), ("edge", 0.25));
+//! assert_eq!((cluster.name.as_str(), cluster.redis.len()), ("edge", 2));
 //! # Ok::<(), tollgate_filter::ConfigErrors>(())
 //! ```
 //!

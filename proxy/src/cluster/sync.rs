@@ -61,6 +61,8 @@ struct Syncer {
     view: View,
     link: Option<Link>,
     run_id: Option<String>,
+    /// Which of the configured Redis servers is talked to (modulo their number).
+    server: usize,
     collected: Vec<Collected>,
     retry_at: Instant,
     retry_wait: Duration,
@@ -104,6 +106,7 @@ impl Syncer {
             view: View::default(),
             link: None,
             run_id: None,
+            server: 0,
             collected: Vec::new(),
             retry_at: Instant::now(),
             retry_wait: cluster.config.sync,
@@ -186,7 +189,8 @@ impl Syncer {
     async fn connect(&mut self) {
         let config = &self.cluster.config;
         let name = format!("tollgate:{}:{}", config.name, config.node);
-        match Link::connect(config.redis, &name, config.timeout).await {
+        let address = self.address();
+        match Link::connect(address, &name, config.timeout).await {
             Ok(link) => {
                 if self.run_id.as_ref().is_some_and(|id| *id != link.run_id) {
                     // A restarted Redis: what was pushed before is gone; push it all again.
@@ -270,7 +274,7 @@ impl Syncer {
                     tracing::info!(
                         cluster = %config.name,
                         node = %config.node,
-                        redis = %config.redis,
+                        redis = %self.address(),
                         "cluster: joined; limits count the whole cluster"
                     );
                     self.alone_logged = None;
@@ -283,8 +287,14 @@ impl Syncer {
         }
     }
 
+    /// The Redis server talked to now.
+    fn address(&self) -> std::net::SocketAddr {
+        let servers = &self.cluster.config.redis;
+        servers[self.server % servers.len()]
+    }
+
     /// Redis is away: limit alone (an empty view), count the error, log within the budget,
-    /// and back off before the next attempt.
+    /// move to the next configured server, and back off before the next attempt.
     fn failed(&mut self, error: &str) {
         let config = &self.cluster.config;
         let metrics = &self.cluster.metrics;
@@ -302,12 +312,13 @@ impl Syncer {
             tracing::warn!(
                 cluster = %config.name,
                 node = %config.node,
-                redis = %config.redis,
+                redis = %self.address(),
                 %error,
                 "cluster: Redis unreachable; limiting alone with local counts, retrying"
             );
             self.alone_logged = Some(Instant::now());
         }
+        self.server = self.server.wrapping_add(1);
         self.retry_at = Instant::now() + self.retry_wait;
         self.retry_wait = (self.retry_wait * 2).min(RETRY_MAX);
     }
