@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tollgate_filter::DurationText;
 
 use crate::socket;
 
@@ -94,19 +93,6 @@ pub async fn reply(mut stream: TcpStream, bytes: &[u8]) {
     } else {
         reset(stream);
     }
-}
-
-/// A short description for logs.
-#[must_use]
-pub fn describe(values: &ReplyValues<'_>) -> String {
-    format!(
-        "{} over {}/{} (estimate {}), retry after {}",
-        values.rule,
-        values.limit,
-        DurationText(values.window),
-        values.estimate,
-        DurationText(values.retry_after)
-    )
 }
 
 #[cfg(test)]

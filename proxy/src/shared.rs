@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use tollgate_filter::{
-    Config, Decision, DenyReason, Event, Filter, LimitKey, Policy, Prefix, Remote, RuleId, Source,
+    Decision, DenyReason, Event, Filter, LimitKey, Policy, Prefix, Remote, RuleId, Source,
     Transport, Verdict,
 };
 use tollgate_sketch::{Clock, ConcurrencySketch, MonotonicClock, Tick};
@@ -299,11 +299,5 @@ impl Shared {
         }
         *loaded = config;
         Ok(())
-    }
-
-    /// The policy half of the config in force.
-    #[must_use]
-    pub fn policy_config(&self) -> Config {
-        self.filter.policy().config().clone()
     }
 }

@@ -129,16 +129,15 @@ async fn a_shutdown_stops_accepting_and_drains_open_connections() {
     let front = server.local_addr("front").unwrap();
     let open = common::connect_from("127.0.0.2", front).await.unwrap();
     common::eventually(|| server.open_connections() == 1).await;
-    let closer = tokio::spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        // The open connection still works during the drain, then ends.
-        common::exchange(open, b"still here\n").await
-    });
-    let cut = server.shutdown().await;
+    let stopping = tokio::spawn(server.shutdown());
+    // Accepting stops first (the listener closes); the open connection still works.
+    let deadline = tokio::time::Instant::now() + common::BOUND;
+    while common::connect_from("127.0.0.3", front).await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "still accepting");
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(common::exchange(open, b"still here\n").await, Wire::Echoed);
+    // It ends (the exchange dropped it) and the drain finishes with nothing cut.
+    let cut = stopping.await.unwrap();
     assert_eq!(cut, 0, "the open connection finished within the drain");
-    assert_eq!(closer.await.unwrap(), Wire::Echoed);
-    assert!(
-        common::connect_from("127.0.0.2", front).await.is_err(),
-        "no longer accepting"
-    );
 }
