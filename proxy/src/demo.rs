@@ -140,11 +140,11 @@ async fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     // Steady: 2000 sources, 5 connections each at random moments of the run (well under 20/10 s).
-    for index in 0..2000u32 {
+    for index in 0..STEADY_SOURCES as u32 {
         let source = Ipv4Addr::new(127, 1, (index / 250) as u8, (index % 250 + 1) as u8);
         let (class, gate) = (Arc::clone(&steady), Arc::clone(&gate));
         tasks.spawn(async move {
-            let mut moments: Vec<Duration> = (0..5)
+            let mut moments: Vec<Duration> = (0..STEADY_VISITS)
                 .map(|_| RUN.mul_f64(rand::rng().random_range(0.0..1.0)))
                 .collect();
             moments.sort();
@@ -156,7 +156,7 @@ async fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
         });
     }
     // Floods: 5 sources connecting back to back for the whole run.
-    for index in 0..5u8 {
+    for index in 0..FLOOD_SOURCES as u8 {
         let source = Ipv4Addr::new(127, 2, 0, index + 1);
         let (class, gate) = (Arc::clone(&floods), Arc::clone(&gate));
         tasks.spawn(async move {
@@ -231,40 +231,66 @@ async fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
     )?;
     writeln!(out, "done in {:.1} s", elapsed.as_secs_f64())?;
     server.shutdown().await;
-    check(&steady, &floods, &rotating)
+    let totals = Totals {
+        steady: steady.totals(),
+        floods: floods.totals(),
+        rotating: rotating.totals(),
+    };
+    Ok(check(totals, bound)?)
 }
 
-/// The demo's claims, checked: no steady client throttled, and nobody over 20 allowed in the
-/// run (shorter than the 10 s window), which the sketch's never-underestimate guarantee makes
-/// exact. A failure is an error, so CI running the demo notices.
-fn check(
-    steady: &Class,
-    floods: &Class,
-    rotating: &Class,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let (_, steady_throttled, _) = steady.totals();
-    let (flood_allowed, _, _) = floods.totals();
-    let (rotating_allowed, _, _) = rotating.totals();
+/// Steady sources, and the connections each makes in the run.
+const STEADY_SOURCES: u64 = 2000;
+const STEADY_VISITS: u64 = 5;
+/// Flooding sources, and the limit each is held to in the run (shorter than the window).
+const FLOOD_SOURCES: u64 = 5;
+const LIMIT: u64 = 20;
+
+/// What each class got (allowed, throttled, failed), for [`check`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Totals {
+    steady: (u64, u64, u64),
+    floods: (u64, u64, u64),
+    rotating: (u64, u64, u64),
+}
+
+/// The demo's claims, checked: every steady connection echoed (none throttled, none failed
+/// or timed out), and each flooding source and the rotating /64 let through exactly its limit
+/// in the run (shorter than the 10 s window): never more, by the sketch's never-underestimate
+/// guarantee, and never less than the limit minus the sketch's stated overcount `bound`. A
+/// failure is an error, so CI running the demo notices; a demo that forwarded nothing fails.
+fn check(totals: Totals, bound: u64) -> Result<(), String> {
+    let (steady_allowed, steady_throttled, steady_failed) = totals.steady;
+    let (flood_allowed, _, _) = totals.floods;
+    let (rotating_allowed, _, _) = totals.rotating;
     let mut wrong = Vec::new();
-    if steady_throttled > 0 {
+    let steady_expected = STEADY_SOURCES * STEADY_VISITS;
+    if steady_allowed != steady_expected {
         wrong.push(format!(
-            "{steady_throttled} steady connections were throttled"
+            "{steady_allowed} of {steady_expected} steady connections got their echo \
+             ({steady_throttled} throttled, {steady_failed} failed or timed out)"
         ));
     }
-    if flood_allowed > 5 * 20 {
+    let least = LIMIT.saturating_sub(bound);
+    let (flood_least, flood_most) = (FLOOD_SOURCES * least, FLOOD_SOURCES * LIMIT);
+    if !(flood_least..=flood_most).contains(&flood_allowed) {
         wrong.push(format!(
-            "the floods got {flood_allowed} through, over 5 x 20"
+            "the floods got {flood_allowed} through, expected {flood_least} to {flood_most} \
+             ({FLOOD_SOURCES} x {LIMIT}, less at most the stated overcount {bound} each)"
         ));
     }
-    if rotating_allowed > 20 {
+    if !(least..=LIMIT).contains(&rotating_allowed) {
         wrong.push(format!(
-            "the rotating /64 got {rotating_allowed} through, over 20"
+            "the rotating /64 got {rotating_allowed} through, expected {least} to {LIMIT}"
         ));
     }
     if wrong.is_empty() {
         Ok(())
     } else {
-        Err(format!("the demo did not go as expected: {}", wrong.join("; ")).into())
+        Err(format!(
+            "the demo did not go as expected: {}",
+            wrong.join("; ")
+        ))
     }
 }
 
@@ -312,4 +338,66 @@ async fn echo_upstream() -> std::io::Result<SocketAddr> {
 async fn echo(mut stream: TcpStream) {
     let (mut read, mut write) = stream.split();
     let _ = tokio::io::copy(&mut read, &mut write).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: Totals = Totals {
+        steady: (10_000, 0, 0),
+        floods: (100, 90_000, 0),
+        rotating: (20, 900, 0),
+    };
+
+    #[test]
+    fn a_run_that_went_as_promised_passes() {
+        assert_eq!(check(GOOD, 0), Ok(()));
+        let short = Totals {
+            floods: (97, 90_000, 0),
+            rotating: (19, 900, 0),
+            ..GOOD
+        };
+        assert_eq!(check(short, 1), Ok(()));
+    }
+
+    #[test]
+    fn a_run_that_forwarded_nothing_fails() {
+        let nothing = Totals {
+            steady: (0, 0, 10_000),
+            floods: (0, 0, 90_000),
+            rotating: (0, 0, 900),
+        };
+        let err = check(nothing, 0).unwrap_err();
+        assert!(err.contains("0 of 10000 steady"), "{err}");
+        assert!(err.contains("floods got 0"), "{err}");
+        assert!(err.contains("rotating /64 got 0"), "{err}");
+    }
+
+    #[test]
+    fn a_timed_out_steady_client_fails() {
+        let late = Totals {
+            steady: (9_999, 0, 1),
+            ..GOOD
+        };
+        assert!(
+            check(late, 0)
+                .unwrap_err()
+                .contains("1 failed or timed out")
+        );
+    }
+
+    #[test]
+    fn more_than_the_limit_or_less_than_it_minus_the_bound_fails() {
+        let over = Totals {
+            floods: (101, 90_000, 0),
+            ..GOOD
+        };
+        assert!(check(over, 0).is_err());
+        let under = Totals {
+            rotating: (17, 900, 0),
+            ..GOOD
+        };
+        assert!(check(under, 2).is_err());
+    }
 }
