@@ -163,6 +163,13 @@ fn run_variant(scale: Scale, report: &mut Report, front: Front) -> Result<(), Bo
         ("never seen (true 0)", &unseen),
         ("all", &all),
     ] {
+        report.require(
+            group.count_below_zero() == 0,
+            format!(
+                "(d) {name}: {} sampled keys read below their true count",
+                group.count_below_zero()
+            ),
+        );
         let above = group.count_above(bound);
         table.row(vec![
             name.into(),
@@ -198,6 +205,16 @@ fn run_variant(scale: Scale, report: &mut Report, front: Front) -> Result<(), Bo
         status(share_above <= allowed),
         100.0 * share_above
     ));
+    report.require(
+        share_above <= allowed,
+        format!(
+            "(d) {:.4}% of sampled keys above the stated overcount bound {}, more than 1 - \
+             confidence = {:.4}%",
+            100.0 * share_above,
+            stats.overcount_bound,
+            100.0 * allowed
+        ),
+    );
     report.add(table);
     Ok(())
 }

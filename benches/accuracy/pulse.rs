@@ -84,12 +84,25 @@ pub(crate) fn run(report: &mut Report) -> Result<(), Box<dyn Error>> {
         sliding.push(peer.build(WINDOW, BUDGET)?);
     }
     let mut ours_least = u64::MAX;
+    let mut exact = None;
     for limiter in &mut sliding {
         let bursts = bursts(limiter.as_mut(), &mut table);
         if limiter.sketch().is_some() {
             ours_least = ours_least.min(bursts.throttled[1]);
+        } else if exact.is_none() {
+            exact = Some(bursts.throttled[1]);
         }
     }
+    // The exact sliding count is the first row; every event it throttles, a sketch that never
+    // underestimates throttles too.
+    let exact = exact.unwrap_or(0);
+    report.require(
+        ours_least >= exact,
+        format!(
+            "(c) our sketch throttled {ours_least} of burst 2 where the exact sliding count \
+             throttles {exact} (an underestimate)"
+        ),
+    );
     let fixed = bursts(&mut Exact::fixed(window), &mut table);
     table.note(
         "pingora's intervals begin at its first call after an interval has passed (here the first \

@@ -104,11 +104,12 @@ impl Table {
     }
 }
 
-/// Every table of the run.
+/// Every table of the run, and every guarantee it found broken.
 #[derive(Debug)]
 pub(crate) struct Report {
     scale: Scale,
     tables: Vec<Table>,
+    broken: Vec<String>,
 }
 
 impl Report {
@@ -116,7 +117,25 @@ impl Report {
         Report {
             scale,
             tables: Vec::new(),
+            broken: Vec::new(),
         }
+    }
+
+    /// Records `what` as a broken guarantee unless `holds`. Guarantees are what the sketch
+    /// promises (never below the truth; no more keys above the stated bound than its confidence
+    /// allows), unlike goals, which are targets printed as met or MISSED: a broken guarantee
+    /// makes the tool exit non-zero.
+    pub(crate) fn require(&mut self, holds: bool, what: impl Into<String>) {
+        if !holds {
+            let what = what.into();
+            println!("GUARANTEE BROKEN: {what}");
+            self.broken.push(what);
+        }
+    }
+
+    /// The guarantees found broken, in the order found.
+    pub(crate) fn broken(&self) -> &[String] {
+        &self.broken
     }
 
     /// Prints `table` and keeps it for the CSV file.

@@ -142,6 +142,16 @@ pub(crate) fn run(scale: Scale, report: &mut Report) -> Result<(), Box<dyn Error
             percent(score.wrong, events),
             score.missed.to_string(),
         ]);
+        if peer != Peer::Pingora {
+            report.require(
+                score.missed == 0,
+                format!(
+                    "(a) {what}: {} events the exact count judged over were let through (an \
+                     underestimate)",
+                    score.missed
+                ),
+            );
+        }
         scores.push(score);
     }
     table.note(format!(
