@@ -22,10 +22,13 @@
 
 #![warn(missing_docs)]
 
+mod budget;
 mod config;
+mod counter;
 mod filter;
 mod key;
 mod packet;
+mod penalty;
 mod policy;
 mod prefix;
 mod prefix_map;
@@ -36,7 +39,7 @@ mod sync;
 mod units;
 mod verdict;
 
-pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY};
+pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX_LIMIT};
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
