@@ -61,11 +61,14 @@ impl Penalty<'_> {
     pub(crate) fn in_force(&self, key: &LimitKey, now: Tick) -> bool {
         (0..2).any(|phase| {
             let (sketch, at) = (self.sketches[phase], self.tick(phase, now));
-            let read = |key: &LimitKey| sketch.estimate(key.as_bytes(), at);
-            // The twin is read only when the key itself reads a mark: once per event for a
-            // source with no penalty.
+            let estimate = sketch.estimate(key.as_bytes(), at);
+            // The bound (a sum over the sketch's stripes) and the twin are read only when the
+            // key itself reads a mark: a source with no penalty costs one estimate per sketch.
+            if estimate < THRESHOLD {
+                return false;
+            }
             let bound = sketch.overcount_bound(at);
-            in_force(read(key), bound) && in_force(read(&key.twin()), bound)
+            in_force(estimate, bound) && in_force(sketch.estimate(key.twin().as_bytes(), at), bound)
         })
     }
 
