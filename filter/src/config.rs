@@ -1,15 +1,17 @@
 //! Reading a policy from TOML: parsed once into typed values, or refused whole with every error
 //! located by line and column. Never a partial policy.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::Range;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use tollgate_sketch::RateSketch;
 use toml::Spanned;
 
+use crate::budget::{self, Counts};
 use crate::key::RuleId;
 use crate::prefix::Prefix;
 use crate::rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Weight};
@@ -112,7 +114,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawSketch {
     memory: Option<Spanned<String>>,
-    periods: Option<Spanned<toml::Table>>,
+    periods: Option<Spanned<BTreeMap<Spanned<String>, Spanned<toml::Value>>>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -313,24 +315,30 @@ impl Config {
             .as_ref()
             .map(|periods| check_periods(periods, memory, &rules, &mut checker))
             .unwrap_or_default();
+        let config = Config {
+            memory,
+            periods,
+            allow,
+            deny,
+            rules,
+        };
         if checker.errors.is_empty() {
-            Ok(Config {
-                memory,
-                periods,
-                allow,
-                deny,
-                rules,
-            })
+            check_shares(&raw.sketch, &config, &mut checker);
+        }
+        if checker.errors.is_empty() {
+            Ok(config)
         } else {
-            Err(ConfigErrors(checker.errors))
+            let mut errors = checker.errors;
+            errors.sort_by_key(|e| (e.line, e.column));
+            Err(ConfigErrors(errors))
         }
     }
 }
 
 /// `[sketch] periods = { "1s" = "8MiB", ... }`: each a period some limit or penalty uses, with a
-/// size, together within `memory`.
+/// size, together within `memory`. Each error points at its own entry.
 fn check_periods(
-    raw: &Spanned<toml::Table>,
+    raw: &Spanned<BTreeMap<Spanned<String>, Spanned<toml::Value>>>,
     memory: usize,
     rules: &[Rule],
     checker: &mut Checker<'_>,
@@ -342,26 +350,36 @@ fn check_periods(
     };
     let mut periods = Vec::new();
     for (key, value) in raw.get_ref() {
-        let parsed = parse_duration(key).and_then(|period| {
-            if !used(period) {
-                return Err(format!(
-                    "[sketch] periods: no limit or penalty has the period `{key}`"
-                ));
+        let name = key.get_ref();
+        let Some(period) = checker.check(key, |k| {
+            let period = parse_duration(k)?;
+            if used(period) {
+                Ok(period)
+            } else {
+                Err(format!(
+                    "[sketch] periods: no limit or penalty has the period `{k}`"
+                ))
             }
-            let size = value
-                .as_str()
-                .ok_or_else(|| format!("[sketch] periods: `{key}` needs a size such as \"8MiB\""))
-                .and_then(parse_size)?;
-            Ok((period, size))
-        });
-        match parsed {
-            Ok((period, _)) if periods.iter().any(|(p, _)| *p == period) => checker.error(
-                raw.span(),
-                format!("[sketch] periods: `{key}` names a period already given"),
-            ),
-            Ok(entry) => periods.push(entry),
-            Err(message) => checker.error(raw.span(), message),
+        }) else {
+            continue;
+        };
+        let Some(size) = checker.check(value, |v| {
+            v.as_str()
+                .ok_or_else(|| {
+                    format!("[sketch] periods: `{name}` needs a size such as \"8MiB\", not {v}")
+                })
+                .and_then(parse_size)
+        }) else {
+            continue;
+        };
+        if periods.iter().any(|(p, _)| *p == period) {
+            checker.error(
+                key.span(),
+                format!("[sketch] periods: `{name}` names a period already given"),
+            );
+            continue;
         }
+        periods.push((period, size));
     }
     periods.sort_unstable();
     let named: usize = periods.iter().map(|(_, size)| size).sum();
@@ -374,8 +392,83 @@ fn check_periods(
     periods
 }
 
+/// Every sketch the rules need must fit its share of the memory: a share too small is refused
+/// where it is set (its `[sketch] periods` entry, or `[sketch] memory` for the even split).
+fn check_shares(raw: &RawSketch, config: &Config, checker: &mut Checker<'_>) {
+    let shares = budget::shares(config.memory, &config.periods, &config.rules);
+    let sketches = shares.len();
+    // The even split: the most any unnamed sketch needs, and how many there are.
+    let mut unnamed: Option<(usize, usize)> = None;
+    let mut unnamed_count = 0;
+    for share in &shares {
+        let least = share.builder().min_memory_bytes();
+        if !share.named {
+            unnamed_count += 1;
+            if share.bytes < least {
+                let most = unnamed.map_or(least, |(_, most)| most.max(least));
+                unnamed = Some((share.bytes, most));
+            }
+            continue;
+        }
+        // A penalty's two sketches have one entry: one error says it.
+        if share.bytes >= least || share.counts == (Counts::Penalties { shifted: true }) {
+            continue;
+        }
+        let window = DurationText(share.window);
+        let entry = raw.periods.as_ref().and_then(|periods| {
+            periods
+                .get_ref()
+                .iter()
+                .find(|(k, _)| parse_duration(k.get_ref()) == Ok(share.window))
+        });
+        let (span, value) = entry.map_or((0..0, String::new()), |(_, value)| {
+            (value.span(), value.get_ref().to_string())
+        });
+        checker.error(
+            span,
+            format!(
+                "[sketch] periods: `{window}` = {value} gives its sketch {} bytes, less than \
+                 the {least} bytes it needs",
+                share.bytes
+            ),
+        );
+    }
+    if let Some((bytes, least)) = unnamed {
+        let (span, value) = match &raw.memory {
+            Some(memory) => (memory.span(), format!("\"{}\"", memory.get_ref())),
+            None => (0..0, format!("the default {DEFAULT_MEMORY} bytes")),
+        };
+        let named: usize = config.periods.iter().map(|(_, size)| size).sum();
+        checker.error(
+            span,
+            format!(
+                "[sketch] memory = {value} leaves {bytes} bytes for each of {unnamed_count} \
+                 sketches (of {sketches}: one per distinct limit period, two per penalty \
+                 length), less than the {least} bytes a sketch needs: give at least {} bytes",
+                named + least * unnamed_count
+            ),
+        );
+    }
+}
+
+/// The largest count a limit may allow per period: one less than a counter's saturation
+/// point ([`RateSketch::max_count`]), so that a source over it is seen over it.
+pub const MAX_LIMIT: u64 = RateSketch::max_count() - 1;
+
 fn check_limit(raw: &RawLimit, checker: &mut Checker<'_>) -> Option<Limit> {
-    let rate = checker.check(&raw.rate, |r| parse_rate(r));
+    let rate = checker.check(&raw.rate, |r| {
+        let rate = parse_rate(r)?;
+        if rate.count > MAX_LIMIT {
+            return Err(format!(
+                "`{r}`: a limit of {} per period cannot be reached: the sketch's counters \
+                 saturate at {} per window, so the largest limit is {MAX_LIMIT} per period \
+                 (for `weight = \"bytes\"`, limit a shorter period)",
+                rate.count,
+                RateSketch::max_count()
+            ));
+        }
+        Ok(rate)
+    });
     let ipv4_prefix = match &raw.ipv4_prefix {
         Some(len) => checker.check(len, |len| Prefix::v4(*len).map_err(|e| e.to_string())),
         None => Some(Prefix::V4(32)),

@@ -7,7 +7,7 @@ use tollgate_sketch::Tick;
 use crate::config::Config;
 use crate::policy::{Event, Policy, PolicyError};
 use crate::remote::Remote;
-use crate::sync::Swap;
+use crate::sync::{Mutex, Swap};
 use crate::verdict::Decision;
 
 /// Decides on events under the current policy; a reload swaps in a new policy whole, keeping
@@ -34,6 +34,9 @@ use crate::verdict::Decision;
 #[derive(Debug)]
 pub struct Filter {
     policy: Swap<Policy>,
+    /// Held for the whole of a reload (never by a decide): a new policy succeeds the one in
+    /// force, so two reloads at once must not both build on the same one.
+    reloading: Mutex<()>,
 }
 
 impl Filter {
@@ -44,6 +47,7 @@ impl Filter {
     pub fn new(config: Config) -> Result<Filter, PolicyError> {
         Ok(Filter {
             policy: Swap::new(Arc::new(Policy::compile(config, None)?)),
+            reloading: Mutex::new(()),
         })
     }
 
@@ -55,6 +59,7 @@ impl Filter {
     pub fn with_remote(config: Config, remote: Arc<dyn Remote>) -> Result<Filter, PolicyError> {
         Ok(Filter {
             policy: Swap::new(Arc::new(Policy::compile(config, None)?.with_remote(remote))),
+            reloading: Mutex::new(()),
         })
     }
 
@@ -69,13 +74,20 @@ impl Filter {
         self.policy.with(|policy| policy.decide_frame(frame, now))
     }
 
-    /// Replaces the policy with one built from `config`. Deciding goes on meanwhile and sees
-    /// either the old policy or the new one, whole.
+    /// Replaces the policy with one built from `config` at `now`, keeping the counts and
+    /// penalties of every rule whose name and limits are unchanged (see [`Policy::compile`]).
+    /// Deciding goes on meanwhile and sees either the old policy or the new one, whole.
+    ///
+    /// Reloads run one at a time: each builds on the policy the last one stored, so two at
+    /// once (a signal and an admin request) end with the second one's policy, counts kept
+    /// through both; a refused one changes nothing.
     ///
     /// # Errors
     /// [`PolicyError`]; the old policy then stays in force.
-    pub fn reload(&self, config: Config) -> Result<(), PolicyError> {
-        let next = Policy::compile(config, Some(&self.policy.load()))?;
+    pub fn reload(&self, config: Config, now: Tick) -> Result<(), PolicyError> {
+        // A reload that panicked stored nothing: the policy in force is whole, go on.
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let next = Policy::compile(config, Some((&self.policy.load(), now)))?;
         self.policy.store(Arc::new(next));
         Ok(())
     }

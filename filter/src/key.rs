@@ -1,6 +1,8 @@
-//! Keys from addresses: the source as the filter sees it, and the sketch key of one limit.
+//! Keys from addresses: the source as the filter sees it, and the sketch key of a limit, a
+//! penalty or a plain scope.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -88,18 +90,38 @@ impl RuleId {
     }
 }
 
-/// The sketch key of one limit: the rule, the prefix length and the masked source address.
-/// Keys of different rules, prefix lengths or families never coincide.
+/// What a [`LimitKey`] counts: a key of one kind never equals a key of another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    /// A plain scope (the proxy's open-connection counts): rule, prefix, address.
+    Scope = 1,
+    /// The events of a rule's limits of one period.
+    Limit = 2,
+    /// The marks of a rule's penalty.
+    Penalty = 3,
+    /// The second key of each penalty mark (see the `penalty` module).
+    PenaltyTwin = 4,
+}
+
+/// A sketch key: what it counts (a plain scope, a limit or a penalty), the rule, the period,
+/// the prefix length and the masked source address. Two keys are equal only if every one of
+/// these fields is; nothing in a key depends on where a limit sits in the file, so a rule
+/// that keeps its name and limits keeps its keys across reloads.
 ///
 /// # Examples
 /// ```
 /// use std::net::Ipv4Addr;
+/// use std::time::Duration;
 /// use tollgate_filter::{LimitKey, Prefix, RuleId, Source};
 /// let rule = RuleId::from_name("per-source");
 /// let slash24 = Prefix::v4(24)?;
 /// let a = LimitKey::new(rule, Source::from(Ipv4Addr::new(198, 51, 100, 1)), slash24);
 /// let b = LimitKey::new(rule, Source::from(Ipv4Addr::new(198, 51, 100, 200)), slash24);
 /// assert_eq!(a, b); // one /24, one counter
+/// let minute = Duration::from_secs(60);
+/// let source = Source::from(Ipv4Addr::new(198, 51, 100, 1));
+/// // A limit's counter and a penalty's never coincide.
+/// assert_ne!(LimitKey::limit(rule, minute, source, slash24), LimitKey::penalty(rule, minute, source, slash24));
 /// # Ok::<(), tollgate_filter::PrefixError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -108,34 +130,63 @@ pub struct LimitKey {
 }
 
 impl LimitKey {
-    /// Bytes in a key: rule (8), family (1), prefix length (1), address (16).
-    pub const LEN: usize = 26;
+    /// Bytes in a key: kind (1), rule (8), period in nanoseconds (8), family (1), prefix
+    /// length (1), address (16).
+    pub const LEN: usize = 35;
 
-    /// The key of `source` under `rule` at `prefix` (which should be of the source's family;
-    /// see [`Source::pick`]).
+    /// The key of `source` under the plain scope `rule` at `prefix` (which should be of the
+    /// source's family; see [`Source::pick`]). Plain scopes have no period: the proxy counts
+    /// open connections with them.
     #[must_use]
     pub fn new(rule: RuleId, source: Source, prefix: Prefix) -> LimitKey {
+        LimitKey::of(Kind::Scope, rule, Duration::ZERO, source, prefix)
+    }
+
+    /// The key of `source` under the limits of `rule` with period `per`, counted at `prefix`.
+    /// Limits of one rule with one period and one prefix count the same events: they share it.
+    #[must_use]
+    pub fn limit(rule: RuleId, per: Duration, source: Source, prefix: Prefix) -> LimitKey {
+        LimitKey::of(Kind::Limit, rule, per, source, prefix)
+    }
+
+    /// The key of the penalty of `rule` (of length `length`) for `source` at `prefix`.
+    #[must_use]
+    pub fn penalty(rule: RuleId, length: Duration, source: Source, prefix: Prefix) -> LimitKey {
+        LimitKey::of(Kind::Penalty, rule, length, source, prefix)
+    }
+
+    fn of(kind: Kind, rule: RuleId, per: Duration, source: Source, prefix: Prefix) -> LimitKey {
         let mut bytes = [0; Self::LEN];
-        bytes[..8].copy_from_slice(&rule.0.to_le_bytes());
+        bytes[0] = kind as u8;
+        bytes[1..9].copy_from_slice(&rule.0.to_le_bytes());
+        // Periods are whole nanoseconds of at most ~584 years in a checked config.
+        let nanos = u64::try_from(per.as_nanos()).unwrap_or(u64::MAX);
+        bytes[9..17].copy_from_slice(&nanos.to_le_bytes());
         match source.masked(prefix) {
             IpAddr::V4(v4) => {
-                bytes[8] = 4;
-                bytes[9] = match prefix {
+                bytes[17] = 4;
+                bytes[18] = match prefix {
                     Prefix::V4(len) => len,
                     Prefix::V6(_) => 32,
                 };
-                bytes[10..14].copy_from_slice(&v4.octets());
+                bytes[19..23].copy_from_slice(&v4.octets());
             }
             IpAddr::V6(v6) => {
-                bytes[8] = 6;
-                bytes[9] = match prefix {
+                bytes[17] = 6;
+                bytes[18] = match prefix {
                     Prefix::V6(len) => len,
                     Prefix::V4(_) => 128,
                 };
-                bytes[10..26].copy_from_slice(&v6.octets());
+                bytes[19..35].copy_from_slice(&v6.octets());
             }
         }
         LimitKey { bytes }
+    }
+
+    /// The same key under the kind that hashes it apart: a penalty key's twin.
+    pub(crate) fn twin(mut self) -> LimitKey {
+        self.bytes[0] = Kind::PenaltyTwin as u8;
+        self
     }
 
     /// The key as bytes, for [`tollgate_sketch::RateSketch::observe`].
@@ -162,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn families_prefixes_and_rules_never_share_a_key() {
+    fn kinds_periods_families_prefixes_and_rules_never_share_a_key() {
         let rule = RuleId::from_name("r");
         let zero4 = Source::from(Ipv4Addr::UNSPECIFIED);
         let zero6 = Source::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
@@ -172,6 +223,13 @@ mod tests {
             LimitKey::new(rule, zero6, Prefix::V6(0)),
             LimitKey::new(rule, zero6, Prefix::V6(8)),
             LimitKey::new(RuleId::from_name("s"), zero4, Prefix::V4(0)),
+            LimitKey::limit(rule, Duration::ZERO, zero4, Prefix::V4(0)),
+            LimitKey::limit(rule, Duration::from_secs(1), zero4, Prefix::V4(0)),
+            LimitKey::limit(rule, Duration::from_secs(2), zero4, Prefix::V4(0)),
+            LimitKey::penalty(rule, Duration::ZERO, zero4, Prefix::V4(0)),
+            LimitKey::penalty(rule, Duration::from_secs(1), zero4, Prefix::V4(0)),
+            LimitKey::limit(rule, Duration::from_secs(1), zero6, Prefix::V6(0)),
+            LimitKey::penalty(rule, Duration::from_secs(1), zero6, Prefix::V6(0)),
         ];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {

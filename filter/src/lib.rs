@@ -1,10 +1,12 @@
 //! Turns "an event from address A" into the keys and matches Tollgate's rules need: sources
 //! with IPv4-mapped IPv6 folded to IPv4, prefix lengths checked per family, one sketch key per
-//! (rule, prefix length, masked address), and longest-prefix matching for allow/deny lists and
-//! rule sources.
+//! (limit or penalty, rule, period, prefix length, masked address), and longest-prefix matching
+//! for allow/deny lists and rule sources. Penalties are counted apart from the limits and last
+//! exactly their length; counts and penalties of unchanged rules survive every reload.
 //!
 //! ```
 //! use std::net::IpAddr;
+//! use std::time::Duration;
 //! use tollgate_filter::{LimitKey, Prefix, RuleId, Source};
 //! // One rule limiting each address and its /64 (IPv6) or /24 (IPv4).
 //! let rule = RuleId::from_name("per-source");
@@ -12,7 +14,11 @@
 //! let per_network = source.pick(Prefix::v4(24)?, Prefix::v6(64)?);
 //! let rotated = Source::new("2001:db8:1:2:bbbb::9".parse::<IpAddr>()?);
 //! // An attacker rotating addresses inside one /64 hits one network counter.
-//! assert_eq!(LimitKey::new(rule, source, per_network), LimitKey::new(rule, rotated, per_network));
+//! let minute = Duration::from_secs(60);
+//! assert_eq!(
+//!     LimitKey::limit(rule, minute, source, per_network),
+//!     LimitKey::limit(rule, minute, rotated, per_network)
+//! );
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -22,10 +28,13 @@
 
 #![warn(missing_docs)]
 
+mod budget;
 mod config;
+mod counter;
 mod filter;
 mod key;
 mod packet;
+mod penalty;
 mod policy;
 mod prefix;
 mod prefix_map;
@@ -36,7 +45,7 @@ mod sync;
 mod units;
 mod verdict;
 
-pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY};
+pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX_LIMIT};
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};

@@ -1,16 +1,18 @@
 //! A compiled policy: the config's lists and rules turned into lookup structures over shared
 //! sketches, and the decision for one event.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_sketch::{BuildError, RateSketch, Stats, Tick};
+use tollgate_sketch::{BuildError, Stats, Tick};
 
+use crate::budget::{self, Counts};
 use crate::config::Config;
+use crate::counter::Counter;
 use crate::key::{LimitKey, Source};
 use crate::packet::{PacketInfo, parse_frame};
+use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
 use crate::remote::{Remote, Suspect};
@@ -79,22 +81,25 @@ impl fmt::Display for PolicyError {
 
 impl std::error::Error for PolicyError {}
 
-/// A sketch for one window length, shared by every limit with that period.
+/// A limit made ready to decide with.
 #[derive(Debug)]
-struct Counter {
-    window: Duration,
-    budget: usize,
-    sketch: Arc<RateSketch>,
+struct Bound {
+    limit: Limit,
+    /// Its sketch's index in [`Policy::counters`].
+    counter: usize,
 }
 
 /// A rule made ready to decide with.
 #[derive(Debug)]
 struct Compiled {
     sources: PrefixMap<()>,
-    /// Each limit with the index of its sketch.
-    limits: Vec<(Limit, usize)>,
-    /// The penalty sketch, if the rule has a penalty.
-    penalty: Option<usize>,
+    /// Its limits, in file order.
+    limits: Vec<Bound>,
+    /// Limit indices ordered by period and prefix length, for IPv4 sources then IPv6 ones:
+    /// limits that count the same events are adjacent and share one observe.
+    order: [Vec<usize>; 2],
+    /// The penalty's length and its two sketches' indices, if the rule has a penalty.
+    penalty: Option<(Duration, [usize; 2])>,
 }
 
 /// An immutable policy: swap a new one in to reload (see [`crate::Filter`]).
@@ -116,78 +121,68 @@ struct Shared {
 }
 
 impl Policy {
-    /// Builds the policy for `config`. Sketches of `previous` whose window length and memory
-    /// share are unchanged are kept, with their counts: keys carry the rule's name, so the
-    /// counters of every rule whose name is unchanged survive. So is `previous`'s remote.
+    /// Builds the policy for `config`; with `previous` and the time of the reload, as a
+    /// successor that keeps its counts. Every count of a rule whose name and limits are
+    /// unchanged survives, and so does every penalty in force: keys carry the rule's name, the
+    /// period and the prefix, never a limit's place in the file, and a sketch whose memory share
+    /// changed (a period added or removed re-splits `[sketch] memory`) is read alongside its
+    /// successor until its windows have slid out (see the crate's `counter` module). So is
+    /// `previous`'s remote.
     ///
     /// # Errors
-    /// [`PolicyError::Memory`] if the memory is too small for the sketches needed.
-    pub fn compile(config: Config, previous: Option<&Policy>) -> Result<Policy, PolicyError> {
-        let mut windows: Vec<Duration> = Vec::new();
-        let mut seen = HashSet::new();
-        for rule in &config.rules {
-            let periods = rule.limits.iter().map(|l| l.rate.per).chain(rule.penalty);
-            for period in periods {
-                if seen.insert(period) {
-                    windows.push(period);
-                }
-            }
-        }
-        // Named periods get their share; the others split what is left evenly.
-        let named: usize = config.periods.iter().map(|(_, size)| size).sum();
-        let unnamed = windows
+    /// [`PolicyError::Memory`] if the memory is too small for the sketches needed (a config
+    /// from [`Config::parse`] has been checked for that).
+    pub fn compile(
+        config: Config,
+        previous: Option<(&Policy, Tick)>,
+    ) -> Result<Policy, PolicyError> {
+        let shares = budget::shares(config.memory, &config.periods, &config.rules);
+        let counters = shares
             .iter()
-            .filter(|w| !config.periods.iter().any(|(p, _)| p == *w))
-            .count();
-        let even = config.memory.saturating_sub(named) / unnamed.max(1);
-        let budget_of = |window: Duration| {
-            config
-                .periods
+            .map(|&share| {
+                Counter::succeed(share, previous.map(|(p, now)| (&p.counters[..], now))).map_err(
+                    |error| PolicyError::Memory {
+                        sketches: shares.len(),
+                        error,
+                    },
+                )
+            })
+            .collect::<Result<Vec<Counter>, PolicyError>>()?;
+        let index_of = |counts: Counts, window: Duration| {
+            shares
                 .iter()
-                .find(|(p, _)| *p == window)
-                .map_or(even, |(_, size)| *size)
+                .position(|s| s.counts == counts && s.window == window)
         };
-        let mut counters = Vec::with_capacity(windows.len());
-        for &window in &windows {
-            let budget = budget_of(window);
-            let kept = previous.and_then(|p| {
-                p.counters
-                    .iter()
-                    .find(|c| c.window == window && c.budget == budget)
-                    .map(|c| Arc::clone(&c.sketch))
-            });
-            let sketch = match kept {
-                Some(sketch) => sketch,
-                None => Arc::new(
-                    RateSketch::builder()
-                        .window(window)
-                        .memory_bytes(budget)
-                        .build()
-                        .map_err(|error| PolicyError::Memory {
-                            sketches: windows.len(),
-                            error,
-                        })?,
-                ),
-            };
-            counters.push(Counter {
-                window,
-                budget,
-                sketch,
-            });
-        }
-        let index_of = |period: Duration| windows.iter().position(|&w| w == period);
         let rules = config
             .rules
             .iter()
-            .map(|rule| Compiled {
-                sources: networks(rule.sources.iter().map(|c| (*c, ()))),
-                limits: rule
+            .map(|rule| {
+                let limits: Vec<Bound> = rule
                     .limits
                     .iter()
-                    // Every period was collected above: the lookup finds it.
-                    .filter_map(|l| index_of(l.rate.per).map(|i| (*l, i)))
-                    .collect(),
-                penalty: rule.penalty.and_then(index_of),
+                    // Every period has its share (see `budget::shares`): the lookup finds it.
+                    .filter_map(|l| {
+                        index_of(Counts::Limits, l.rate.per)
+                            .map(|counter| Bound { limit: *l, counter })
+                    })
+                    .collect();
+                let ordered = |prefix: fn(&Limit) -> Prefix| {
+                    let mut order: Vec<usize> = (0..limits.len()).collect();
+                    order.sort_by_key(|&i| {
+                        (limits[i].limit.rate.per, prefix(&limits[i].limit).len())
+                    });
+                    order
+                };
+                Compiled {
+                    sources: networks(rule.sources.iter().map(|c| (*c, ()))),
+                    order: [ordered(|l| l.ipv4_prefix), ordered(|l| l.ipv6_prefix)],
+                    limits,
+                    penalty: rule.penalty.and_then(|length| {
+                        let plain = index_of(Counts::Penalties { shifted: false }, length)?;
+                        let shifted = index_of(Counts::Penalties { shifted: true }, length)?;
+                        Some((length, [plain, shifted]))
+                    }),
+                }
             })
             .collect();
         // Deny entries go in last, so an identical network in both lists denies.
@@ -203,7 +198,7 @@ impl Policy {
             lists,
             rules,
             counters,
-            remote: previous.and_then(|p| p.remote.clone()),
+            remote: previous.and_then(|(p, _)| p.remote.clone()),
         })
     }
 
@@ -234,14 +229,36 @@ impl Policy {
     /// Bytes held by the policy's sketches.
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
-        self.counters.iter().map(|c| c.sketch.memory_bytes()).sum()
+        self.counters.iter().map(Counter::memory_bytes).sum()
     }
 
-    /// Each sketch's report on itself (events, front fill, overcount bound), one per distinct
-    /// period and penalty, for metrics.
+    /// Each limit sketch's report on itself (events, front fill, overcount bound), one per
+    /// distinct limit period, for metrics (the penalties' are [`Policy::penalty_stats`]).
     #[must_use]
     pub fn sketch_stats(&self, now: Tick) -> Vec<Stats> {
-        self.counters.iter().map(|c| c.sketch.stats(now)).collect()
+        self.stats(now, |counts| counts == Counts::Limits)
+    }
+
+    /// The penalty sketches' reports on themselves, two per distinct penalty length (the
+    /// second read at ticks shifted by half the length; see `filter/src/penalty.rs`).
+    #[must_use]
+    pub fn penalty_stats(&self, now: Tick) -> Vec<Stats> {
+        self.stats(now, |counts| counts != Counts::Limits)
+    }
+
+    fn stats(&self, now: Tick, which: impl Fn(Counts) -> bool) -> Vec<Stats> {
+        self.counters
+            .iter()
+            .filter(|c| which(c.counts()))
+            .map(|c| {
+                let sketch = c.sketch();
+                if c.counts() == (Counts::Penalties { shifted: true }) {
+                    sketch.stats(now + sketch.window() / 2)
+                } else {
+                    sketch.stats(now)
+                }
+            })
+            .collect()
     }
 
     /// Where `source` stands under every limit of every rule whose sources it matches, counting
@@ -256,18 +273,49 @@ impl Policy {
             if !compiled.sources.is_empty() && compiled.sources.longest_match(source).is_none() {
                 continue;
             }
-            for (limit_index, (limit, counter)) in compiled.limits.iter().enumerate() {
+            for (limit_index, bound) in compiled.limits.iter().enumerate() {
+                let limit = bound.limit;
                 let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
-                let key = LimitKey::new(rule.id, source, prefix);
+                let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
                 found.push(LimitEstimate {
                     at: LimitRef {
                         rule: index,
                         limit: limit_index,
                     },
-                    limit: *limit,
+                    limit,
                     prefix,
-                    estimate: self.counters[*counter].sketch.estimate(key.as_bytes(), now),
+                    estimate: self.counters[bound.counter].estimate(key.as_bytes(), now),
                 });
+            }
+        }
+        found
+    }
+
+    /// The rules (indices, as in [`LimitRef::rule`]) whose penalty `source` is serving at
+    /// `now`, counting nothing (the admin's point query). Empty if a list decides for it.
+    #[must_use]
+    pub fn penalties(&self, source: Source, now: Tick) -> Vec<usize> {
+        if self.lists.longest_match(source).is_some() {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        for (index, (rule, compiled)) in self.config.rules.iter().zip(&self.rules).enumerate() {
+            let Some((length, at)) = compiled.penalty.filter(|_| !rule.shadow) else {
+                continue;
+            };
+            if !compiled.sources.is_empty() && compiled.sources.longest_match(source).is_none() {
+                continue;
+            }
+            let penalty = Penalty {
+                length,
+                sketches: [&self.counters[at[0]], &self.counters[at[1]]],
+            };
+            let serving = compiled.limits.iter().any(|bound| {
+                let prefix = source.pick(bound.limit.ipv4_prefix, bound.limit.ipv6_prefix);
+                penalty.in_force(&LimitKey::penalty(rule.id, length, source, prefix), now)
+            });
+            if serving {
+                found.push(index);
             }
         }
         found
@@ -305,6 +353,7 @@ impl Policy {
                 Verdict::Allow
             });
         }
+        let family = usize::from(!matches!(source.addr(), std::net::IpAddr::V4(_)));
         let mut decision = Decision::of(Verdict::Allow);
         for (index, (rule, compiled)) in self.config.rules.iter().zip(&self.rules).enumerate() {
             if !rule.protocol.matches(event.transport)
@@ -317,26 +366,43 @@ impl Policy {
                 Weight::Events => 1,
                 Weight::Bytes => event.bytes,
             };
-            for (limit_index, (limit, counter)) in compiled.limits.iter().enumerate() {
-                let key = LimitKey::new(
-                    rule.id,
-                    source,
-                    source.pick(limit.ipv4_prefix, limit.ipv6_prefix),
-                );
-                if let Some(penalty) = compiled.penalty.filter(|_| !rule.shadow) {
-                    let serving = self.counters[penalty].sketch.estimate(key.as_bytes(), now) > 0;
-                    if serving && decision.verdict == Verdict::Allow {
-                        decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
-                    }
+            // The key and local estimate of the last group of limits with one period and prefix.
+            let mut group: Option<(LimitKey, u64)> = None;
+            for &limit_index in &compiled.order[family] {
+                let bound = &compiled.limits[limit_index];
+                let limit = &bound.limit;
+                let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
+                let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
+                let penalty = compiled
+                    .penalty
+                    .filter(|_| !rule.shadow)
+                    .map(|(length, at)| {
+                        let key = LimitKey::penalty(rule.id, length, source, prefix);
+                        let sketches = [&self.counters[at[0]], &self.counters[at[1]]];
+                        (key, Penalty { length, sketches })
+                    });
+                let serving = penalty.is_some_and(|(key, penalty)| penalty.in_force(&key, now));
+                if serving && decision.verdict == Verdict::Allow {
+                    decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
                 }
-                let sketch = &self.counters[*counter].sketch;
-                let mut estimate = if count {
-                    sketch.observe(key.as_bytes(), weight, now)
-                } else {
-                    sketch.estimate(key.as_bytes(), now)
+                // Limits of one period and prefix count the same events: one observe for all.
+                let (local, first) = match group {
+                    Some((grouped, estimate)) if grouped == key => (estimate, false),
+                    _ => {
+                        let counter = &self.counters[bound.counter];
+                        let estimate = if count {
+                            counter.observe(key.as_bytes(), weight, now)
+                        } else {
+                            counter.estimate(key.as_bytes(), now)
+                        };
+                        group = Some((key, estimate));
+                        (estimate, true)
+                    }
                 };
+                let mut estimate = local;
                 if let Some(shared) = &self.remote {
-                    let counted = if count { weight } else { 0 };
+                    // The event is reported to the cluster once per key, by the first limit.
+                    let counted = if count && first { weight } else { 0 };
                     estimate = shared.with_rest(&key, limit, estimate, counted, now);
                 }
                 if estimate <= limit.rate.count {
@@ -354,16 +420,27 @@ impl Policy {
                 };
                 if rule.shadow {
                     decision.shadow_count += 1;
-                    decision.shadow.get_or_insert(throttle);
+                    let earlier = decision
+                        .shadow
+                        .is_some_and(|t| t.at.rule != index || t.at.limit < limit_index);
+                    if !earlier {
+                        decision.shadow = Some(throttle);
+                    }
                     continue;
                 }
-                if decision.verdict == Verdict::Allow {
+                // Of this rule's limits, the first in file order is the one reported.
+                let replace = match decision.verdict {
+                    Verdict::Allow => true,
+                    Verdict::Throttle(t) => t.at.rule == index && t.at.limit > limit_index,
+                    Verdict::Deny(_) => false,
+                };
+                if replace {
                     decision.verdict = Verdict::Throttle(throttle);
                 }
-                if let Some(penalty) = compiled.penalty.filter(|_| count) {
-                    let _ = self.counters[penalty]
-                        .sketch
-                        .observe(key.as_bytes(), 1, now);
+                if let Some((key, penalty)) = penalty.filter(|_| count && !serving) {
+                    // A mark is read back at once: the rule's other limits at this prefix then
+                    // see the penalty in force and do not mark again.
+                    penalty.mark(&key, now);
                 }
             }
         }

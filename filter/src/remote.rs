@@ -20,8 +20,8 @@ use crate::key::LimitKey;
 pub struct Suspect<'a> {
     /// The key.
     pub key: &'a LimitKey,
-    /// The period of the limit it is counted under (two limits of a rule with one prefix share
-    /// a key but not a count).
+    /// The period of the limit it is counted under (also in the key; limits of a rule with one
+    /// period and one prefix share the key and its count, and report each event once).
     pub per: Duration,
     /// The local sliding estimate before this event.
     pub before: u64,

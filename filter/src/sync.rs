@@ -1,5 +1,6 @@
-//! The filter's shared mutable things: the current policy, swapped whole on reload, and the
-//! atomics of the suspects table. Under `--cfg loom` both come from loom.
+//! The filter's shared mutable things: the current policy, swapped whole on reload, the lock
+//! that lets one reload at a time build on it, and the atomics of the suspects table. Under
+//! `--cfg loom` all come from loom.
 //!
 //! Normally an [`arc_swap::ArcSwap`]: readers take no lock and never wait for a reload. arc-swap
 //! is not loom-instrumented, so under `--cfg loom` it is a loom `RwLock<Arc<T>>`, which lets the
@@ -8,7 +9,11 @@
 use std::sync::Arc;
 
 #[cfg(loom)]
+pub(crate) use loom::sync::Mutex;
+#[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::Mutex;
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 

@@ -70,9 +70,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             ));
         }
     };
+    // Whole nanoseconds must fit 64 bits (about 584 years): sketch windows and keys hold
+    // them, and two longer periods would otherwise both saturate to one.
     millis
+        .filter(|ms| ms.checked_mul(1_000_000).is_some())
         .map(Duration::from_millis)
-        .ok_or_else(|| format!("`{text}` is too long a duration"))
+        .ok_or_else(|| format!("`{text}` is too long a duration (at most 584 years)"))
 }
 
 /// Parses a size: a number of bytes, or one with `KiB`, `MiB` or `GiB` (also `KB`, `MB`, `GB`,
@@ -108,11 +111,13 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let (count, per) = text.split_once('/').ok_or_else(|| {
         format!("`{text}` is not a rate: expected `<count>/<period>`, e.g. `100/10s`")
     })?;
-    let count: u64 = count.trim().parse().map_err(|_| {
-        format!(
-            "`{text}`: the count `{}` is not a whole number",
-            count.trim()
-        )
+    let count = count.trim();
+    let count: u64 = count.parse().map_err(|_| {
+        if !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()) {
+            format!("`{text}`: the count `{count}` is too large")
+        } else {
+            format!("`{text}`: the count `{count}` is not a whole number")
+        }
     })?;
     if count == 0 {
         return Err(format!(
@@ -149,6 +154,13 @@ mod tests {
         );
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("99999999999999999999h").is_err());
+        // Longer than 2^64 ns: refused, not saturated (two such periods would share a key).
+        assert!(
+            parse_duration("5000000000h")
+                .unwrap_err()
+                .contains("584 years")
+        );
+        assert!(parse_duration("5000000h").is_ok());
     }
 
     #[test]
@@ -182,6 +194,11 @@ mod tests {
         );
         assert!(parse_rate("100").unwrap_err().contains("<count>/<period>"));
         assert!(parse_rate("x/10s").unwrap_err().contains("whole number"));
+        assert!(
+            parse_rate("99999999999999999999999/s")
+                .unwrap_err()
+                .contains("too large")
+        );
         assert!(parse_rate("10/10y").unwrap_err().contains("unknown unit"));
     }
 }

@@ -137,15 +137,20 @@ fn periods_get_the_memory_named_and_the_rest_is_split() {
     let config = Config::parse(text).expect("valid");
     assert_eq!(config.periods, [(Duration::from_secs(1), 8 << 20)]);
     let policy = tollgate_filter::Policy::compile(config, None).expect("fits");
-    let sizes: Vec<usize> = policy
-        .sketch_stats(tollgate_sketch::Tick::ZERO)
-        .iter()
-        .map(|s| s.memory_bytes)
-        .collect();
-    // 8 MiB for 1 s; 56 MiB split between 60 s and the 5 min penalty (each within its budget).
+    let now = tollgate_sketch::Tick::ZERO;
+    let stats = policy
+        .sketch_stats(now)
+        .into_iter()
+        .chain(policy.penalty_stats(now));
+    let sizes: Vec<usize> = stats.map(|s| s.memory_bytes).collect();
+    // 8 MiB for 1 s; 56 MiB split evenly between the sketch of 60 s and the two of the 5 min
+    // penalty (each within its budget).
     assert!(sizes[0] <= 8 << 20 && sizes[0] > 7 << 20, "{sizes:?}");
+    let third = (56 << 20) / 3;
     assert!(
-        sizes[1..].iter().all(|&s| s <= 28 << 20 && s > 27 << 20),
+        sizes[1..]
+            .iter()
+            .all(|&s| s <= third && s > third - (1 << 20)),
         "{sizes:?}"
     );
     for (bad, needle) in [
@@ -195,4 +200,55 @@ fn all_errors_are_reported_at_once_and_nothing_is_kept() {
 fn toml_syntax_errors_are_located() {
     let (line, message) = only_error("[sketch]\nmemory = \"64MiB\n");
     assert_eq!(line, 2, "{message}");
+}
+
+/// Issue 9, item 3: a limit the 24-bit counters cannot reach is refused, with its place, its
+/// value and the largest allowed.
+#[test]
+fn limits_the_counters_cannot_reach_are_refused() {
+    let text =
+        "[[rule]]\nname = \"r\"\nweight = \"bytes\"\nlimits = [{ rate = \"100000000/1s\" }]\n";
+    let error = &Config::parse(text).expect_err("unreachable").0[0];
+    assert_eq!((error.line, error.column), (4, 20), "{error}");
+    assert!(error.message.contains("`100000000/1s`"), "{error}");
+    assert!(error.message.contains("16777214"), "{error}");
+    assert_eq!(tollgate_filter::MAX_LIMIT, 16_777_214);
+    // The largest reachable limit is accepted, one more is not.
+    let at =
+        |count: u64| format!("[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"{count}/1s\" }}]\n");
+    assert!(Config::parse(&at(16_777_214)).is_ok());
+    assert!(Config::parse(&at(16_777_215)).is_err());
+}
+
+/// Issue 9, item 4: memory too small for the sketches is refused at its line, with its value.
+#[test]
+fn memory_too_small_for_the_sketches_is_located() {
+    let rule = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]\npenalty = \"1m\"\n";
+    for memory in ["0MiB", "1KiB"] {
+        let text = format!("[sketch]\nmemory = \"{memory}\"\n{rule}");
+        let errors = Config::parse(&text).expect_err("too small").0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!((errors[0].line, errors[0].column), (2, 10), "{errors:?}");
+        assert!(
+            errors[0].message.contains(&format!("\"{memory}\"")),
+            "{errors:?}"
+        );
+    }
+    // A named period too small for its sketch is refused at its own entry.
+    let text = format!(
+        "[sketch]\nmemory = \"1MiB\"\n[sketch.periods]\n\"1s\" = \"64KiB\"\n\"1m\" = \"100\"\n{rule}"
+    );
+    let errors = Config::parse(&text).expect_err("too small").0;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].line, 5, "{errors:?}");
+    assert!(errors[0].message.contains("`1m` = \"100\""), "{errors:?}");
+}
+
+/// Errors in `[sketch] periods` point at their own entries, not at the table.
+#[test]
+fn period_errors_point_at_their_entries() {
+    let text = "[sketch]\nmemory = \"1MiB\"\n[sketch.periods]\n\"1s\" = \"64KiB\"\n\"2s\" = \"64KiB\"\n\"1m\" = 5\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }, { rate = \"10/1m\" }]\n";
+    let errors = Config::parse(text).expect_err("bad").0;
+    let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [5, 6], "{errors:?}");
 }

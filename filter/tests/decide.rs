@@ -114,9 +114,9 @@ fn a_penalty_outlasts_the_limit() {
     // Ten seconds on the rate is long forgotten; the penalty is not.
     let verdict = f.decide(&event("203.0.113.1"), at(10)).verdict;
     assert_eq!(verdict, Verdict::Deny(DenyReason::Penalty { rule: 0 }));
-    // Between one and two penalty periods later it has expired.
+    // One penalty length (and a second) after the event that started it, it has expired.
     assert_eq!(
-        f.decide(&event("203.0.113.1"), at(125)).verdict,
+        f.decide(&event("203.0.113.1"), at(61)).verdict,
         Verdict::Allow
     );
 }
@@ -130,22 +130,24 @@ fn a_reload_keeps_the_counters_of_rules_it_keeps_and_a_bad_one_changes_nothing()
     let more = format!(
         "{POLICY}\n[[rule]]\nname = \"extra\"\nprotocol = \"udp\"\nlimits = [{{ rate = \"5/10s\" }}]\n"
     );
-    f.reload(Config::parse(&more).expect("valid"))
+    f.reload(Config::parse(&more).expect("valid"), now)
         .expect("reload");
     assert_eq!(f.policy().config().rules.len(), 2);
     assert_eq!(throttled(&f, "203.0.113.1", 1, now), 1, "counters survived");
     // Renamed: a new rule with new counters.
     let renamed = POLICY.replace("per-source", "per-address");
-    f.reload(Config::parse(&renamed).expect("valid"))
+    f.reload(Config::parse(&renamed).expect("valid"), now)
         .expect("reload");
     assert_eq!(
         throttled(&f, "203.0.113.1", 1, now),
         0,
         "a renamed rule starts afresh"
     );
-    // A policy whose memory cannot hold its sketches is refused; the old one stays.
+    // A policy whose memory cannot hold its sketches is refused, at its line; the old one
+    // stays.
     let tiny = renamed.replace("4MiB", "1KiB");
-    assert!(f.reload(Config::parse(&tiny).expect("parses")).is_err());
+    let refused = Config::parse(&tiny).expect_err("too small").0;
+    assert_eq!((refused.len(), refused[0].line), (1, 3), "{refused:?}");
     assert_eq!(f.policy().config().memory, 4 << 20);
 }
 

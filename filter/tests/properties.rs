@@ -185,7 +185,8 @@ mod round_trip {
 
     fn config() -> impl Strategy<Value = Config> {
         (
-            1usize..1 << 40,
+            // Enough for the sketches of 3 rules of 3 limits and a penalty each.
+            16usize << 20..1 << 40,
             prop::collection::vec(cidr(), 0..4),
             prop::collection::vec(cidr(), 0..4),
             0usize..4,
@@ -203,7 +204,10 @@ mod round_trip {
                 used.sort_unstable();
                 used.dedup();
                 let share = memory / (used.len() + 1);
-                let picks = prop::collection::vec((any::<bool>(), 1..=share.max(1)), used.len());
+                // Each named share at least what any sketch needs (a penalty's two included).
+                let least = 1usize << 16;
+                let picks =
+                    prop::collection::vec((any::<bool>(), least..=share.max(least)), used.len());
                 (
                     Just(memory),
                     Just(allow),

@@ -272,10 +272,13 @@ impl Shared {
 
     fn try_reload(&self) -> Result<(), ReloadError> {
         let path = self.path.as_ref().ok_or(ReloadError::NoFile)?;
+        // One reload at a time (a SIGHUP and a POST /reload may race), from reading the file
+        // to the swap: the last file read is the policy in force, a refused one changes nothing.
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         let text = std::fs::read_to_string(path).map_err(|e| ReloadError::Read(path.clone(), e))?;
         let config =
             ProxyConfig::parse(&text).map_err(|e| ReloadError::Invalid(path.clone(), e))?;
-        self.apply(config)
+        self.apply_locked(config, &mut loaded)
     }
 
     /// Swaps in the policy of `config` (the proxy's own sections need a restart to change).
@@ -283,10 +286,18 @@ impl Shared {
     /// # Errors
     /// [`ReloadError::Policy`] if the policy cannot be built; the old one stays.
     pub fn apply(&self, config: ProxyConfig) -> Result<(), ReloadError> {
-        self.filter
-            .reload(config.policy.clone())
-            .map_err(ReloadError::Policy)?;
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        self.apply_locked(config, &mut loaded)
+    }
+
+    fn apply_locked(
+        &self,
+        config: ProxyConfig,
+        loaded: &mut ProxyConfig,
+    ) -> Result<(), ReloadError> {
+        self.filter
+            .reload(config.policy.clone(), self.now())
+            .map_err(ReloadError::Policy)?;
         if loaded.listeners != config.listeners
             || loaded.admin != config.admin
             || loaded.settings != config.settings

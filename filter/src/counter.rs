@@ -1,0 +1,136 @@
+//! One sketch of a policy, and the sketches it replaced at a reload that changed its memory
+//! share: counts survive any reload of the rules that keep their name and limits.
+//!
+//! A sketch's cells are indexed by a multiply-shift of the key's hash (`tollgate-sketch`'s
+//! `hash.rs`), not by hash bits under a mask, so a window cannot be folded into a sketch of
+//! another width. Instead the old sketch is *retired*: it counts nothing more, and every
+//! estimate adds the old sketch's estimate to the new one's until the old one's last window
+//! has slid out (three windows after the reload; a decide that loaded the old policy just
+//! before the swap may still count into it). Estimates never fall below the true count: every
+//! event since the reload is in the new sketch, every one before it in the old. The old
+//! sketch's memory is held until the first reload after that (`Policy::memory_bytes` counts it).
+
+use std::sync::Arc;
+
+use tollgate_sketch::{BuildError, RateSketch, Tick};
+
+use crate::budget::{Counts, Share};
+
+/// A sketch no longer counted into, read until `until`.
+#[derive(Debug)]
+struct Retired {
+    sketch: Arc<RateSketch>,
+    until: Tick,
+}
+
+/// A policy's sketch for one limit period or penalty length.
+#[derive(Debug)]
+pub(crate) struct Counter {
+    share: Share,
+    sketch: Arc<RateSketch>,
+    retired: Vec<Retired>,
+}
+
+impl Counter {
+    /// The counter for `share`: `previous`'s sketch of the same kind and window if its share is
+    /// unchanged, else a new sketch that retires `previous`'s at `now`. Retired sketches whose
+    /// windows have slid out by `now` are dropped.
+    ///
+    /// # Errors
+    /// The sketch's [`BuildError`] if the share is too small for it.
+    pub(crate) fn succeed(
+        share: Share,
+        previous: Option<(&[Counter], Tick)>,
+    ) -> Result<Counter, BuildError> {
+        let before = previous.and_then(|(counters, now)| {
+            counters
+                .iter()
+                .find(|c| c.share.counts == share.counts && c.share.window == share.window)
+                .map(|c| (c, now))
+        });
+        let Some((old, now)) = before else {
+            return Ok(Counter {
+                share,
+                sketch: Arc::new(share.builder().build()?),
+                retired: Vec::new(),
+            });
+        };
+        let mut retired: Vec<Retired> = old
+            .retired
+            .iter()
+            .filter(|r| now < r.until)
+            .map(|r| Retired {
+                sketch: Arc::clone(&r.sketch),
+                until: r.until,
+            })
+            .collect();
+        if old.share.bytes == share.bytes {
+            return Ok(Counter {
+                share,
+                sketch: Arc::clone(&old.sketch),
+                retired,
+            });
+        }
+        retired.push(Retired {
+            sketch: Arc::clone(&old.sketch),
+            until: now + share.window.saturating_mul(3),
+        });
+        Ok(Counter {
+            share,
+            sketch: Arc::new(share.builder().build()?),
+            retired,
+        })
+    }
+
+    /// What it counts.
+    pub(crate) fn counts(&self) -> Counts {
+        self.share.counts
+    }
+
+    /// The sketch counted into.
+    pub(crate) fn sketch(&self) -> &RateSketch {
+        &self.sketch
+    }
+
+    /// Counts `weight` for `key` at `now`; the estimate including it.
+    #[inline]
+    pub(crate) fn observe(&self, key: &[u8], weight: u64, now: Tick) -> u64 {
+        let here = self.sketch.observe(key, weight, now);
+        here.saturating_add(self.retired_estimate(key, now))
+    }
+
+    /// The estimate of `key` at `now`, counting nothing.
+    #[inline]
+    pub(crate) fn estimate(&self, key: &[u8], now: Tick) -> u64 {
+        let here = self.sketch.estimate(key, now);
+        here.saturating_add(self.retired_estimate(key, now))
+    }
+
+    /// The stated overcount of [`Counter::estimate`] at `now`: the sum of the sketches' bounds.
+    pub(crate) fn overcount_bound(&self, now: Tick) -> u64 {
+        self.retired
+            .iter()
+            .filter(|r| now < r.until)
+            .fold(self.sketch.overcount_bound(now), |sum, r| {
+                sum.saturating_add(r.sketch.overcount_bound(now))
+            })
+    }
+
+    /// Bytes held, retired sketches included.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.retired
+            .iter()
+            .map(|r| r.sketch.memory_bytes())
+            .sum::<usize>()
+            + self.sketch.memory_bytes()
+    }
+
+    #[inline]
+    fn retired_estimate(&self, key: &[u8], now: Tick) -> u64 {
+        self.retired
+            .iter()
+            .filter(|r| now < r.until)
+            .map(|r| r.sketch.estimate(key, now))
+            .fold(0, u64::saturating_add)
+    }
+}

@@ -1,0 +1,145 @@
+//! Penalties: a source that goes over a limit of a rule with `penalty = P` is refused for `P`
+//! from that event.
+//!
+//! A penalty is a *mark* under a key of its own ([`crate::LimitKey::penalty`]) in sketches of
+//! its own (window `P`, no front), so no limit's events ever read as a penalty. A source
+//! serves its penalty while its mark's estimate is at least [`THRESHOLD`] *and* more than
+//! [`MARGIN`] times the sketch's stated overcount
+//! ([`tollgate_sketch::RateSketch::overcount_bound`], `e * N / width`).
+//!
+//! The stated bound holds for a key with probability `1 - e^-depth` (98% at depth 4), too
+//! weak for refusing people: marks are heavy, so one mark colliding with a key in every row
+//! reads as a mark. The sketch derives its rows from one hash (double hashing), so two keys
+//! whose hashes agree in two places collide in every row: about `m / width^2` for a key among
+//! `m` marks (measured: 5e-6 with 60 marks at width 1,787), not `(m / width)^depth`. So each
+//! mark is made under two keys hashed apart (the penalty key and its twin), and a penalty is
+//! in force only if both read it: a source with no mark is refused only if both of its keys
+//! collide in every row, about `(m / width^2)^2`, 1e-10 at the capacity below for a 64 KiB
+//! sketch. Sketch noise does not refuse an innocent source.
+//!
+//! The mark's weight makes it last `P`. A mark of weight `w` made `a` into a window of length
+//! `P` reads `w` until that window ends, then `ceil(w * (1 - b / P))` at `b` into the next one
+//! (the sliding window counter). With `w = ceil(THRESHOLD * P / (P - a))` it falls below
+//! [`THRESHOLD`] at `b` just past `a`: `P` after the mark, late by at most `2P / THRESHOLD`
+//! (1/32768 of `P`), never early. So that `a` stays below `P / 2` (and `w` below twice
+//! [`THRESHOLD`]), each penalty length has two sketches, the second read at ticks shifted by
+//! `P / 2`; a mark goes to the one whose window it falls in the first half of, and a source is
+//! refused if either holds its mark.
+//!
+//! A source serving a penalty is not marked again: if it is still over its limit when the
+//! penalty ends, its next event starts a new one.
+//!
+//! Every mark adds to its sketch's load, and the stated overcount grows with the load (`e /
+//! width` of it). A penalty's two keys weigh 2.8 times [`THRESHOLD`] on average, so past
+//! about `width / 30` penalties per sketch in the sliding window (about one penalty per KiB
+//! of the penalty's memory, its two sketches together) [`MARGIN`] times the bound passes a
+//! mark's weight and penalties stop being in force: they end early rather than fall on
+//! sources that went over no limit. The limits still apply.
+
+use std::time::Duration;
+
+use tollgate_sketch::Tick;
+
+use crate::counter::Counter;
+use crate::key::LimitKey;
+
+/// The least estimate that counts as a penalty in force (see the module docs).
+pub(crate) const THRESHOLD: u64 = 1 << 16;
+
+/// How many times the stated overcount a penalty's estimate must exceed.
+pub(crate) const MARGIN: u64 = 4;
+
+/// One rule's penalty: its length and its two sketches, the second read at shifted ticks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Penalty<'a> {
+    pub(crate) length: Duration,
+    pub(crate) sketches: [&'a Counter; 2],
+}
+
+impl Penalty<'_> {
+    /// Whether `key`'s penalty is in force at `now`.
+    pub(crate) fn in_force(&self, key: &LimitKey, now: Tick) -> bool {
+        (0..2).any(|phase| {
+            let (sketch, at) = (self.sketches[phase], self.tick(phase, now));
+            let estimate = sketch.estimate(key.as_bytes(), at);
+            // The bound (a sum over the sketch's stripes) and the twin are read only when the
+            // key itself reads a mark: a source with no penalty costs one estimate per sketch.
+            if estimate < THRESHOLD {
+                return false;
+            }
+            let bound = sketch.overcount_bound(at);
+            in_force(estimate, bound) && in_force(sketch.estimate(key.twin().as_bytes(), at), bound)
+        })
+    }
+
+    /// Starts `key`'s penalty at `now`.
+    pub(crate) fn mark(&self, key: &LimitKey, now: Tick) {
+        let into = |phase| offset(self.length, self.tick(phase, now));
+        let phase = usize::from(into(1) < into(0));
+        let weight = mark_weight(self.length, into(phase));
+        let (sketch, at) = (self.sketches[phase], self.tick(phase, now));
+        let _ = sketch.observe(key.as_bytes(), weight, at);
+        let _ = sketch.observe(key.twin().as_bytes(), weight, at);
+    }
+
+    /// `now` as sketch `phase` reads it.
+    fn tick(&self, phase: usize, now: Tick) -> Tick {
+        if phase == 0 {
+            now
+        } else {
+            now + self.length / 2
+        }
+    }
+}
+
+/// How far into its window of `length` the tick `at` is, in nanoseconds.
+fn offset(length: Duration, at: Tick) -> u128 {
+    u128::from(at.as_nanos()) % length.as_nanos().max(1)
+}
+
+/// The weight of a mark made `into` nanoseconds into a window of `length` (at most about
+/// twice [`THRESHOLD`] for `into` up to half the window).
+fn mark_weight(length: Duration, into: u128) -> u64 {
+    let length = length.as_nanos().max(1);
+    // `length - into` >= 1: `into` is a remainder of `length`.
+    let weight = (u128::from(THRESHOLD) * length).div_ceil(length - into.min(length - 1));
+    u64::try_from(weight).unwrap_or(u64::MAX)
+}
+
+/// Whether an estimate of `estimate` with a stated overcount of `bound` is a penalty in force.
+fn in_force(estimate: u64, bound: u64) -> bool {
+    estimate >= THRESHOLD && estimate > bound.saturating_mul(MARGIN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_weighs_what_makes_it_last_its_length() {
+        let minute = Duration::from_secs(60);
+        let nanos = |secs: f64| (secs * 1e9) as u128;
+        assert_eq!(mark_weight(minute, 0), THRESHOLD);
+        assert_eq!(mark_weight(minute, nanos(30.0)), 2 * THRESHOLD);
+        assert_eq!(mark_weight(minute, nanos(45.0)), 4 * THRESHOLD);
+        // The sliding share of a mark made at `a`, read `b` into the next window: in force
+        // until `a`, over within 1/32768 of the length after it.
+        for a in [0.0, 7.5, 29.0, 30.0] {
+            let weight = mark_weight(minute, nanos(a)) as f64;
+            let share = |b: f64| (weight * (1.0 - b / 60.0)).ceil() as u64;
+            assert!(in_force(share(a), 0), "a = {a}");
+            assert!(!in_force(share(a + 60.0 / 32_768.0), 0), "a = {a}");
+        }
+    }
+
+    #[test]
+    fn the_threshold_stays_above_the_stated_overcount() {
+        assert!(in_force(THRESHOLD, 0));
+        assert!(!in_force(THRESHOLD - 1, 0));
+        assert!(in_force(THRESHOLD, THRESHOLD / MARGIN - 1));
+        assert!(!in_force(THRESHOLD, THRESHOLD / MARGIN));
+        assert!(in_force(MARGIN * THRESHOLD + 1, THRESHOLD));
+        assert!(!in_force(MARGIN * THRESHOLD, THRESHOLD));
+        assert!(!in_force(u64::MAX, u64::MAX));
+    }
+}
