@@ -46,6 +46,8 @@ pub struct RateSketch {
     pub(crate) windows: Windows,
     pub(crate) seed: u64,
     pub(crate) front_weight: u32,
+    /// How far a tick may lag the newest and still never underestimate.
+    pub(crate) lag_tolerance: Duration,
 }
 
 impl RateSketch {
@@ -142,6 +144,13 @@ impl RateSketch {
     #[must_use]
     pub fn window(&self) -> Duration {
         self.windows.len()
+    }
+
+    /// How far a tick may lag behind the newest tick counted and still read no less than the
+    /// exact sliding count (see [`Builder::lag_tolerance`]).
+    #[must_use]
+    pub fn lag_tolerance(&self) -> Duration {
+        self.lag_tolerance
     }
 
     /// The index of the window `now` falls in (`now / window`), as used by
@@ -314,6 +323,71 @@ mod tests {
         // its own cells (at most `depth` of them) past it.
         assert!(changed <= s.depth(), "{changed} cells changed");
         assert!(before.counts().iter().filter(|&&c| c > 0).count() > 100);
+    }
+
+    #[test]
+    fn a_tick_that_steps_back_over_a_window_edge_reads_its_whole_window() {
+        // The review's case: window 1 ms, 307 events in window 3, then two at the newest tick
+        // early in window 4 (the second reaches the counters and rolls the key's cells), then
+        // one 48.8 us before the newest tick, back in window 3. Before the fix the lagging
+        // observe read window 4's count as current and weighted window 3's by its own tiny
+        // remaining share: 15 here (19 in the review), against 308.
+        let s = RateSketch::builder()
+            .window(Duration::from_millis(1))
+            .memory_bytes(1 << 16)
+            .seed(1)
+            .build()
+            .unwrap();
+        for i in 0..307u64 {
+            let _ = s.observe(b"k", 1, Tick::from_nanos(3_000_000 + i * 3_000));
+        }
+        let newest = Tick::from_nanos(4_010_000);
+        let _ = s.observe(b"k", 1, newest);
+        let _ = s.observe(b"k", 1, newest);
+        let lagging = Tick::from_nanos(4_010_000 - 48_800);
+        let estimate = s.observe(b"k", 1, lagging);
+        assert!(estimate >= 308, "{estimate} < 308");
+        assert!(s.estimate(b"k", lagging) >= 308);
+        // The newest tick sees window 3 (now 308) at its share, 99%, and its own 2.
+        assert!(s.estimate(b"k", newest) >= 305 + 2);
+    }
+
+    #[test]
+    fn a_tick_within_the_tolerance_still_owes_the_window_before() {
+        // Window 100 ns, tolerance 25 ns. 40 events in window 0, 10 in window 1, then a tick
+        // at 200 rolls the cells to window 2, dropping window 0. A tick at 190 (10 behind)
+        // owes window 0 a tenth: 10 + 4 + its own 1. The roll kept ceil(40 / 4) = 10 for it.
+        let s = RateSketch::builder()
+            .window(Duration::from_nanos(100))
+            .lag_tolerance(Duration::from_nanos(25))
+            .front_share(0.0)
+            .memory_bytes(1 << 16)
+            .seed(1)
+            .build()
+            .unwrap();
+        let t = Tick::from_nanos;
+        let _ = s.observe(b"k", 40, t(50));
+        let _ = s.observe(b"k", 10, t(150));
+        let _ = s.observe(b"k", 1, t(200));
+        let lagging = s.observe(b"k", 1, t(190));
+        assert!(lagging >= 15, "{lagging} < 10 + 4 + 1");
+        // Normal readers pay for it: window 1 reads 11 + 10 at the start of window 2.
+        assert_eq!(s.estimate(b"k", t(200)), 1 + 11 + 10);
+        assert_eq!(s.estimate(b"k", t(250)), 1 + 11);
+        // With no tolerance nothing is kept, and the lagging tick may read too little.
+        let exact = RateSketch::builder()
+            .window(Duration::from_nanos(100))
+            .lag_tolerance(Duration::ZERO)
+            .front_share(0.0)
+            .memory_bytes(1 << 16)
+            .seed(1)
+            .build()
+            .unwrap();
+        let _ = exact.observe(b"k", 40, t(50));
+        let _ = exact.observe(b"k", 10, t(150));
+        let _ = exact.observe(b"k", 1, t(200));
+        assert_eq!(exact.observe(b"k", 1, t(190)), 10 + 1);
+        assert_eq!(exact.estimate(b"k", t(200)), 1 + 11);
     }
 
     #[test]
