@@ -15,8 +15,9 @@ use crate::window::{Position, Windows};
 /// A fixed-memory, lock-free, sliding-window event counter for any number of keys.
 ///
 /// `observe` counts an event and returns the key's sliding-window estimate; `estimate` reads it
-/// without counting. Estimates never fall below the true sliding count (see the crate docs for
-/// how far above they can go). `RateSketch` is `Send + Sync`: share it by reference or `Arc`.
+/// without counting. Estimates never fall below the true sliding count, for ticks in order or
+/// lagging the newest by at most [`RateSketch::lag_tolerance`] (see the crate docs for how far
+/// above they can go). `RateSketch` is `Send + Sync`: share it by reference or `Arc`.
 ///
 /// # Examples
 /// ```
