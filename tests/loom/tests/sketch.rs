@@ -184,30 +184,37 @@ fn observe_observe_two_keys_one_cell() {
 /// in window 1, counts: the lagging observe still reads all of window 1 and the tenth of window
 /// 0 it owes (the roll folded a quarter of it: tolerance 25 of 100 ns), whichever lands first.
 /// Before the fix a lagging tick that found the cell rolled read window 2 as its current one
-/// and weighted window 1 by its own 10% share: 3 instead of 15.
+/// and weighted window 1 by its own 10% share: 3 instead of 15. Run without a front and with
+/// one (whose register the newer tick rolls too: the lagging tick must assume window 0 held
+/// the key).
 #[test]
 fn lagging_tick_vs_rolling_tick() {
-    check(|| {
-        let sketch = RateSketch::builder()
-            .window(Duration::from_nanos(WINDOW))
-            .lag_tolerance(Duration::from_nanos(WINDOW / 4))
-            .depth(1)
-            .front_share(0.0)
-            .seed(1);
-        let minimum = sketch.min_memory_bytes();
-        let sketch = Arc::new(sketch.memory_bytes(minimum).build().expect("builds"));
-        let t = Tick::from_nanos;
-        let _ = sketch.observe(KEY, 40, t(50));
-        let _ = sketch.observe(KEY, 10, t(150));
-        let other = Arc::clone(&sketch);
-        let racer = thread::spawn(move || other.observe(KEY, 1, t(200)));
-        let lagging = sketch.observe(KEY, 1, t(190));
-        let newest = racer.join().expect("no panic");
-        // Window 1 whole (10 + its own 1) and ceil(40 * 10 / 100) of window 0.
-        assert!(lagging >= 15, "lagging tick read {lagging} < 15");
-        // Its own 1 and window 1 (10, or 11 with the lagging event if it landed first).
-        assert!(newest >= 11, "newest tick read {newest} < 11");
-        assert!(sketch.estimate(KEY, t(190)) >= 15);
-        assert!(sketch.estimate(KEY, t(200)) >= 12);
-    });
+    for front_share in [0.0, 0.5] {
+        check(move || lagging_vs_rolling(front_share));
+    }
+}
+
+fn lagging_vs_rolling(front_share: f64) {
+    let sketch = RateSketch::builder()
+        .window(Duration::from_nanos(WINDOW))
+        .lag_tolerance(Duration::from_nanos(WINDOW / 4))
+        .depth(1)
+        .front_share(front_share)
+        .seed(1);
+    let minimum = sketch.min_memory_bytes();
+    let sketch = Arc::new(sketch.memory_bytes(minimum).build().expect("builds"));
+    let t = Tick::from_nanos;
+    let _ = sketch.observe(KEY, 40, t(50));
+    let _ = sketch.observe(KEY, 10, t(150));
+    let other = Arc::clone(&sketch);
+    // Weight 2: past the front's absorbed first event, so the counters roll too.
+    let racer = thread::spawn(move || other.observe(KEY, 2, t(200)));
+    let lagging = sketch.observe(KEY, 1, t(190));
+    let newest = racer.join().expect("no panic");
+    // Window 1 whole (10 + its own 1) and ceil(40 * 10 / 100) of window 0.
+    assert!(lagging >= 15, "lagging tick read {lagging} < 15");
+    // Its own 2 and window 1 (10, or 11 with the lagging event if it landed first).
+    assert!(newest >= 12, "newest tick read {newest} < 12");
+    assert!(sketch.estimate(KEY, t(190)) >= 15);
+    assert!(sketch.estimate(KEY, t(200)) >= 13);
 }
