@@ -87,6 +87,11 @@ impl CountMin {
         self.cells.len()
     }
 
+    /// What a roll keeps of the window it drops.
+    pub(crate) fn fold(&self) -> Fold {
+        self.fold
+    }
+
     /// The positions of a key's cells, one per row.
     #[inline]
     fn slots(&self, hash: KeyHash) -> [usize; MAX_DEPTH] {

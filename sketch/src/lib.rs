@@ -37,6 +37,9 @@
 //! `e^-depth` (Cormode and Muthukrishnan 2005); conservative update (Estan and Varghese 2002)
 //! keeps that bound and makes the usual error far smaller on skewed traffic. The sketch states
 //! the bound for its current load: [`RateSketch::stats`] and [`RateSketch::overcount_bound`].
+//! With a lag tolerance `L` (below) the stated bound also covers what a roll folds forward of
+//! older windows' collisions (`L / T` of their `eps * N`, plus 2 for rounding); the fold of a
+//! key's own count, up to `L / (T - L)` of it before the previous window, comes on top.
 //!
 //! # Tick order
 //! Ticks may arrive out of order (threads read the clock, then race to count). An observe at

@@ -123,7 +123,7 @@ impl Fold {
 
     /// `ceil(count * L / T)`, never below the exact share.
     #[inline]
-    fn of(self, count: u32) -> u32 {
+    pub(crate) fn of(self, count: u32) -> u32 {
         // count < 2^32 and fraction <= 2^31: the product fits in 63 bits, the result in 31.
         ((u64::from(count) * self.fraction).div_ceil(1 << 32)) as u32
     }

@@ -7,9 +7,9 @@ use crate::builder::Builder;
 use crate::clock::Tick;
 use crate::count_min::{COUNT_MAX, CountMin};
 use crate::hash::KeyHash;
-use crate::pair::Halves;
+use crate::pair::{Fold, Halves};
 use crate::stats::Stats;
-use crate::tally::{Stripes, Tally};
+use crate::tally::{Stripes, Tally, WINDOWS};
 use crate::window::{Position, Windows};
 
 /// A fixed-memory, lock-free, sliding-window event counter for any number of keys.
@@ -213,7 +213,40 @@ impl RateSketch {
         } else {
             0
         };
-        counters.saturating_add(front)
+        counters
+            .saturating_add(front)
+            .saturating_add(self.folded(at))
+    }
+
+    /// What a roll's fold for lagging ticks (see [`Builder::lag_tolerance`]) may add to a
+    /// key's estimate at `at` beyond the key's own history: the fold of the collisions in the
+    /// windows before the previous one, and the rounding of each fold, weighted by the previous
+    /// window's share. (The fold of the key's own count, up to `L / (T - L)` of it, is relative
+    /// to that count, not to the load, and is stated in the crate docs instead.)
+    ///
+    /// A cell's count for window `j` is at most the key's own count, `eps * N_j` of collisions
+    /// and its fold of window `j - 1`; so the collisions' part of the fold follows the tallied
+    /// windows forward, `H_j = N_j + H_{j-1} * L / T`, from six windows before the previous one
+    /// (an older window weighs `(L / T)^6` of its events or less).
+    fn folded(&self, at: Position) -> u64 {
+        let fold = self.counters.fold();
+        if fold == Fold::NONE {
+            return 0;
+        }
+        let mut older: u32 = 0;
+        for back in (2..WINDOWS as u64).rev() {
+            let events = self.events.get(at.index.wrapping_sub(back));
+            let total = events.saturating_add(u64::from(fold.of(older)));
+            // Capped at COUNT_MAX (a cell saturates there): the conversion cannot fail.
+            older = u32::try_from(total.min(u64::from(COUNT_MAX))).unwrap_or(COUNT_MAX);
+        }
+        // eps * H as in `overcount_bound`, then folded; each fold rounds up by less than 1,
+        // and the folds of folds add less than 1 more (L <= T / 2).
+        let collisions = (std::f64::consts::E * f64::from(older) / self.width() as f64).ceil();
+        // At most COUNT_MAX * e / 16 (a row has 16 cells or more): within u32.
+        let collisions = u32::try_from(collisions as u64).unwrap_or(u32::MAX);
+        self.windows
+            .share(at, u64::from(fold.of(collisions)).saturating_add(2))
     }
 
     /// The sketch's state at `now`: events per window, front fill, the overcount bound. Scans
@@ -407,5 +440,39 @@ mod tests {
         );
         assert_eq!(stats.memory_bytes, s.memory_bytes());
         assert!(stats.overcount_bound >= 1);
+    }
+
+    #[test]
+    fn the_overcount_bound_includes_the_fold_of_collisions() {
+        // One row of 17 cells, no front, tolerance a quarter window. 6400 events in window 2,
+        // 64 in window 3, 1 in window 4. At the start of window 4 Count-Min's part is
+        // ceil(e * 65 / 17) = 11; a cell's previous count may also hold a quarter of its
+        // collisions in window 2, whose bound is ceil(e * 6400 / 17) = 1024: 256, plus 2 for
+        // rounding.
+        let builder = RateSketch::builder()
+            .window(Duration::from_nanos(100))
+            .lag_tolerance(Duration::from_nanos(25))
+            .depth(1)
+            .front_share(0.0)
+            .seed(1);
+        let build = |b: Builder| {
+            b.clone()
+                .memory_bytes(b.min_memory_bytes())
+                .build()
+                .unwrap()
+        };
+        let t = Tick::from_nanos;
+        for (sketch, folded) in [
+            (build(builder.clone()), 256 + 2),
+            (build(builder.lag_tolerance(Duration::ZERO)), 0),
+        ] {
+            assert_eq!(sketch.width(), 17);
+            let _ = sketch.observe(b"heavy", 6400, t(250));
+            let _ = sketch.observe(b"heavy", 64, t(350));
+            let _ = sketch.observe(b"other", 1, t(400));
+            assert_eq!(sketch.overcount_bound(t(400)), 11 + folded);
+            // Half a window on, the previous window counts half.
+            assert_eq!(sketch.overcount_bound(t(450)), 6 + folded / 2);
+        }
     }
 }
