@@ -15,7 +15,7 @@
 //! goes to the counters like any later one.
 
 use crate::hash::KeyHash;
-use crate::pair::REGISTER;
+use crate::pair::{Fold, REGISTER};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Bits set per key in its register.
@@ -86,7 +86,7 @@ impl Front {
             if halves.current & mask == mask {
                 return (Sighting::Again, presence);
             }
-            let set = REGISTER.update_current(word, window, |bits| bits | mask);
+            let set = REGISTER.update_current(word, window, Fold::NONE, |bits| bits | mask);
             // Relaxed: only this register's modification order matters. Of two racing first
             // events, the second swap fails, rereads a word holding the first one's bits and
             // returns `Again`: exactly one event is absorbed.
@@ -141,7 +141,7 @@ impl Front {
     /// Sets `bits` in register `index` for `window`, for merging another sketch's window in.
     pub(crate) fn merge_register(&self, index: usize, bits: u32, window: u64) {
         if bits != 0 {
-            REGISTER.merge_into(&self.registers[index], window, |old| old | bits);
+            REGISTER.merge_into(&self.registers[index], window, Fold::NONE, |old| old | bits);
         }
     }
 }
@@ -190,6 +190,28 @@ mod tests {
             }
         );
         assert_eq!(front.presence(h, 3), Presence::default());
+    }
+
+    #[test]
+    fn a_lagging_tick_sights_its_own_window_and_assumes_the_one_before() {
+        // One register: both keys share it. A newer tick rolls it to window 6.
+        let front = Front::new(zeroed_atomics(1));
+        let (h, other) = (KeyHash::of(1, b"k"), KeyHash::of(1, b"j"));
+        assert_eq!(front.sight(h, 5).0, Sighting::First);
+        let _ = front.sight(other, 6);
+        // A tick of window 5 finds h's bits of window 5 in the older half, and cannot know
+        // whether window 4 held it: it says so (present), an overestimate, never a miss.
+        assert_eq!(
+            front.presence(h, 5),
+            Presence {
+                current: true,
+                previous: true
+            }
+        );
+        assert_eq!(front.sight(h, 5).0, Sighting::Again);
+        // Its first event of window 5 is recorded there, where window 6 reads it as previous.
+        assert_eq!(front.sight(other, 5).0, Sighting::First);
+        assert!(front.presence(other, 6).previous);
     }
 
     #[test]

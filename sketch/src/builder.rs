@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::bloom::Front;
 use crate::count_min::{CountMin, MAX_DEPTH};
 use crate::error::BuildError;
+use crate::pair::Fold;
 use crate::sketch::RateSketch;
 use crate::sync::zeroed_atomics;
 use crate::tally::{Stripes, Tally};
@@ -41,6 +42,7 @@ pub struct Builder {
     depth: usize,
     front_share: f64,
     front_weight: u32,
+    lag_tolerance: Option<Duration>,
     seed: Option<u64>,
 }
 
@@ -52,6 +54,7 @@ impl Default for Builder {
             depth: 4,
             front_share: 0.125,
             front_weight: 1,
+            lag_tolerance: None,
             seed: None,
         }
     }
@@ -95,6 +98,42 @@ impl Builder {
         self
     }
 
+    /// How far a tick may lag behind the newest tick already counted and still be promised an
+    /// estimate no lower than the exact sliding count (default: the window / 64; at most half
+    /// a window; zero for ticks that never step back).
+    ///
+    /// Ticks step back when threads read the clock and then race to count, or when a capture's
+    /// interfaces interleave. A tick in window `k` that arrives after a newer tick has rolled
+    /// the key's cells to window `k + 1` owes a share of window `k - 1`, which the cells no
+    /// longer hold; the roll keeps `ceil(count_{k-1} * L / T)` for it. The cost: the previous
+    /// window's count reads up to `L / (T - L)` of the counts before it too (1.6% at the
+    /// default), weighted by the previous window's share. A tick that lags further than `L`
+    /// may read up to that share of window `k - 1` too little; see the crate docs.
+    ///
+    /// Half a window is the ceiling because the fold is itself folded at the next roll: with
+    /// `L = T` a steady key's previous count would grow by its whole history.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_sketch::{RateSketch, Tick};
+    /// let sketch = RateSketch::builder()
+    ///     .window(Duration::from_millis(1))
+    ///     .lag_tolerance(Duration::from_micros(100))
+    ///     .build()?;
+    /// let newest = Tick::from_nanos(1_000_000);
+    /// let _ = sketch.observe(b"k", 2, Tick::from_nanos(500_000));
+    /// let _ = sketch.observe(b"k", 2, newest);
+    /// // 60 us behind the newest tick, back in the window before: that window counts whole,
+    /// // 2 events and this one.
+    /// assert!(sketch.observe(b"k", 1, Tick::from_nanos(940_000)) >= 3);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    pub fn lag_tolerance(mut self, lag: Duration) -> Builder {
+        self.lag_tolerance = Some(lag);
+        self
+    }
+
     /// The hash seed (default: random per sketch). Sketches whose windows are merged must share
     /// it; a secret random seed keeps attackers from aiming keys at one counter.
     pub fn seed(mut self, seed: u64) -> Builder {
@@ -107,7 +146,7 @@ impl Builder {
     /// # Errors
     /// A [`BuildError`] naming the setting that is out of range: a zero window, a depth outside
     /// 1 to 8, a front share outside 0.0 to 0.5, a zero front weight, or a budget too small for
-    /// a sketch of this depth.
+    /// a sketch of this depth, or a lag tolerance over half the window.
     pub fn build(self) -> Result<RateSketch, BuildError> {
         if self.window.is_zero() {
             return Err(BuildError::ZeroWindow);
@@ -125,13 +164,22 @@ impl Builder {
         if self.front_weight == 0 {
             return Err(BuildError::ZeroFrontWeight);
         }
+        let lag_tolerance = self.lag_tolerance.unwrap_or(self.window / 64);
+        if lag_tolerance > self.window / 2 {
+            return Err(BuildError::LagToleranceOutOfRange {
+                requested: lag_tolerance,
+                window: self.window,
+            });
+        }
         let plan = self.plan()?;
         let window_nanos = u64::try_from(self.window.as_nanos()).unwrap_or(u64::MAX);
+        let lag_nanos = u64::try_from(lag_tolerance.as_nanos()).unwrap_or(u64::MAX);
         Ok(RateSketch {
             counters: CountMin::new(
                 zeroed_atomics(self.depth * plan.width),
                 self.depth,
                 plan.width,
+                Fold::new(lag_nanos, window_nanos),
             ),
             front: Front::new(zeroed_atomics(plan.registers)),
             events: Stripes::new(),
@@ -139,6 +187,7 @@ impl Builder {
             windows: Windows::new(window_nanos),
             seed: self.seed.unwrap_or_else(random_seed),
             front_weight: self.front_weight,
+            lag_tolerance,
         })
     }
 
@@ -220,6 +269,23 @@ mod tests {
         assert_eq!(
             b().front_weight(0).build().unwrap_err(),
             BuildError::ZeroFrontWeight
+        );
+        let window = Duration::from_secs(1);
+        assert_eq!(
+            b().window(window)
+                .lag_tolerance(Duration::from_millis(501))
+                .build()
+                .unwrap_err(),
+            BuildError::LagToleranceOutOfRange {
+                requested: Duration::from_millis(501),
+                window
+            }
+        );
+        let half = b().window(window).lag_tolerance(window / 2).build();
+        assert_eq!(half.unwrap().lag_tolerance(), window / 2);
+        assert_eq!(
+            b().window(window).build().unwrap().lag_tolerance(),
+            window / 64
         );
         let err = b().memory_bytes(100).build().unwrap_err();
         let BuildError::MemoryTooSmall { minimum, .. } = err else {

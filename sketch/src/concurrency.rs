@@ -5,10 +5,17 @@
 //! that share it, so the minimum over a key's counters never falls below the key's own open
 //! count, whatever the interleaving (each change is one atomic add), and it is exact for a key
 //! that shares no counter. Conservative update is not used: it cannot be undone by a release.
+//!
+//! A cap must hold under races too: of two acquires of one key under a cap of 1, at most one
+//! may see 1. Taking the minimum of the values the acquire's own adds returned does not give
+//! that: A adds to row 0 (1), B to row 0 (2) and row 1 (1), A to row 1 (2), and both see a 1.
+//! So `acquire` adds to every row first, then reads every row again after a `SeqCst` fence;
+//! why that suffices is in [`ConcurrencySketch::acquire`] (the loom model
+//! `acquire_acquire_cap_one` fails without it).
 
 use crate::error::BuildError;
 use crate::hash::KeyHash;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, fence};
 
 /// Bytes per counter.
 const CELL_BYTES: usize = 4;
@@ -75,14 +82,27 @@ impl ConcurrencySketch {
         &self.cells[row * self.width + hash.index(row as u32, self.width)]
     }
 
-    /// Counts one more open item for `key` and returns its estimated open count, including it.
+    /// Counts one more open item for `key` and returns its estimated open count, including it
+    /// and every acquire of the key that raced it: of two racing acquires, at least one sees
+    /// the other (so under a cap of 1 at most one is admitted; both may be refused).
     #[must_use = "the estimate is what a cap is checked against"]
     pub fn acquire(&self, key: &[u8]) -> u64 {
         let hash = KeyHash::of(self.seed, key);
+        for row in 0..self.depth {
+            // Relaxed: atomicity of the add is all the sum needs; the fence below orders it
+            // before this acquire's reads.
+            let _ = self.cell(hash, row).fetch_add(1, Ordering::Relaxed);
+        }
+        // SeqCst fence: the fences of two racing acquires are ordered one before the other,
+        // and the reads after the later fence see every add before the earlier one (C++
+        // [atomics.fences]), i.e. the later acquire sees all of the earlier one's adds in
+        // every row. Without it both can miss the other's add in a different row (the
+        // store-buffering pattern): neither Acquire/Release nor the adds' own return values
+        // prevent that.
+        fence(Ordering::SeqCst);
         (0..self.depth)
-            // Relaxed: each counter is an independent sum; atomicity of the add is all the
-            // bound needs.
-            .map(|row| u64::from(self.cell(hash, row).fetch_add(1, Ordering::Relaxed)) + 1)
+            // Relaxed: ordered after every add of an earlier fence by the fence above.
+            .map(|row| u64::from(self.cell(hash, row).load(Ordering::Relaxed)))
             .min()
             .unwrap_or(0)
     }

@@ -36,7 +36,7 @@
 //! a stale word just fails its swap.
 
 use crate::hash::KeyHash;
-use crate::pair::{COUNTER, Halves};
+use crate::pair::{COUNTER, Fold, Halves, UNKNOWN};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most rows a sketch may have.
@@ -51,6 +51,8 @@ pub(crate) struct CountMin {
     cells: Box<[AtomicU64]>,
     depth: usize,
     width: usize,
+    /// What a roll forward keeps of the window it drops, for lagging ticks.
+    fold: Fold,
 }
 
 /// A key's cell positions and the words read from them.
@@ -61,13 +63,15 @@ pub(crate) struct Snapshot {
 
 impl CountMin {
     /// Wraps `cells`, which must hold `depth * width` zeroed cells.
-    pub(crate) fn new(cells: Box<[AtomicU64]>, depth: usize, width: usize) -> CountMin {
+    /// Rolls fold with `fold` (see [`crate::pair`]).
+    pub(crate) fn new(cells: Box<[AtomicU64]>, depth: usize, width: usize, fold: Fold) -> CountMin {
         debug_assert!((1..=MAX_DEPTH).contains(&depth) && width > 0);
         debug_assert_eq!(cells.len(), depth * width);
         CountMin {
             cells,
             depth,
             width,
+            fold,
         }
     }
 
@@ -81,6 +85,11 @@ impl CountMin {
 
     pub(crate) fn len(&self) -> usize {
         self.cells.len()
+    }
+
+    /// What a roll keeps of the window it drops.
+    pub(crate) fn fold(&self) -> Fold {
+        self.fold
     }
 
     /// The positions of a key's cells, one per row.
@@ -118,6 +127,13 @@ impl CountMin {
             min.current = min.current.min(halves.current);
             min.previous = min.previous.min(halves.previous);
         }
+        // Every row was ahead of a lagging tick: none knows the window before, and none needs
+        // to, for each row's older half, read as current, includes its fold of that window.
+        // With some rows not ahead the minimum is still sound: an ahead row's current value
+        // alone bounds the sliding count, the others' halves each bound their own window.
+        if min.previous == UNKNOWN {
+            min.previous = 0;
+        }
         min
     }
 
@@ -150,7 +166,7 @@ impl CountMin {
         loop {
             let min = self.min(snapshot, window);
             let target = min.current.saturating_add(weight).min(COUNT_MAX);
-            if self.raise(snapshot, window, target) {
+            if self.raise(snapshot, window, target, weight) {
                 return Halves {
                     current: target,
                     previous: min.previous,
@@ -169,16 +185,29 @@ impl CountMin {
         }
     }
 
-    /// Raises every cell below `target` to it, each from exactly the word read; false if any
-    /// cell changed since it was read.
+    /// Raises every cell below `target` to it, each from exactly the word read, and adds
+    /// `weight` to the cells a newer tick has rolled past `window`; false if any cell changed
+    /// since it was read.
+    ///
+    /// A cell ahead is added to, not raised: its older half is this window's count plus the
+    /// fold of the window before, and that fold must survive on top of every count added
+    /// later. Raising it to `target` could swallow the fold when the minimum came from a row
+    /// without one.
     #[inline]
-    fn raise(&self, snapshot: &Snapshot, window: u64, target: u32) -> bool {
+    fn raise(&self, snapshot: &Snapshot, window: u64, target: u32, weight: u32) -> bool {
         for row in 0..self.depth {
             let word = snapshot.words[row];
-            if COUNTER.halves(word, window).current >= target {
+            let ahead = COUNTER.is_ahead(word, window);
+            if !ahead && COUNTER.halves(word, window).current >= target {
                 continue;
             }
-            let raised = COUNTER.update_current(word, window, |count| count.max(target));
+            let raised = COUNTER.update_current(word, window, self.fold, |count| {
+                if ahead {
+                    count.saturating_add(weight)
+                } else {
+                    count.max(target)
+                }
+            });
             // Relaxed: each cell is an independent counter; what makes the update correct is
             // that the swap lands only on the exact word read (one location's modification
             // order), not any ordering with other memory.
@@ -195,7 +224,7 @@ impl CountMin {
     /// Adds `add` to cell `index` in `window`, for merging another sketch's window in.
     pub(crate) fn merge_cell(&self, index: usize, add: u32, window: u64) {
         if add != 0 {
-            COUNTER.merge_into(&self.cells[index], window, |count| {
+            COUNTER.merge_into(&self.cells[index], window, self.fold, |count| {
                 count.saturating_add(add)
             });
         }
@@ -205,5 +234,51 @@ impl CountMin {
     pub(crate) fn cell_count(&self, index: usize, window: u64) -> u32 {
         // Relaxed: a snapshot of a live counter; any value it had is a valid export.
         COUNTER.value_of(self.cells[index].load(Ordering::Relaxed), window)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::zeroed_atomics;
+
+    #[test]
+    fn a_lagging_add_keeps_the_fold_of_a_row_ahead() {
+        // Windows of 100 ns, tolerance 25: a roll keeps a quarter of the window it drops.
+        let fold = Fold::new(25, 100);
+        let counters = CountMin::new(zeroed_atomics(2 * 16), 2, 16, fold);
+        let hash = KeyHash::of(1, b"x");
+        let slots = counters.slots(hash);
+        let word = |row: usize| &counters.cells[slots[row]];
+        // The key had 40 events in window 1 and 5 in window 2, in both rows; another key's
+        // tick in window 3 rolled row 1: it holds 5 + ceil(40 / 4) for window 2.
+        let two =
+            COUNTER.update_current(COUNTER.update_current(0, 1, fold, |_| 40), 2, fold, |_| 5);
+        word(0).store(two, Ordering::Relaxed);
+        word(1).store(
+            COUNTER.update_current(two, 3, fold, |_| 1),
+            Ordering::Relaxed,
+        );
+        // A lagging tick of window 2 counts 1: row 0 is raised to 6, row 1 (ahead) is added
+        // to, 16. Raising row 1 to 6 would leave it at 15 and swallow a point of its fold.
+        let counts = counters.add(&mut counters.snapshot(hash), 1, 2);
+        assert_eq!(
+            counts,
+            Halves {
+                current: 6,
+                previous: 40
+            }
+        );
+        // Row 0 rolls too (another key, window 3): every row is ahead of window 2 now. A tick
+        // of window 2 that lags by the whole tolerance owes window 1 a quarter: 6 + 10.
+        let rolled = COUNTER.update_current(word(0).load(Ordering::Relaxed), 3, fold, |_| 1);
+        word(0).store(rolled, Ordering::Relaxed);
+        assert_eq!(
+            counters.estimate(hash, 2),
+            Halves {
+                current: 16,
+                previous: 0
+            }
+        );
     }
 }

@@ -28,6 +28,13 @@ pub enum BuildError {
     },
     /// The front weight was zero (a front that absorbs nothing: disable it instead).
     ZeroFrontWeight,
+    /// The lag tolerance was over half the window.
+    LagToleranceOutOfRange {
+        /// The tolerance given.
+        requested: std::time::Duration,
+        /// The window it was given for.
+        window: std::time::Duration,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -52,6 +59,11 @@ impl fmt::Display for BuildError {
             BuildError::ZeroFrontWeight => write!(
                 f,
                 "the front weight must be at least 1 (use front_share(0.0) to disable the front)"
+            ),
+            BuildError::LagToleranceOutOfRange { requested, window } => write!(
+                f,
+                "lag tolerance {requested:?} is out of range: it must be at most half the \
+                 window ({window:?} / 2)"
             ),
         }
     }

@@ -31,11 +31,27 @@
 //!   one-event sources never reach the counters.
 //!
 //! # Error bound
-//! An estimate never falls below the true sliding count. With `N` events in the sliding window
+//! An estimate never falls below the true sliding count (for ticks in order, or lagging by at
+//! most the lag tolerance: see below). With `N` events in the sliding window
 //! it exceeds it by more than `e / width * N` (plus the front weight) with probability at most
 //! `e^-depth` (Cormode and Muthukrishnan 2005); conservative update (Estan and Varghese 2002)
 //! keeps that bound and makes the usual error far smaller on skewed traffic. The sketch states
 //! the bound for its current load: [`RateSketch::stats`] and [`RateSketch::overcount_bound`].
+//! With a lag tolerance `L` (below) the stated bound also covers what a roll folds forward of
+//! older windows' collisions (`L / T` of their `eps * N`, plus 2 for rounding); the fold of a
+//! key's own count, up to `L / (T - L)` of it before the previous window, comes on top.
+//!
+//! # Tick order
+//! Ticks may arrive out of order (threads read the clock, then race to count). An observe at
+//! tick `t` returns at least the exact sliding count at `t` of the events stamped at or before
+//! `t` (under concurrency: of those that finished before it began) whenever `t` lags the
+//! newest tick counted by at most the lag tolerance `L` ([`Builder::lag_tolerance`], default
+//! `T / 64`, at most `T / 2`). It costs the in-order reader a little: a cell rolled to a new
+//! window keeps `ceil(L / T)` of the window it drops for lagging ticks, so the previous window
+//! reads up to `L / (T - L)` of the counts before it as well (plus 1 for rounding), weighted by
+//! its share. Beyond `L` a tick may read up to its share of the window before its own too
+//! little, and a tick two windows behind the newest reads only what is left of its own window.
+//! How it works is in the `pair` module's source docs.
 //!
 //! # What the front buys
 //! Measured with the accuracy tool (`benches/accuracy`, 8 MiB, one-event keys): at 1 M keys the

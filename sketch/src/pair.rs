@@ -13,12 +13,33 @@
 //! compare-and-swap that updates it, so no observe waits for a window to be cleared and a stale
 //! value is never read as current: the epoch says which window the word holds.
 //!
+//! # Ticks that step back
+//! Ticks need not arrive in order: two threads read the clock and race, a capture's interfaces
+//! interleave. A word rolled forward to window `k + 1` by a newer tick is then read or written
+//! for window `k` by a lagging one. Such a word is *ahead* of the window asked for, and its
+//! older half holds exactly that window, so a lagging tick reads its count from there (as the
+//! whole of its current window) and adds its event there. What the roll dropped, window
+//! `k - 1`, is gone, yet a lagging tick `t` in window `k` still owes it its share
+//! `count_{k-1} * ((k + 1)T - t) / T`. Two halves cannot hold three windows, so the roll
+//! pays it in advance: it folds `ceil(count_{k-1} * L / T)` into the half that keeps
+//! `count_k` ([`Fold`]), where `L` is the sketch's lag tolerance. A tick at most `L` older
+//! than the tick that rolled the word owes at most that share, so it reads no less than the
+//! exact count. The price is an overestimate for everyone else: the previous window reads up to
+//! `L / T` of the window before it too (`L / (T - L)` once repeated folds add up, since a fold
+//! is itself folded at the next roll). A Bloom register cannot fold bits of a window it no
+//! longer holds, so a lagging read of a rolled register says "present" for the window before
+//! ([`UNKNOWN`]): only an overestimate, of the front weight times that window's share.
+//!
+//! A tick more than `L` older than the newest can underestimate by up to the share of window
+//! `k - 1` that was not folded; a tick two or more windows older than the newest finds nothing
+//! of its windows and reads what the word holds for the oldest window it keeps. Nothing worse.
+//!
 //! The top bit says the word was ever written: a fresh (zero) word is empty for every window,
 //! never mistaken for one a window or two ahead. The epoch is the window index modulo
-//! `2^epoch_bits`. A word left untouched for a multiple of that many windows is read as current: for a counter an overestimate (never an
+//! `2^epoch_bits`. A word left untouched for a multiple of that many windows, or one window
+//! or two short of one, is read as current or ahead: for a counter an overestimate (never an
 //! underestimate), for a Bloom register a key that looks seen (it then costs one event of
-//! overestimate and is not absorbed). A word written by a thread whose clock is up to two
-//! windows ahead is read as current too, which can likewise only overestimate.
+//! overestimate and is not absorbed).
 //!
 //! Nearly every word the hot path touches holds exactly the window it is read for, so
 //! [`Layout::halves`] and [`Layout::update_current`] check that first (one mask and compare) and
@@ -49,6 +70,12 @@ pub(crate) const REGISTER: Layout = Layout {
 /// The "written" flag: the top bit of every layout.
 const WRITTEN: u64 = 1 << 63;
 
+/// The previous half as a lagging tick reads a word that is ahead of it: the word no longer
+/// holds that window. Every bit set, so a Bloom register reads "present" (an overestimate); a
+/// count reads it as "no information" and takes the minimum of the other rows, or 0 when no
+/// row knows (the word's older half then includes the fold, see the module docs).
+pub(crate) const UNKNOWN: u32 = u32::MAX;
+
 /// The values a word holds for a window and the one before it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Halves {
@@ -59,12 +86,47 @@ pub(crate) struct Halves {
 /// How a word's epoch relates to the window it is read or written for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Age {
-    /// The word holds this window, or one at most two ahead of it.
+    /// The word holds this window.
     Current,
     /// The word holds the window before.
     Previous,
+    /// The word holds a window one or two ahead of this one (a lagging tick).
+    Ahead,
     /// The word holds nothing of this window or the one before.
     Stale,
+}
+
+/// What a roll forward adds to the kept half for the window it drops: `ceil(count * L / T)`
+/// for a lag tolerance `L` and a window `T`, as a 32.32 fixed-point fraction rounded up (a
+/// multiply, an add and a shift; rolls are rare, once per word per window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fold {
+    /// `ceil(L * 2^32 / T)`, at most `2^31` (`L <= T / 2`).
+    fraction: u64,
+}
+
+impl Fold {
+    /// No fold: for Bloom registers, and for a sketch whose ticks never step back.
+    pub(crate) const NONE: Fold = Fold { fraction: 0 };
+
+    /// The fold for a lag tolerance of `lag` nanoseconds in windows of `window` nanoseconds;
+    /// `lag <= window / 2` (the builder checks; larger values are clamped to it).
+    pub(crate) fn new(lag: u64, window: u64) -> Fold {
+        let window = u128::from(window.max(1));
+        let lag = u128::from(lag).min(window / 2);
+        let fraction = (lag << 32).div_ceil(window);
+        // At most 2^31 because lag <= window / 2: the conversion cannot fail.
+        Fold {
+            fraction: u64::try_from(fraction).unwrap_or(1 << 31),
+        }
+    }
+
+    /// `ceil(count * L / T)`, never below the exact share.
+    #[inline]
+    pub(crate) fn of(self, count: u32) -> u32 {
+        // count < 2^32 and fraction <= 2^31: the product fits in 63 bits, the result in 31.
+        ((u64::from(count) * self.fraction).div_ceil(1 << 32)) as u32
+    }
 }
 
 impl Layout {
@@ -117,8 +179,9 @@ impl Layout {
             return Age::Stale;
         }
         match self.distance(word, window) {
+            0 => Age::Current,
             1 => Age::Previous,
-            d if d == 0 || d >= self.epoch_mask() - 1 => Age::Current,
+            d if d >= self.epoch_mask() - 1 => Age::Ahead,
             _ => Age::Stale,
         }
     }
@@ -142,7 +205,14 @@ impl Layout {
         word & self.tag_mask() == self.tag(window)
     }
 
-    /// What the word holds for `window` and the window before it.
+    /// Whether the word was rolled past `window` by a newer tick: a tick of `window` lags.
+    #[inline]
+    pub(crate) fn is_ahead(self, word: u64, window: u64) -> bool {
+        !self.holds(word, window) && self.age(word, window) == Age::Ahead
+    }
+
+    /// What the word holds for `window` and the window before it, as a tick of `window` reads
+    /// it: for a word ahead of it, the older half as current and [`UNKNOWN`] as previous.
     #[inline]
     pub(crate) fn halves(self, word: u64, window: u64) -> Halves {
         if self.holds(word, window) {
@@ -165,14 +235,25 @@ impl Layout {
                 current: 0,
                 previous: self.current(word),
             },
+            Age::Ahead => Halves {
+                current: self.previous(word),
+                previous: UNKNOWN,
+            },
             Age::Stale => Halves::default(),
         }
     }
 
-    /// The word rolled forward to `window` if it is behind, with `update` applied to its current
-    /// half (which starts at 0 in a rolled word).
+    /// The word rolled forward to `window` if it is behind (folding what the roll drops, see
+    /// [`Fold`]), with `update` applied to the half that holds `window`: the current half, which
+    /// starts at 0 in a rolled word, or the older half of a word that is ahead of `window`.
     #[inline]
-    pub(crate) fn update_current(self, word: u64, window: u64, update: impl Fn(u32) -> u32) -> u64 {
+    pub(crate) fn update_current(
+        self,
+        word: u64,
+        window: u64,
+        fold: Fold,
+        update: impl Fn(u32) -> u32,
+    ) -> u64 {
         let bounded = |value: u32| update(value).min(self.half_max());
         if self.holds(word, window) {
             let current = u64::from(self.half_max()) << self.half_bits;
@@ -183,18 +264,38 @@ impl Layout {
                 let epoch = self.epoch(word);
                 self.pack(epoch, bounded(self.current(word)), self.previous(word))
             }
-            Age::Previous => self.pack(window, bounded(0), self.current(word)),
-            Age::Stale => self.pack(window, bounded(0), 0),
+            Age::Ahead => {
+                let epoch = self.epoch(word);
+                self.pack(epoch, self.current(word), bounded(self.previous(word)))
+            }
+            Age::Previous | Age::Stale => {
+                self.pack(window, bounded(0), self.rolled(word, window, fold))
+            }
         }
     }
 
+    /// What the previous half of a word rolled forward to `window` holds: the word's count of
+    /// `window - 1` plus the fold of its count of `window - 2`.
+    fn rolled(self, word: u64, window: u64, fold: Fold) -> u32 {
+        if !Self::written(word) {
+            return 0;
+        }
+        let (last, before) = match self.distance(word, window) {
+            1 => (self.current(word), self.previous(word)),
+            2 => (0, self.current(word)),
+            _ => (0, 0),
+        };
+        last.saturating_add(fold.of(before)).min(self.half_max())
+    }
+
     /// The word with `update` applied to the half that holds exactly `window`, rolling the word
-    /// forward if it is behind; `None` if the word has moved two or more windows past it (the
-    /// window is gone here). Used to merge another sketch's window in.
+    /// forward if it is behind (with `fold`); `None` if the word has moved two or more windows
+    /// past it (the window is gone here). Used to merge another sketch's window in.
     pub(crate) fn update_window(
         self,
         word: u64,
         window: u64,
+        fold: Fold,
         update: impl Fn(u32) -> u32,
     ) -> Option<u64> {
         let bounded = |value: u32| update(value).min(self.half_max());
@@ -204,23 +305,30 @@ impl Layout {
         let ahead = self.epoch_mask() + 1 - self.distance(word, window);
         match self.distance(word, window) {
             0 => Some(self.pack(window, bounded(self.current(word)), self.previous(word))),
-            1 => Some(self.pack(window, bounded(0), self.current(word))),
             _ if ahead == 1 => {
                 let epoch = self.epoch(word);
                 Some(self.pack(epoch, self.current(word), bounded(self.previous(word))))
             }
-            d if d < self.epoch_mask() / 2 => Some(self.pack(window, bounded(0), 0)),
+            d if d < self.epoch_mask() / 2 => {
+                Some(self.pack(window, bounded(0), self.rolled(word, window, fold)))
+            }
             _ => None,
         }
     }
 
     /// Applies [`Layout::update_window`] to an atomic word, retrying until the swap lands; a
     /// no-op if the word has moved past the window.
-    pub(crate) fn merge_into(self, word: &AtomicU64, window: u64, update: impl Fn(u32) -> u32) {
+    pub(crate) fn merge_into(
+        self,
+        word: &AtomicU64,
+        window: u64,
+        fold: Fold,
+        update: impl Fn(u32) -> u32,
+    ) {
         // Relaxed: the loop retries until its own swap lands on the latest word; merging orders
         // nothing else.
         let mut seen = word.load(Ordering::Relaxed);
-        while let Some(next) = self.update_window(seen, window, &update) {
+        while let Some(next) = self.update_window(seen, window, fold, &update) {
             match word.compare_exchange_weak(seen, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(actual) => seen = actual,
@@ -246,7 +354,7 @@ mod tests {
     use super::*;
 
     fn raise(word: u64, window: u64, to: u32) -> u64 {
-        COUNTER.update_current(word, window, |c| c.max(to))
+        COUNTER.update_current(word, window, Fold::NONE, |c| c.max(to))
     }
 
     #[test]
@@ -302,19 +410,67 @@ mod tests {
         let word = raise(0, 1, u32::MAX);
         assert_eq!(COUNTER.halves(word, 1).current, COUNTER.half_max());
         let merged = COUNTER
-            .update_window(word, 1, |c| c.saturating_add(10))
+            .update_window(word, 1, Fold::NONE, |c| c.saturating_add(10))
             .unwrap();
         assert_eq!(COUNTER.halves(merged, 1).current, COUNTER.half_max());
         assert_eq!(REGISTER.half_max(), (1 << 28) - 1);
     }
 
     #[test]
-    fn a_slightly_older_clock_reads_the_newer_window_as_current() {
-        let word = raise(0, 10, 4);
-        assert_eq!(COUNTER.halves(word, 9).current, 4);
-        assert_eq!(COUNTER.halves(word, 8).current, 4);
+    fn a_lagging_tick_reads_and_writes_its_own_window_in_a_word_ahead() {
+        // Window 9 holds 4; a newer tick rolls the word to 10 and counts 1 there.
+        let word = raise(raise(0, 9, 4), 10, 1);
+        // A tick of window 9 reads 9's count as its current one; 8 is gone.
+        assert_eq!(
+            COUNTER.halves(word, 9),
+            Halves {
+                current: 4,
+                previous: UNKNOWN
+            }
+        );
+        assert!(COUNTER.is_ahead(word, 9) && COUNTER.is_ahead(word, 8));
+        assert!(!COUNTER.is_ahead(word, 10) && !COUNTER.is_ahead(word, 7));
+        // Its event goes to window 9, where the tick of window 10 reads it as previous.
+        let lagged = COUNTER.update_current(word, 9, Fold::NONE, |c| c + 2);
+        assert_eq!(
+            COUNTER.halves(lagged, 10),
+            Halves {
+                current: 1,
+                previous: 6
+            }
+        );
         assert_eq!(COUNTER.halves(word, 7), Halves::default());
-        assert_eq!(COUNTER.halves(raise(word, 9, 6), 10).current, 6);
+    }
+
+    #[test]
+    fn a_roll_folds_the_window_it_drops() {
+        // A quarter-window tolerance: a roll keeps ceil(count / 4) of the window it drops.
+        let fold = Fold::new(25, 100);
+        let word = COUNTER.update_current(raise(0, 8, 10), 9, fold, |c| c.max(7));
+        let rolled = COUNTER.update_current(word, 10, fold, |c| c.max(1));
+        assert_eq!(
+            COUNTER.halves(rolled, 10),
+            Halves {
+                current: 1,
+                previous: 7 + 3
+            }
+        );
+        // Skipping a window folds the one two back.
+        let skipped = COUNTER.update_current(word, 11, fold, |c| c.max(1));
+        assert_eq!(COUNTER.halves(skipped, 11).previous, 2);
+        // Three windows on nothing is owed.
+        assert_eq!(
+            COUNTER
+                .halves(COUNTER.update_current(word, 12, fold, |c| c.max(1)), 12)
+                .previous,
+            0
+        );
+        assert_eq!(Fold::NONE.of(1000), 0);
+        assert_eq!(Fold::new(1, 4).of(4), 1);
+        assert_eq!(Fold::new(1, 4).of(5), 2);
+        // A fraction that is not exact in 32.32 rounds up, never down.
+        assert_eq!(Fold::new(1, 3).of(3), 2);
+        assert_eq!(Fold::new(u64::MAX, u64::MAX).of(u32::MAX), u32::MAX / 2 + 1);
     }
 
     #[test]
@@ -327,7 +483,7 @@ mod tests {
                 previous: 2
             }
         );
-        let register = REGISTER.update_current(0, 127, |b| b | 1);
+        let register = REGISTER.update_current(0, 127, Fold::NONE, |b| b | 1);
         assert_eq!(
             REGISTER.halves(register, 128),
             Halves {
@@ -359,9 +515,9 @@ mod tests {
     fn merging_adds_into_the_window_named() {
         let add = |c: u32| c + 3;
         let word = raise(0, 5, 2);
-        let same = COUNTER.update_window(word, 5, add).unwrap();
+        let same = COUNTER.update_window(word, 5, Fold::NONE, add).unwrap();
         assert_eq!(COUNTER.value_of(same, 5), 5);
-        let older = COUNTER.update_window(word, 4, add).unwrap();
+        let older = COUNTER.update_window(word, 4, Fold::NONE, add).unwrap();
         assert_eq!(
             COUNTER.halves(older, 5),
             Halves {
@@ -369,7 +525,7 @@ mod tests {
                 previous: 3
             }
         );
-        let newer = COUNTER.update_window(word, 6, add).unwrap();
+        let newer = COUNTER.update_window(word, 6, Fold::NONE, add).unwrap();
         assert_eq!(
             COUNTER.halves(newer, 6),
             Halves {
@@ -377,7 +533,7 @@ mod tests {
                 previous: 2
             }
         );
-        let much_newer = COUNTER.update_window(word, 9, add).unwrap();
+        let much_newer = COUNTER.update_window(word, 9, Fold::NONE, add).unwrap();
         assert_eq!(
             COUNTER.halves(much_newer, 9),
             Halves {
@@ -385,7 +541,7 @@ mod tests {
                 previous: 0
             }
         );
-        assert_eq!(COUNTER.update_window(word, 3, add), None);
+        assert_eq!(COUNTER.update_window(word, 3, Fold::NONE, add), None);
     }
 
     #[test]

@@ -7,16 +7,17 @@ use crate::builder::Builder;
 use crate::clock::Tick;
 use crate::count_min::{COUNT_MAX, CountMin};
 use crate::hash::KeyHash;
-use crate::pair::Halves;
+use crate::pair::{Fold, Halves};
 use crate::stats::Stats;
-use crate::tally::{Stripes, Tally};
+use crate::tally::{Stripes, Tally, WINDOWS};
 use crate::window::{Position, Windows};
 
 /// A fixed-memory, lock-free, sliding-window event counter for any number of keys.
 ///
 /// `observe` counts an event and returns the key's sliding-window estimate; `estimate` reads it
-/// without counting. Estimates never fall below the true sliding count (see the crate docs for
-/// how far above they can go). `RateSketch` is `Send + Sync`: share it by reference or `Arc`.
+/// without counting. Estimates never fall below the true sliding count, for ticks in order or
+/// lagging the newest by at most [`RateSketch::lag_tolerance`] (see the crate docs for how far
+/// above they can go). `RateSketch` is `Send + Sync`: share it by reference or `Arc`.
 ///
 /// # Examples
 /// ```
@@ -46,6 +47,8 @@ pub struct RateSketch {
     pub(crate) windows: Windows,
     pub(crate) seed: u64,
     pub(crate) front_weight: u32,
+    /// How far a tick may lag the newest and still never underestimate.
+    pub(crate) lag_tolerance: Duration,
 }
 
 impl RateSketch {
@@ -144,6 +147,13 @@ impl RateSketch {
         self.windows.len()
     }
 
+    /// How far a tick may lag behind the newest tick counted and still read no less than the
+    /// exact sliding count (see [`Builder::lag_tolerance`]).
+    #[must_use]
+    pub fn lag_tolerance(&self) -> Duration {
+        self.lag_tolerance
+    }
+
     /// The index of the window `now` falls in (`now / window`), as used by
     /// [`RateSketch::export_window`].
     #[must_use]
@@ -203,7 +213,40 @@ impl RateSketch {
         } else {
             0
         };
-        counters.saturating_add(front)
+        counters
+            .saturating_add(front)
+            .saturating_add(self.folded(at))
+    }
+
+    /// What a roll's fold for lagging ticks (see [`Builder::lag_tolerance`]) may add to a
+    /// key's estimate at `at` beyond the key's own history: the fold of the collisions in the
+    /// windows before the previous one, and the rounding of each fold, weighted by the previous
+    /// window's share. (The fold of the key's own count, up to `L / (T - L)` of it, is relative
+    /// to that count, not to the load, and is stated in the crate docs instead.)
+    ///
+    /// A cell's count for window `j` is at most the key's own count, `eps * N_j` of collisions
+    /// and its fold of window `j - 1`; so the collisions' part of the fold follows the tallied
+    /// windows forward, `H_j = N_j + H_{j-1} * L / T`, from six windows before the previous one
+    /// (an older window weighs `(L / T)^6` of its events or less).
+    fn folded(&self, at: Position) -> u64 {
+        let fold = self.counters.fold();
+        if fold == Fold::NONE {
+            return 0;
+        }
+        let mut older: u32 = 0;
+        for back in (2..WINDOWS as u64).rev() {
+            let events = self.events.get(at.index.wrapping_sub(back));
+            let total = events.saturating_add(u64::from(fold.of(older)));
+            // Capped at COUNT_MAX (a cell saturates there): the conversion cannot fail.
+            older = u32::try_from(total.min(u64::from(COUNT_MAX))).unwrap_or(COUNT_MAX);
+        }
+        // eps * H as in `overcount_bound`, then folded; each fold rounds up by less than 1,
+        // and the folds of folds add less than 1 more (L <= T / 2).
+        let collisions = (std::f64::consts::E * f64::from(older) / self.width() as f64).ceil();
+        // At most COUNT_MAX * e / 16 (a row has 16 cells or more): within u32.
+        let collisions = u32::try_from(collisions as u64).unwrap_or(u32::MAX);
+        self.windows
+            .share(at, u64::from(fold.of(collisions)).saturating_add(2))
     }
 
     /// The sketch's state at `now`: events per window, front fill, the overcount bound. Scans
@@ -317,6 +360,71 @@ mod tests {
     }
 
     #[test]
+    fn a_tick_that_steps_back_over_a_window_edge_reads_its_whole_window() {
+        // The review's case: window 1 ms, 307 events in window 3, then two at the newest tick
+        // early in window 4 (the second reaches the counters and rolls the key's cells), then
+        // one 48.8 us before the newest tick, back in window 3. Before the fix the lagging
+        // observe read window 4's count as current and weighted window 3's by its own tiny
+        // remaining share: 15 here (19 in the review), against 308.
+        let s = RateSketch::builder()
+            .window(Duration::from_millis(1))
+            .memory_bytes(1 << 16)
+            .seed(1)
+            .build()
+            .unwrap();
+        for i in 0..307u64 {
+            let _ = s.observe(b"k", 1, Tick::from_nanos(3_000_000 + i * 3_000));
+        }
+        let newest = Tick::from_nanos(4_010_000);
+        let _ = s.observe(b"k", 1, newest);
+        let _ = s.observe(b"k", 1, newest);
+        let lagging = Tick::from_nanos(4_010_000 - 48_800);
+        let estimate = s.observe(b"k", 1, lagging);
+        assert!(estimate >= 308, "{estimate} < 308");
+        assert!(s.estimate(b"k", lagging) >= 308);
+        // The newest tick sees window 3 (now 308) at its share, 99%, and its own 2.
+        assert!(s.estimate(b"k", newest) >= 305 + 2);
+    }
+
+    #[test]
+    fn a_tick_within_the_tolerance_still_owes_the_window_before() {
+        // Window 100 ns, tolerance 25 ns. 40 events in window 0, 10 in window 1, then a tick
+        // at 200 rolls the cells to window 2, dropping window 0. A tick at 190 (10 behind)
+        // owes window 0 a tenth: 10 + 4 + its own 1. The roll kept ceil(40 / 4) = 10 for it.
+        let s = RateSketch::builder()
+            .window(Duration::from_nanos(100))
+            .lag_tolerance(Duration::from_nanos(25))
+            .front_share(0.0)
+            .memory_bytes(1 << 16)
+            .seed(1)
+            .build()
+            .unwrap();
+        let t = Tick::from_nanos;
+        let _ = s.observe(b"k", 40, t(50));
+        let _ = s.observe(b"k", 10, t(150));
+        let _ = s.observe(b"k", 1, t(200));
+        let lagging = s.observe(b"k", 1, t(190));
+        assert!(lagging >= 15, "{lagging} < 10 + 4 + 1");
+        // Normal readers pay for it: window 1 reads 11 + 10 at the start of window 2.
+        assert_eq!(s.estimate(b"k", t(200)), 1 + 11 + 10);
+        assert_eq!(s.estimate(b"k", t(250)), 1 + 11);
+        // With no tolerance nothing is kept, and the lagging tick may read too little.
+        let exact = RateSketch::builder()
+            .window(Duration::from_nanos(100))
+            .lag_tolerance(Duration::ZERO)
+            .front_share(0.0)
+            .memory_bytes(1 << 16)
+            .seed(1)
+            .build()
+            .unwrap();
+        let _ = exact.observe(b"k", 40, t(50));
+        let _ = exact.observe(b"k", 10, t(150));
+        let _ = exact.observe(b"k", 1, t(200));
+        assert_eq!(exact.observe(b"k", 1, t(190)), 10 + 1);
+        assert_eq!(exact.estimate(b"k", t(200)), 1 + 11);
+    }
+
+    #[test]
     fn stats_report_events_and_fill() {
         let s = sketch();
         for i in 0..50u32 {
@@ -332,5 +440,39 @@ mod tests {
         );
         assert_eq!(stats.memory_bytes, s.memory_bytes());
         assert!(stats.overcount_bound >= 1);
+    }
+
+    #[test]
+    fn the_overcount_bound_includes_the_fold_of_collisions() {
+        // One row of 17 cells, no front, tolerance a quarter window. 6400 events in window 2,
+        // 64 in window 3, 1 in window 4. At the start of window 4 Count-Min's part is
+        // ceil(e * 65 / 17) = 11; a cell's previous count may also hold a quarter of its
+        // collisions in window 2, whose bound is ceil(e * 6400 / 17) = 1024: 256, plus 2 for
+        // rounding.
+        let builder = RateSketch::builder()
+            .window(Duration::from_nanos(100))
+            .lag_tolerance(Duration::from_nanos(25))
+            .depth(1)
+            .front_share(0.0)
+            .seed(1);
+        let build = |b: Builder| {
+            b.clone()
+                .memory_bytes(b.min_memory_bytes())
+                .build()
+                .unwrap()
+        };
+        let t = Tick::from_nanos;
+        for (sketch, folded) in [
+            (build(builder.clone()), 256 + 2),
+            (build(builder.lag_tolerance(Duration::ZERO)), 0),
+        ] {
+            assert_eq!(sketch.width(), 17);
+            let _ = sketch.observe(b"heavy", 6400, t(250));
+            let _ = sketch.observe(b"heavy", 64, t(350));
+            let _ = sketch.observe(b"other", 1, t(400));
+            assert_eq!(sketch.overcount_bound(t(400)), 11 + folded);
+            // Half a window on, the previous window counts half.
+            assert_eq!(sketch.overcount_bound(t(450)), 6 + folded / 2);
+        }
     }
 }

@@ -34,7 +34,11 @@ pub struct Stats {
     /// then stops absorbing first events; at 0.5 and above it is saturated).
     pub front_false_positive_rate: f64,
     /// With probability at least [`Stats::confidence`], no key's sliding estimate exceeds its
-    /// true sliding count by more than this (Count-Min's `eps * N` plus the front's slack).
+    /// true sliding count by more than this (Count-Min's `eps * N` plus the front's slack, plus
+    /// what the folds for lagging ticks keep of the collisions of older windows), besides the
+    /// fold of the key's own count: up to `L / (T - L)` of its count before the previous
+    /// window, weighted by the previous window's share (see
+    /// [`crate::Builder::lag_tolerance`]).
     pub overcount_bound: u64,
     /// `1 - delta`, the probability that [`Stats::overcount_bound`] holds for a given key.
     pub confidence: f64,

@@ -5,9 +5,9 @@
 //! `std::sync::atomic` directly.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 /// A small per-thread number used to spread shared statistics over stripes, so that two threads
 /// counting events do not bounce one cache line between their cores.

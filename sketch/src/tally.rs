@@ -1,7 +1,10 @@
 //! Per-window running totals: events counted, fronts merged.
 //!
-//! A [`Tally`] keeps one word per window parity, `[epoch:16 | total:48]`, reset lazily by the
-//! first add that finds it holding an older window, like the counter cells. Events are tallied
+//! A [`Tally`] keeps one word for each of the last [`WINDOWS`] windows (slot `window & 7`),
+//! `[epoch:16 | total:48]`, reset lazily by the first add that finds it holding an older
+//! window, like the counter cells. Eight, not two: the overcount bound needs the totals of the
+//! windows whose counts a roll folds forward for lagging ticks (see [`crate::pair`]), and a
+//! stripe's cache line has the room. Events are tallied
 //! on a stripe per thread ([`Stripes`]), each stripe on its own cache line, so two threads
 //! counting events never share a line, and a thread updates its own stripe with a plain load
 //! and store: a locked instruction per event for a statistic cost 12% of an observe (measured
@@ -15,22 +18,25 @@ const TOTAL_BITS: u32 = 48;
 const TOTAL_MAX: u64 = (1 << TOTAL_BITS) - 1;
 const EPOCH_MASK: u64 = 0xFFFF;
 
-/// A total per window for the current and previous window.
+/// How many of the latest windows a tally keeps (a power of two).
+pub(crate) const WINDOWS: usize = 8;
+
+/// A total per window for the last [`WINDOWS`] windows.
 #[derive(Debug)]
 pub(crate) struct Tally {
-    slots: [AtomicU64; 2],
+    slots: [AtomicU64; WINDOWS],
 }
 
 impl Tally {
     pub(crate) fn new() -> Tally {
         Tally {
-            slots: [AtomicU64::new(0), AtomicU64::new(0)],
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
     fn slot(&self, window: u64) -> &AtomicU64 {
-        // The index is 0 or 1.
-        &self.slots[(window & 1) as usize]
+        // Masked below WINDOWS: the cast is exact.
+        &self.slots[(window & (WINDOWS as u64 - 1)) as usize]
     }
 
     /// Adds `amount` to `window`'s total (saturating at 2^48 - 1), atomically.
@@ -88,7 +94,13 @@ pub(crate) struct Stripes {
 impl Stripes {
     /// Stripes are handed out to threads round-robin, so threads share one only when more than
     /// this many have ever counted events in the process.
+    #[cfg(not(loom))]
     pub(crate) const COUNT: usize = 64;
+    /// Under loom, enough for a model's threads (at most 3, each still on its own stripe): every
+    /// stripe's load is a branch loom explores, and 64 stripes of 8 windows passed its limit
+    /// in a model that reads the stats.
+    #[cfg(loom)]
+    pub(crate) const COUNT: usize = 4;
 
     pub(crate) fn new() -> Stripes {
         Stripes {
@@ -122,7 +134,9 @@ mod tests {
         tally.add(5, 7);
         assert_eq!((tally.get(4), tally.get(5)), (5, 7));
         tally.add(6, 1);
-        assert_eq!((tally.get(4), tally.get(5), tally.get(6)), (0, 7, 1));
+        assert_eq!((tally.get(4), tally.get(5), tally.get(6)), (5, 7, 1));
+        tally.add(12, 2);
+        assert_eq!((tally.get(4), tally.get(5), tally.get(12)), (0, 7, 2));
     }
 
     #[test]

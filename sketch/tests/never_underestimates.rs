@@ -29,6 +29,15 @@ impl Oracle {
         let previous = if window == 0 { 0 } else { count(window - 1) };
         count(window) + (previous * remaining).div_ceil(WINDOW)
     }
+
+    /// The key's total over the windows before `window`.
+    fn before(&self, key: u16, window: u64) -> u64 {
+        self.counts
+            .iter()
+            .filter(|((k, w), _)| *k == key && *w < window)
+            .map(|(_, count)| count)
+            .sum()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -63,6 +72,18 @@ fn sketch(extra: usize, depth: usize, front_share: f64, front_weight: u32) -> Ra
     let memory = builder.min_memory_bytes() + extra;
     builder
         .memory_bytes(memory)
+        .build()
+        .expect("valid test shape")
+}
+
+/// A roomy plain sketch for one key, with the given lag tolerance.
+fn lone(lag: Duration) -> RateSketch {
+    RateSketch::builder()
+        .window(Duration::from_nanos(WINDOW))
+        .front_share(0.0)
+        .lag_tolerance(lag)
+        .memory_bytes(1 << 16)
+        .seed(42)
         .build()
         .expect("valid test shape")
 }
@@ -108,16 +129,27 @@ proptest! {
         weights in prop::collection::vec(1u64..100, 1..50),
         offsets in prop::collection::vec(0..WINDOW, 1..50),
     ) {
-        // With no other key there is nothing to collide with: the estimate is the truth
-        // (plus nothing: the first event's weight is <= the front weight only when it is 1).
-        let sketch = sketch(1 << 16, 4, 0.0, 1);
+        // With no other key there is nothing to collide with: with no lag tolerance the
+        // estimate is the truth (plus nothing: the first event's weight is <= the front weight
+        // only when it is 1). With the default tolerance (T / 64) each roll keeps a fold of
+        // the window it drops, for ticks that step back: the estimate is then above the truth
+        // by at most that fold, `ceil(older * L / T)` repeated, below `older / 63 + 2`.
+        let exact = lone(Duration::ZERO);
+        let tolerant = lone(Duration::from_nanos(WINDOW / 64));
         let mut oracle = Oracle::default();
         let mut now = 0;
+        let key = 7u16.to_le_bytes();
         for (weight, offset) in weights.iter().zip(&offsets) {
             now += offset;
             oracle.observe(7, *weight, now);
-            let estimate = sketch.observe(&7u16.to_le_bytes(), *weight, Tick::from_nanos(now));
-            prop_assert_eq!(estimate, oracle.estimate(7, now));
+            let truth = oracle.estimate(7, now);
+            prop_assert_eq!(exact.observe(&key, *weight, Tick::from_nanos(now)), truth);
+            let estimate = tolerant.observe(&key, *weight, Tick::from_nanos(now));
+            let older = oracle.before(7, (now / WINDOW).saturating_sub(1));
+            prop_assert!(
+                (truth..=truth + older / 63 + 2).contains(&estimate),
+                "{estimate} outside {truth} + fold of {older}"
+            );
         }
     }
 }

@@ -1,12 +1,15 @@
-//! Loom models of the sketch: observe vs observe on one key, observe vs rotation, and the
-//! front's first-sighting decision racing itself.
+//! Loom models of the sketch: observe vs observe on one key and on two keys that share a cell,
+//! observe vs rotation, a lagging tick vs the tick that rolls its window away, the front's
+//! first-sighting decision racing itself, and acquires racing under a cap.
 
 #![cfg(loom)]
+
+use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
 use tollgate_loom::{WINDOW, check, tiny};
-use tollgate_sketch::Tick;
+use tollgate_sketch::{ConcurrencySketch, RateSketch, Tick};
 
 const KEY: &[u8] = b"203.0.113.7";
 
@@ -117,4 +120,101 @@ fn acquire_vs_release() {
         assert!((1..=2).contains(&theirs), "saw {theirs}");
         assert_eq!(open.estimate(KEY), 0, "a change was lost");
     });
+}
+
+/// Two acquires of one key race under a cap of 1 (two rows, so each acquire touches two
+/// counters): never are both admitted. Taking the minimum of the values the acquire's own adds
+/// returned admits both (A row 0: 1, B row 0: 2, B row 1: 1, A row 1: 2).
+#[test]
+fn acquire_acquire_cap_one() {
+    check(|| {
+        let open = Arc::new(ConcurrencySketch::new(64 * 2, 2, 1).expect("valid"));
+        let other = Arc::clone(&open);
+        let racer = thread::spawn(move || other.acquire(KEY));
+        let mine = open.acquire(KEY);
+        let theirs = racer.join().expect("no panic");
+        assert!(mine >= 1 && theirs >= 1);
+        assert!(
+            mine.max(theirs) >= 2,
+            "cap 1 admitted both: {mine} and {theirs}"
+        );
+    });
+}
+
+/// Two keys that share their one cell in a plain one-row sketch of 17 cells, found by counting
+/// keys one by one until one already reads a count (18 keys must collide), then marking it
+/// with a heavy event: its partner is the earlier key that reads it too. Deterministic: the
+/// same pair in every loom iteration.
+fn colliding_pair(sketch: &RateSketch, now: Tick) -> (u64, u64) {
+    const MARK: u64 = 100;
+    let bytes = |key: u64| key.to_le_bytes();
+    for key in 0..18u64 {
+        if sketch.estimate(&bytes(key), now) > 0 {
+            let _ = sketch.observe(&bytes(key), MARK, now);
+            let earlier = (0..key)
+                .find(|k| sketch.estimate(&bytes(*k), now) > MARK)
+                .expect("the colliding key was counted");
+            return (earlier, key);
+        }
+        let _ = sketch.observe(&bytes(key), 1, now);
+    }
+    panic!("18 keys in 17 cells must collide")
+}
+
+/// Two different keys that share their only cell race (one row, no front, so the cell is both
+/// keys' whole estimate): neither count is lost and neither is counted twice.
+#[test]
+fn observe_observe_two_keys_one_cell() {
+    check(|| {
+        let now = Tick::from_nanos(10);
+        let (a, b) = colliding_pair(&tiny(1, 0.0), now);
+        let sketch = Arc::new(tiny(1, 0.0));
+        let other = Arc::clone(&sketch);
+        let racer = thread::spawn(move || other.observe(&a.to_le_bytes(), 1, now));
+        let mine = sketch.observe(&b.to_le_bytes(), 2, now);
+        let theirs = racer.join().expect("no panic");
+        assert!(mine >= 2 && theirs >= 1, "returned {mine} and {theirs}");
+        assert_eq!(mine.max(theirs), 3, "the later observe saw both");
+        assert_eq!(sketch.estimate(&a.to_le_bytes(), now), 3, "lost or doubled");
+        assert_eq!(sketch.estimate(&b.to_le_bytes(), now), 3, "lost or doubled");
+    });
+}
+
+/// A tick early in window 2 rolls the key's cell (dropping window 0) while a tick 10 ns older,
+/// in window 1, counts: the lagging observe still reads all of window 1 and the tenth of window
+/// 0 it owes (the roll folded a quarter of it: tolerance 25 of 100 ns), whichever lands first.
+/// Before the fix a lagging tick that found the cell rolled read window 2 as its current one
+/// and weighted window 1 by its own 10% share: 3 instead of 15. Run without a front and with
+/// one (whose register the newer tick rolls too: the lagging tick must assume window 0 held
+/// the key).
+#[test]
+fn lagging_tick_vs_rolling_tick() {
+    for front_share in [0.0, 0.5] {
+        check(move || lagging_vs_rolling(front_share));
+    }
+}
+
+fn lagging_vs_rolling(front_share: f64) {
+    let sketch = RateSketch::builder()
+        .window(Duration::from_nanos(WINDOW))
+        .lag_tolerance(Duration::from_nanos(WINDOW / 4))
+        .depth(1)
+        .front_share(front_share)
+        .seed(1);
+    let minimum = sketch.min_memory_bytes();
+    let sketch = Arc::new(sketch.memory_bytes(minimum).build().expect("builds"));
+    let t = Tick::from_nanos;
+    let _ = sketch.observe(KEY, 40, t(50));
+    let _ = sketch.observe(KEY, 10, t(150));
+    let other = Arc::clone(&sketch);
+    // Weight 2: past the front's absorbed first event, so the counters roll too.
+    let racer = thread::spawn(move || other.observe(KEY, 2, t(200)));
+    let lagging = sketch.observe(KEY, 1, t(190));
+    let newest = racer.join().expect("no panic");
+    // Window 1 whole (10 + its own 1) and ceil(40 * 10 / 100) of window 0.
+    assert!(lagging >= 15, "lagging tick read {lagging} < 15");
+    // Its own 2 and window 1 (10, or 11 with the lagging event if it landed first).
+    assert!(newest >= 12, "newest tick read {newest} < 12");
+    assert!(sketch.estimate(KEY, t(190)) >= 15);
+    assert!(sketch.estimate(KEY, t(200)) >= 13);
 }
