@@ -29,6 +29,10 @@ const TARPIT_STEP: Duration = Duration::from_millis(50);
 const RELAY_BUFFER: usize = 16 << 10;
 /// Connections accepted per readiness wake before other tasks get a turn.
 const ACCEPT_BATCH: usize = 64;
+/// What a TCP connection weighs under `weight = "bytes"` (and `"events"`): its size is not
+/// known when it is decided, at accept, so a bytes limit on TCP counts connections, as the
+/// README says. (A weight of 0 let every connection through a bytes rule.)
+const CONNECTION_WEIGHT: u64 = 1;
 
 /// One TCP listener's fixed parts.
 #[derive(Debug)]
@@ -140,7 +144,7 @@ fn arrive(
         None
     } else {
         let source = Source::new(peer.ip());
-        let decided = shared.decide(source, Transport::Tcp, 0);
+        let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
         shared.account(&frontend.metrics, &decided, source);
         if resets(&decided) {
             socket::reset_on_close(&stream);
@@ -240,7 +244,7 @@ async fn connection(
                 return;
             };
             let source = Source::new(origin.source.ip());
-            let decided = shared.decide(source, Transport::Tcp, 0);
+            let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
             shared.account(&frontend.metrics, &decided, source);
             (origin, decided)
         }
@@ -433,7 +437,10 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
         actions::reset(client);
         return;
     }
-    if !origin.via_proxy && !frontend.trusted.is_empty() && sends_header(&client, &upstream).await {
+    // Every peer that is not a trusted proxy is checked, whether or not any peer is trusted:
+    // with no `trusted_proxies` a header would otherwise reach the upstream as payload, where a
+    // backend that reads PROXY headers would believe it.
+    if !origin.via_proxy && sends_header(&client, &upstream).await {
         shared
             .metrics
             .refused(&frontend.metrics, Refusal::UntrustedHeader);

@@ -142,3 +142,28 @@ async fn a_trusted_peer_without_a_valid_header_is_refused() {
         1.0
     );
 }
+
+#[tokio::test]
+async fn a_header_is_refused_even_when_no_peer_is_trusted() {
+    let upstream = echo_upstream().await;
+    let text = config(upstream).replace("trusted_proxies = [\"127.0.0.5/32\"]\n", "");
+    let server = start(&text).await;
+    let front = server.local_addr("front").unwrap();
+    for header in [
+        encode_v1 as fn(SocketAddr, SocketAddr) -> Vec<u8>,
+        v2 as fn(SocketAddr, SocketAddr) -> Vec<u8>,
+    ] {
+        let mut stream = connect_from("127.0.0.6", front).await.unwrap();
+        let spoofed: SocketAddr = "6.6.6.6:1234".parse().unwrap();
+        stream.write_all(&header(spoofed, front)).await.unwrap();
+        assert_eq!(exchange(stream, b"hello\n").await, Wire::Reset);
+    }
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_refused_total{listener=\"front\",reason=\"untrusted_proxy_header\"}"
+        ),
+        2.0
+    );
+    assert_eq!(attempt("127.0.0.6", front).await, Wire::Echoed);
+}
