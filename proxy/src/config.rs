@@ -206,8 +206,22 @@ pub struct Listener {
     pub reuse_port: bool,
     /// Open connections (TCP) this listener holds at most; more are refused at accept.
     pub max_connections: usize,
-    /// Open connections one source may hold (IPv4 address, IPv6 /64); `None`: no cap.
-    pub max_connections_per_source: Option<u32>,
+    /// Forwarded connections one source (IPv4 address, IPv6 /64) may hold open. Default: a
+    /// sixteenth of `max_connections`.
+    pub max_connections_per_source: u32,
+    /// Forwarded connections one network (IPv4 /24, IPv6 /48) may hold open. Default: a quarter
+    /// of `max_connections`, so one network never takes the listener.
+    pub max_connections_per_prefix: u32,
+    /// Held rejections (`delay`, `close` lingering, `reply`) this listener keeps at most, apart
+    /// from `max_connections`; one more is reset (0: every rejection is a reset).
+    pub max_held: usize,
+    /// Held rejections one source (IPv4 address, IPv6 /64) may have at once.
+    pub max_held_per_source: u32,
+    /// Held rejections one network (IPv4 /24, IPv6 /48) may have at once.
+    pub max_held_per_prefix: u32,
+    /// A relayed connection that moves no byte either way for this long is closed (also the
+    /// bound on waiting for the first byte of either side).
+    pub idle_timeout: Duration,
     /// Peers whose PROXY headers are believed (then the header's source is the key); a
     /// connection from one of them must start with a header.
     pub trusted_proxies: Vec<Cidr>,
@@ -276,6 +290,11 @@ struct RawListener {
     reuse_port: bool,
     max_connections: Option<usize>,
     max_connections_per_source: Option<Spanned<u32>>,
+    max_connections_per_prefix: Option<Spanned<u32>>,
+    max_held: Option<usize>,
+    max_held_per_source: Option<u32>,
+    max_held_per_prefix: Option<u32>,
+    idle_timeout: Option<Spanned<String>>,
     #[serde(default)]
     trusted_proxies: Vec<Spanned<String>>,
     proxy_header_timeout: Option<Spanned<String>>,
@@ -447,15 +466,23 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         .iter()
         .filter_map(|c| errors.check(c, |c| Cidr::parse(c)))
         .collect();
-    let max_connections_per_source = raw.max_connections_per_source.as_ref().and_then(|m| {
-        errors.check(m, |&m| {
-            if m == 0 {
-                Err("a per-source cap of 0 refuses everyone; leave it out for no cap".into())
-            } else {
-                Ok(m)
-            }
-        })
-    });
+    let max_connections = raw.max_connections.unwrap_or(10_000);
+    let (source_default, prefix_default) = network_caps(max_connections);
+    let mut network_cap = |cap: &Option<Spanned<u32>>, default: u32| {
+        cap.as_ref()
+            .and_then(|m| {
+                errors.check(m, |&m| {
+                    if m == 0 {
+                        Err("a cap of 0 refuses everyone; leave it out for the default".into())
+                    } else {
+                        Ok(m)
+                    }
+                })
+            })
+            .unwrap_or(default)
+    };
+    let max_connections_per_source = network_cap(&raw.max_connections_per_source, source_default);
+    let max_connections_per_prefix = network_cap(&raw.max_connections_per_prefix, prefix_default);
     let max_sessions = match &raw.max_sessions {
         Some(m) => errors.check(m, |&m| {
             if m == 0 {
@@ -476,8 +503,13 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         backoff: errors.duration(raw.backoff.as_ref(), Duration::from_millis(10)),
         backlog: raw.backlog.unwrap_or(1024),
         reuse_port: raw.reuse_port,
-        max_connections: raw.max_connections.unwrap_or(10_000),
+        max_connections,
         max_connections_per_source,
+        max_connections_per_prefix,
+        max_held: raw.max_held.unwrap_or(DEFAULT_HELD.0),
+        max_held_per_source: raw.max_held_per_source.unwrap_or(DEFAULT_HELD.1),
+        max_held_per_prefix: raw.max_held_per_prefix.unwrap_or(DEFAULT_HELD.2),
+        idle_timeout: errors.duration(raw.idle_timeout.as_ref(), DEFAULT_IDLE_TIMEOUT),
         trusted_proxies,
         proxy_header_timeout: errors
             .duration(raw.proxy_header_timeout.as_ref(), Duration::from_secs(3)),
@@ -485,6 +517,24 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         session_timeout: errors.duration(raw.session_timeout.as_ref(), Duration::from_secs(30)),
         max_sessions: max_sessions?,
     })
+}
+
+/// The default held-rejection budget of a listener: in all, per source, per network.
+pub const DEFAULT_HELD: (usize, u32, u32) = (1_000, 8, 64);
+
+/// The default idle timeout of a relayed TCP connection.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The default open-connection caps of a listener of `max_connections`: per source a
+/// sixteenth of it, per network (/24, /48) a quarter, each at least 1.
+#[must_use]
+pub fn network_caps(max_connections: usize) -> (u32, u32) {
+    let part = |divisor: usize| {
+        u32::try_from(max_connections / divisor)
+            .unwrap_or(u32::MAX)
+            .max(1)
+    };
+    (part(16), part(4))
 }
 
 fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
@@ -631,9 +681,20 @@ impl fmt::Display for ProxyConfig {
             writeln!(f, "backlog = {}", l.backlog)?;
             writeln!(f, "reuse_port = {}", l.reuse_port)?;
             writeln!(f, "max_connections = {}", l.max_connections)?;
-            if let Some(cap) = l.max_connections_per_source {
-                writeln!(f, "max_connections_per_source = {cap}")?;
-            }
+            writeln!(
+                f,
+                "max_connections_per_source = {}",
+                l.max_connections_per_source
+            )?;
+            writeln!(
+                f,
+                "max_connections_per_prefix = {}",
+                l.max_connections_per_prefix
+            )?;
+            writeln!(f, "max_held = {}", l.max_held)?;
+            writeln!(f, "max_held_per_source = {}", l.max_held_per_source)?;
+            writeln!(f, "max_held_per_prefix = {}", l.max_held_per_prefix)?;
+            writeln!(f, "idle_timeout = {}", duration(l.idle_timeout))?;
             writeln!(
                 f,
                 "trusted_proxies = {}",

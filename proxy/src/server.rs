@@ -180,6 +180,13 @@ impl Server {
         self.tcp.iter().map(|(f, _)| f.open()).sum()
     }
 
+    /// TCP rejections held now (`delay`, `close`, `reply`), over all listeners; they are
+    /// counted in [`Server::open_connections`] too.
+    #[must_use]
+    pub fn held_connections(&self) -> usize {
+        self.tcp.iter().map(|(f, _)| f.held()).sum()
+    }
+
     /// UDP sessions held now, over all listeners.
     #[must_use]
     pub fn udp_sessions(&self) -> usize {
