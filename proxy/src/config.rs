@@ -24,7 +24,7 @@ pub struct ProxyConfig {
     /// Process-wide settings (`[proxy]`).
     pub settings: Settings,
     /// The admin endpoint (`[admin]`); `None` when disabled.
-    pub admin: Option<SocketAddr>,
+    pub admin: Option<Admin>,
     /// The listeners (`[[listener]]`), in file order.
     pub listeners: Vec<Listener>,
     /// Limits shared with other proxies through Redis (`[cluster]`); `None` without the
@@ -64,6 +64,45 @@ impl Default for Settings {
 /// The admin endpoint's default address: loopback only, so metrics and `/reload` are not
 /// offered to the network unless the operator says so.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+
+/// `[admin]`: the admin endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admin {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// Where its bearer token is read at start; `None`: no token, so no endpoint that changes
+    /// state, and loopback only.
+    pub token: Option<TokenSource>,
+    /// How long a client may take to send a request's headers.
+    pub header_timeout: Duration,
+    /// A connection that moves no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+    /// Admin connections open at once at most; more are reset at accept.
+    pub max_connections: usize,
+}
+
+impl Admin {
+    /// The endpoint at `listen` with the default timeouts and cap, and no token.
+    #[must_use]
+    pub fn at(listen: SocketAddr) -> Admin {
+        Admin {
+            listen,
+            token: None,
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 64,
+        }
+    }
+}
+
+/// Where the admin's bearer token comes from (never the config text itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenSource {
+    /// A file holding the token (surrounding whitespace is ignored).
+    File(std::path::PathBuf),
+    /// An environment variable holding the token.
+    Env(String),
+}
 
 /// `[cluster]`: limits shared with other proxies through Redis (see [`crate::cluster`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -268,6 +307,11 @@ struct RawAdmin {
     listen: Option<Spanned<String>>,
     #[serde(default = "yes")]
     enabled: bool,
+    token_file: Option<Spanned<String>>,
+    token_env: Option<Spanned<String>>,
+    header_timeout: Option<Spanned<String>>,
+    idle_timeout: Option<Spanned<String>>,
+    max_connections: Option<Spanned<usize>>,
 }
 
 fn yes() -> bool {
@@ -395,11 +439,8 @@ impl ProxyConfig {
         };
         let admin = match &raw.admin {
             Some(admin) if !admin.enabled => None,
-            Some(RawAdmin {
-                listen: Some(listen),
-                ..
-            }) => errors.check(listen, |l| socket_addr(l)),
-            _ => DEFAULT_ADMIN.parse().ok(),
+            Some(admin) => admin_section(admin, &mut errors),
+            None => DEFAULT_ADMIN.parse().ok().map(Admin::at),
         };
         let mut names: HashMap<String, usize> = HashMap::new();
         let listeners = raw
@@ -435,6 +476,69 @@ impl ProxyConfig {
             }
         }
     }
+}
+
+fn admin_section(raw: &RawAdmin, errors: &mut Errors<'_>) -> Option<Admin> {
+    let defaults = Admin::at(DEFAULT_ADMIN.parse().ok()?);
+    let listen = match &raw.listen {
+        Some(listen) => errors.check(listen, |l| socket_addr(l))?,
+        None => defaults.listen,
+    };
+    let token = match (&raw.token_file, &raw.token_env) {
+        (Some(_), Some(env)) => {
+            errors.at(env, "give token_file or token_env, not both".to_owned());
+            None
+        }
+        (Some(file), None) => errors.check(file, |f| {
+            if f.is_empty() {
+                Err("token_file is empty: name the file that holds the token".to_owned())
+            } else {
+                Ok(TokenSource::File(f.into()))
+            }
+        }),
+        (None, Some(env)) => errors.check(env, |e| {
+            if e.is_empty() || e.contains('=') || e.contains('\0') {
+                Err(format!("`{e}` is not an environment variable name"))
+            } else {
+                Ok(TokenSource::Env(e.clone()))
+            }
+        }),
+        (None, None) => None,
+    };
+    if token.is_none()
+        && raw.token_file.is_none()
+        && raw.token_env.is_none()
+        && !listen.ip().is_loopback()
+    {
+        let message = format!(
+            "the admin endpoint listens on {listen}, beyond loopback, without a token: set \
+             token_file or token_env (every request then needs `Authorization: Bearer TOKEN`)"
+        );
+        match &raw.listen {
+            Some(at) => errors.at(at, message),
+            None => return None,
+        }
+    }
+    let max_connections = match &raw.max_connections {
+        Some(m) => errors.check(m, |&m| {
+            if m == 0 {
+                Err(
+                    "max_connections = 0 would refuse every admin request; use enabled = false"
+                        .to_owned(),
+                )
+            } else {
+                Ok(m)
+            }
+        })?,
+        None => defaults.max_connections,
+    };
+    Some(Admin {
+        listen,
+        token,
+        header_timeout: errors.duration(raw.header_timeout.as_ref(), defaults.header_timeout),
+        idle_timeout: errors.duration(raw.idle_timeout.as_ref(), defaults.idle_timeout),
+        max_connections,
+    })
 }
 
 fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
@@ -662,8 +766,24 @@ impl fmt::Display for ProxyConfig {
         )?;
         writeln!(f, "log_rejections = {}", s.log_rejections)?;
         writeln!(f, "delay = {}", duration(s.delay))?;
-        match self.admin {
-            Some(addr) => writeln!(f, "\n[admin]\nlisten = {}", quoted(&addr.to_string()))?,
+        match &self.admin {
+            Some(admin) => {
+                writeln!(
+                    f,
+                    "\n[admin]\nlisten = {}",
+                    quoted(&admin.listen.to_string())
+                )?;
+                match &admin.token {
+                    Some(TokenSource::File(path)) => {
+                        writeln!(f, "token_file = {}", quoted(&path.display().to_string()))?;
+                    }
+                    Some(TokenSource::Env(name)) => writeln!(f, "token_env = {}", quoted(name))?,
+                    None => {}
+                }
+                writeln!(f, "header_timeout = {}", duration(admin.header_timeout))?;
+                writeln!(f, "idle_timeout = {}", duration(admin.idle_timeout))?;
+                writeln!(f, "max_connections = {}", admin.max_connections)?;
+            }
             None => writeln!(f, "\n[admin]\nenabled = false")?,
         }
         for l in &self.listeners {

@@ -140,6 +140,10 @@ pub struct Metrics {
     sketch_bound: Family<WindowLabel, Gauge>,
     /// Bytes held for per-source open-connection counts.
     pub connection_memory: Gauge,
+    /// Admin connections open now.
+    pub admin_connections: Gauge,
+    /// Admin connections reset at accept because `[admin] max_connections` were open.
+    pub admin_refused: Counter,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
     pub cluster: ClusterMetrics,
 }
@@ -339,6 +343,8 @@ impl Metrics {
             sketch_fill: Family::default(),
             sketch_bound: Family::default(),
             connection_memory: Gauge::default(),
+            admin_connections: Gauge::default(),
+            admin_refused: Counter::default(),
             cluster: ClusterMetrics::new(),
         };
         let r = &mut registry;
@@ -442,6 +448,16 @@ impl Metrics {
             "connection_memory_bytes",
             "Bytes held for per-source open-connection counts",
             metrics.connection_memory.clone(),
+        );
+        r.register(
+            "admin_connections",
+            "Admin endpoint connections open now",
+            metrics.admin_connections.clone(),
+        );
+        r.register(
+            "admin_refused",
+            "Admin connections reset at accept: [admin] max_connections were open",
+            metrics.admin_refused.clone(),
         );
         if cluster {
             metrics.cluster.register(r);

@@ -43,24 +43,12 @@ where
         moved: &moved,
     };
     let copy = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, buffer, buffer);
-    let quiet_for = |seen: &mut u64| {
-        // Relaxed: the counter is only compared with its own earlier value; the copy and this
-        // check run in the same task.
-        let now = moved.load(Ordering::Relaxed);
-        let quiet = now == *seen;
-        *seen = now;
-        quiet
-    };
-    watch(copy, idle, quiet_for).await
+    until_idle(copy, idle, &moved).await
 }
 
-/// Runs `work` until it ends, or until `quiet` says nothing moved at [`CHECKS`] checks in a
-/// row, one every `idle / CHECKS`.
-async fn watch<F: Future>(
-    work: F,
-    idle: Duration,
-    mut quiet: impl FnMut(&mut u64) -> bool,
-) -> Ended {
+/// Runs `work` until it ends, or until `moved` (bumped by [`Counted`] streams that `work`
+/// drives) stays the same at [`CHECKS`] checks in a row, one every `idle / CHECKS`.
+pub async fn until_idle<F: Future>(work: F, idle: Duration, moved: &AtomicU64) -> Ended {
     let step = (idle / CHECKS).max(Duration::from_millis(1));
     tokio::pin!(work);
     let mut seen = 0;
@@ -69,7 +57,12 @@ async fn watch<F: Future>(
         tokio::select! {
             _ = &mut work => return Ended::Finished,
             () = tokio::time::sleep(step) => {
-                if quiet(&mut seen) {
+                // Relaxed: the counter is only compared with its own earlier value; the
+                // streams that bump it are driven by `work`, in this same task.
+                let now = moved.load(Ordering::Relaxed);
+                let quiet = now == seen;
+                seen = now;
+                if quiet {
                     quiet_checks += 1;
                     if quiet_checks >= CHECKS {
                         return Ended::Idle;
@@ -83,12 +76,18 @@ async fn watch<F: Future>(
 }
 
 /// A stream whose reads and writes that move bytes are counted in `moved`.
-struct Counted<'a, S: ?Sized> {
+#[derive(Debug)]
+pub struct Counted<'a, S: ?Sized> {
     inner: &'a mut S,
     moved: &'a AtomicU64,
 }
 
-impl<S: ?Sized> Counted<'_, S> {
+impl<'a, S: ?Sized> Counted<'a, S> {
+    /// `inner`, its progress counted in `moved`.
+    pub fn new(inner: &'a mut S, moved: &'a AtomicU64) -> Counted<'a, S> {
+        Counted { inner, moved }
+    }
+
     fn bump(&self) {
         // Relaxed: a tally for the idle watchdog in the same task; nothing else is ordered by it.
         self.moved.fetch_add(1, Ordering::Relaxed);
