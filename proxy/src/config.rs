@@ -243,7 +243,8 @@ pub struct Listener {
     pub backlog: u32,
     /// Set SO_REUSEPORT, so several processes can share the port.
     pub reuse_port: bool,
-    /// Open connections (TCP) this listener holds at most; more are refused at accept.
+    /// Forwarded connections (TCP) this listener holds at most; more are reset at accept.
+    /// Held rejections have a budget of their own (`max_held`).
     pub max_connections: usize,
     /// Forwarded connections one source (IPv4 address, IPv6 /64) may hold open. Default: a
     /// sixteenth of `max_connections`.

@@ -47,7 +47,7 @@ where
 }
 
 /// Runs `work` until it ends, or until `moved` (bumped by [`Counted`] streams that `work`
-/// drives) stays the same at [`CHECKS`] checks in a row, one every `idle / CHECKS`.
+/// drives) stays the same at four checks in a row, one every quarter of `idle`.
 pub async fn until_idle<F: Future>(work: F, idle: Duration, moved: &AtomicU64) -> Ended {
     let step = (idle / CHECKS).max(Duration::from_millis(1));
     tokio::pin!(work);
