@@ -240,3 +240,70 @@ fn claim_slot(
         key,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ProxyConfig;
+
+    fn budget(listener: &str) -> (Arc<Shared>, Budget) {
+        let text = format!(
+            "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:1\"]\n{listener}\n"
+        );
+        let config = ProxyConfig::parse(&text).unwrap();
+        let listener = config.listeners[0].clone();
+        let shared = Arc::new(Shared::new(config, None).unwrap());
+        (
+            shared,
+            Budget::new(&listener, Gauge::default(), Gauge::default()),
+        )
+    }
+
+    fn source(text: &str) -> Option<Source> {
+        Some(Source::new(text.parse().unwrap()))
+    }
+
+    #[test]
+    fn ipv6_sources_are_capped_per_slash_64_and_networks_per_slash_48() {
+        // The defaults for a listener of 8: 1 per source, 2 per network.
+        let (shared, budget) = budget("max_connections = 8");
+        let claim = |text: &str| budget.claim(&shared, Use::Forward, source(text));
+        let first = claim("2001:db8:1:1::1").unwrap();
+        assert_eq!(
+            claim("2001:db8:1:1::2").unwrap_err(),
+            Refusal::ConnectionCap
+        );
+        let second = claim("2001:db8:1:2::1").unwrap();
+        assert_eq!(claim("2001:db8:1:3::1").unwrap_err(), Refusal::PrefixCap);
+        let other = claim("2001:db8:2::1").unwrap();
+        assert_eq!(budget.forwarding(), 3);
+        drop(first);
+        let again = claim("2001:db8:1:1::2").unwrap();
+        drop((second, other, again));
+        assert_eq!(budget.forwarding(), 0);
+    }
+
+    #[test]
+    fn held_claims_never_touch_the_forwarding_budget() {
+        let (shared, budget) = budget("max_connections = 1\nmax_held = 2");
+        let forwarded = budget.claim(&shared, Use::Forward, source("192.0.2.1"));
+        let held = [
+            budget
+                .claim(&shared, Use::Held, source("192.0.2.1"))
+                .unwrap(),
+            budget
+                .claim(&shared, Use::Held, source("198.51.100.1"))
+                .unwrap(),
+        ];
+        assert!(forwarded.is_ok());
+        assert_eq!(
+            budget
+                .claim(&shared, Use::Held, source("203.0.113.1"))
+                .unwrap_err(),
+            Refusal::HeldFull
+        );
+        assert_eq!((budget.forwarding(), budget.held()), (1, 2));
+        drop(held);
+        assert_eq!(budget.held(), 0);
+    }
+}
