@@ -8,24 +8,159 @@
 //!   it is refused.
 //!
 //! hyper serves it; the admin sees little traffic, so clarity matters more than speed here.
+//!
+//! # Under attack
+//!
+//! The admin port must not become a way to take descriptors from the data path:
+//!
+//! - at most `max_connections` (64) admin connections at once; more are reset at accept;
+//! - a request's headers must arrive within `header_timeout` (5 s; hyper enforces it only
+//!   with a timer, [`TokioTimer`]);
+//! - a connection that moves no byte either way for `idle_timeout` (30 s) is closed;
+//! - one request per connection (no keep-alive), so a connection cannot be kept for long by
+//!   sending requests or a body slowly.
+//!
+//! A bearer token (`Authorization: Bearer TOKEN`, read at start from `token_file` or
+//! `token_env`) is required for every endpoint that changes state (`POST /reload`: without a
+//! configured token it is refused, SIGHUP still reloads), and for every endpoint when the
+//! admin listens beyond loopback (the config is refused without a token then). Tokens are
+//! compared in constant time.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tollgate_filter::{DurationText, Source};
 
+use crate::config::{Admin, TokenSource};
+use crate::relay;
 use crate::shared::Shared;
+use crate::socket;
 
-/// Serves admin requests on `listener` until `stop` says so.
-pub async fn serve(shared: Arc<Shared>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+/// The admin's bearer token, as read at start.
+#[derive(Clone)]
+pub struct Token(Arc<[u8]>);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+impl Token {
+    /// Reads the token from `source`: the file's text or the variable's value, surrounding
+    /// whitespace trimmed.
+    ///
+    /// # Errors
+    /// A message naming the file or variable when it cannot be read or holds no token.
+    pub fn read(source: &TokenSource) -> Result<Token, String> {
+        let (text, place) = match source {
+            TokenSource::File(path) => (
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("[admin] token_file {}: {e}", path.display()))?,
+                format!("[admin] token_file {}", path.display()),
+            ),
+            TokenSource::Env(name) => (
+                std::env::var(name).map_err(|e| format!("[admin] token_env {name}: {e}"))?,
+                format!("[admin] token_env {name}"),
+            ),
+        };
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(format!("{place} holds no token"));
+        }
+        Ok(Token(token.as_bytes().into()))
+    }
+
+    /// Whether `presented` is this token. The time taken depends on the length of
+    /// `presented`, not on where it differs from the token.
+    #[must_use]
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        let expected: &[u8] = &self.0;
+        let mut difference = expected.len() ^ presented.len();
+        for (i, byte) in presented.iter().enumerate() {
+            let other = expected.get(i).copied().unwrap_or(0);
+            difference |= usize::from(byte ^ other);
+            // Keeps the compiler from ending the loop at the first difference.
+            difference = std::hint::black_box(difference);
+        }
+        difference == 0
+    }
+}
+
+/// Who may ask what: the token, and whether the endpoint listens beyond loopback.
+#[derive(Clone, Debug)]
+pub struct Access {
+    /// The bearer token; `None`: no endpoint that changes state is served.
+    pub token: Option<Token>,
+    /// Whether every endpoint needs the token (the admin listens beyond loopback).
+    pub everything: bool,
+}
+
+impl Access {
+    /// What `config` asks for, its token read.
+    ///
+    /// # Errors
+    /// The token's file or variable cannot be read or is empty.
+    pub fn new(config: &Admin) -> Result<Access, String> {
+        Ok(Access {
+            token: config.token.as_ref().map(Token::read).transpose()?,
+            everything: !config.listen.ip().is_loopback(),
+        })
+    }
+
+    /// `None` if a request of `method` with `headers` may be served; otherwise the answer that
+    /// refuses it.
+    fn refuses(&self, method: &Method, headers: &HeaderMap) -> Option<Response<Full<Bytes>>> {
+        let changes_state = method != Method::GET;
+        if !changes_state && !self.everything {
+            return None;
+        }
+        let Some(token) = &self.token else {
+            return Some(text(
+                StatusCode::FORBIDDEN,
+                "this endpoint changes state and needs a token: set [admin] token_file or \
+                 token_env and restart (SIGHUP reloads without one)\n"
+                    .into(),
+            ));
+        };
+        let presented = headers
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "));
+        if presented.is_some_and(|p| token.matches(p)) {
+            return None;
+        }
+        let mut refused = text(
+            StatusCode::UNAUTHORIZED,
+            "send `Authorization: Bearer TOKEN`\n".into(),
+        );
+        refused.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+        Some(refused)
+    }
+}
+
+/// Serves admin requests on `listener` until `stop` says so, under `config`'s timeouts and
+/// connection cap and `access`'s token.
+pub async fn serve(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    config: Admin,
+    access: Access,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let access = Arc::new(access);
     loop {
         let accepted = tokio::select! {
             _ = stop.changed() => return,
@@ -36,15 +171,38 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, mut stop: watch::
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            shared.metrics.admin_refused.inc();
+            socket::reset_on_close(&stream);
+            continue;
+        };
         let shared = Arc::clone(&shared);
+        let access = Arc::clone(&access);
+        let (header_timeout, idle) = (config.header_timeout, config.idle_timeout);
         tokio::spawn(async move {
+            let _slot = slot;
+            shared.metrics.admin_connections.inc();
+            let metrics = shared.metrics.admin_connections.clone();
             let service = hyper::service::service_fn(move |request| {
                 let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(respond(&shared, &request)) }
+                let access = Arc::clone(&access);
+                async move {
+                    let answer = access
+                        .refuses(request.method(), request.headers())
+                        .unwrap_or_else(|| respond(&shared, &request));
+                    Ok::<_, Infallible>(answer)
+                }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let mut stream = stream;
+            let moved = AtomicU64::new(0);
+            let counted = relay::Counted::new(&mut stream, &moved);
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(counted), service);
+            let _ = relay::until_idle(connection, idle, &moved).await;
+            metrics.dec();
         });
     }
 }
@@ -160,4 +318,67 @@ fn estimate(shared: &Shared, source: Option<&str>) -> Response<Full<Bytes>> {
         );
     }
     text(StatusCode::OK, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        headers
+    }
+
+    fn status(answer: Option<Response<Full<Bytes>>>) -> u16 {
+        answer.map_or(200, |a| a.status().as_u16())
+    }
+
+    #[test]
+    fn state_changes_need_the_token_and_beyond_loopback_everything_does() {
+        let token = Some(Token(b"s3cret".as_slice().into()));
+        let none = HeaderMap::new();
+        let loopback = Access {
+            token: token.clone(),
+            everything: false,
+        };
+        assert_eq!(status(loopback.refuses(&Method::GET, &none)), 200);
+        assert_eq!(status(loopback.refuses(&Method::POST, &none)), 401);
+        assert_eq!(
+            status(loopback.refuses(&Method::POST, &bearer("s3crex"))),
+            401
+        );
+        assert_eq!(
+            status(loopback.refuses(&Method::POST, &bearer("s3cret "))),
+            401
+        );
+        assert_eq!(
+            status(loopback.refuses(&Method::POST, &bearer("s3cret"))),
+            200
+        );
+        let beyond = Access {
+            token,
+            everything: true,
+        };
+        assert_eq!(status(beyond.refuses(&Method::GET, &none)), 401);
+        assert_eq!(status(beyond.refuses(&Method::GET, &bearer("s3cret"))), 200);
+        let tokenless = Access {
+            token: None,
+            everything: false,
+        };
+        assert_eq!(status(tokenless.refuses(&Method::GET, &none)), 200);
+        assert_eq!(status(tokenless.refuses(&Method::POST, &bearer("x"))), 403);
+    }
+
+    #[test]
+    fn tokens_match_exactly() {
+        let token = Token(b"abc".as_slice().into());
+        assert!(token.matches(b"abc"));
+        for other in [&b""[..], b"ab", b"abd", b"abcd", b"\0abc"] {
+            assert!(!token.matches(other), "{other:?}");
+        }
+    }
 }

@@ -24,7 +24,7 @@ pub struct ProxyConfig {
     /// Process-wide settings (`[proxy]`).
     pub settings: Settings,
     /// The admin endpoint (`[admin]`); `None` when disabled.
-    pub admin: Option<SocketAddr>,
+    pub admin: Option<Admin>,
     /// The listeners (`[[listener]]`), in file order.
     pub listeners: Vec<Listener>,
     /// Limits shared with other proxies through Redis (`[cluster]`); `None` without the
@@ -64,6 +64,45 @@ impl Default for Settings {
 /// The admin endpoint's default address: loopback only, so metrics and `/reload` are not
 /// offered to the network unless the operator says so.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+
+/// `[admin]`: the admin endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admin {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// Where its bearer token is read at start; `None`: no token, so no endpoint that changes
+    /// state, and loopback only.
+    pub token: Option<TokenSource>,
+    /// How long a client may take to send a request's headers.
+    pub header_timeout: Duration,
+    /// A connection that moves no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+    /// Admin connections open at once at most; more are reset at accept.
+    pub max_connections: usize,
+}
+
+impl Admin {
+    /// The endpoint at `listen` with the default timeouts and cap, and no token.
+    #[must_use]
+    pub fn at(listen: SocketAddr) -> Admin {
+        Admin {
+            listen,
+            token: None,
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 64,
+        }
+    }
+}
+
+/// Where the admin's bearer token comes from (never the config text itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenSource {
+    /// A file holding the token (surrounding whitespace is ignored).
+    File(std::path::PathBuf),
+    /// An environment variable holding the token.
+    Env(String),
+}
 
 /// `[cluster]`: limits shared with other proxies through Redis (see [`crate::cluster`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,10 +243,25 @@ pub struct Listener {
     pub backlog: u32,
     /// Set SO_REUSEPORT, so several processes can share the port.
     pub reuse_port: bool,
-    /// Open connections (TCP) this listener holds at most; more are refused at accept.
+    /// Forwarded connections (TCP) this listener holds at most; more are reset at accept.
+    /// Held rejections have a budget of their own (`max_held`).
     pub max_connections: usize,
-    /// Open connections one source may hold (IPv4 address, IPv6 /64); `None`: no cap.
-    pub max_connections_per_source: Option<u32>,
+    /// Forwarded connections one source (IPv4 address, IPv6 /64) may hold open. Default: a
+    /// sixteenth of `max_connections`.
+    pub max_connections_per_source: u32,
+    /// Forwarded connections one network (IPv4 /24, IPv6 /48) may hold open. Default: a quarter
+    /// of `max_connections`, so one network never takes the listener.
+    pub max_connections_per_prefix: u32,
+    /// Held rejections (`delay`, `close` lingering, `reply`) this listener keeps at most, apart
+    /// from `max_connections`; one more is reset (0: every rejection is a reset).
+    pub max_held: usize,
+    /// Held rejections one source (IPv4 address, IPv6 /64) may have at once.
+    pub max_held_per_source: u32,
+    /// Held rejections one network (IPv4 /24, IPv6 /48) may have at once.
+    pub max_held_per_prefix: u32,
+    /// A relayed connection that moves no byte either way for this long is closed (also the
+    /// bound on waiting for the first byte of either side).
+    pub idle_timeout: Duration,
     /// Peers whose PROXY headers are believed (then the header's source is the key); a
     /// connection from one of them must start with a header.
     pub trusted_proxies: Vec<Cidr>,
@@ -254,6 +308,11 @@ struct RawAdmin {
     listen: Option<Spanned<String>>,
     #[serde(default = "yes")]
     enabled: bool,
+    token_file: Option<Spanned<String>>,
+    token_env: Option<Spanned<String>>,
+    header_timeout: Option<Spanned<String>>,
+    idle_timeout: Option<Spanned<String>>,
+    max_connections: Option<Spanned<usize>>,
 }
 
 fn yes() -> bool {
@@ -276,6 +335,11 @@ struct RawListener {
     reuse_port: bool,
     max_connections: Option<usize>,
     max_connections_per_source: Option<Spanned<u32>>,
+    max_connections_per_prefix: Option<Spanned<u32>>,
+    max_held: Option<usize>,
+    max_held_per_source: Option<u32>,
+    max_held_per_prefix: Option<u32>,
+    idle_timeout: Option<Spanned<String>>,
     #[serde(default)]
     trusted_proxies: Vec<Spanned<String>>,
     proxy_header_timeout: Option<Spanned<String>>,
@@ -376,11 +440,8 @@ impl ProxyConfig {
         };
         let admin = match &raw.admin {
             Some(admin) if !admin.enabled => None,
-            Some(RawAdmin {
-                listen: Some(listen),
-                ..
-            }) => errors.check(listen, |l| socket_addr(l)),
-            _ => DEFAULT_ADMIN.parse().ok(),
+            Some(admin) => admin_section(admin, &mut errors),
+            None => DEFAULT_ADMIN.parse().ok().map(Admin::at),
         };
         let mut names: HashMap<String, usize> = HashMap::new();
         let listeners = raw
@@ -418,6 +479,69 @@ impl ProxyConfig {
     }
 }
 
+fn admin_section(raw: &RawAdmin, errors: &mut Errors<'_>) -> Option<Admin> {
+    let defaults = Admin::at(DEFAULT_ADMIN.parse().ok()?);
+    let listen = match &raw.listen {
+        Some(listen) => errors.check(listen, |l| socket_addr(l))?,
+        None => defaults.listen,
+    };
+    let token = match (&raw.token_file, &raw.token_env) {
+        (Some(_), Some(env)) => {
+            errors.at(env, "give token_file or token_env, not both".to_owned());
+            None
+        }
+        (Some(file), None) => errors.check(file, |f| {
+            if f.is_empty() {
+                Err("token_file is empty: name the file that holds the token".to_owned())
+            } else {
+                Ok(TokenSource::File(f.into()))
+            }
+        }),
+        (None, Some(env)) => errors.check(env, |e| {
+            if e.is_empty() || e.contains('=') || e.contains('\0') {
+                Err(format!("`{e}` is not an environment variable name"))
+            } else {
+                Ok(TokenSource::Env(e.clone()))
+            }
+        }),
+        (None, None) => None,
+    };
+    if token.is_none()
+        && raw.token_file.is_none()
+        && raw.token_env.is_none()
+        && !listen.ip().is_loopback()
+    {
+        let message = format!(
+            "the admin endpoint listens on {listen}, beyond loopback, without a token: set \
+             token_file or token_env (every request then needs `Authorization: Bearer TOKEN`)"
+        );
+        match &raw.listen {
+            Some(at) => errors.at(at, message),
+            None => return None,
+        }
+    }
+    let max_connections = match &raw.max_connections {
+        Some(m) => errors.check(m, |&m| {
+            if m == 0 {
+                Err(
+                    "max_connections = 0 would refuse every admin request; use enabled = false"
+                        .to_owned(),
+                )
+            } else {
+                Ok(m)
+            }
+        })?,
+        None => defaults.max_connections,
+    };
+    Some(Admin {
+        listen,
+        token,
+        header_timeout: errors.duration(raw.header_timeout.as_ref(), defaults.header_timeout),
+        idle_timeout: errors.duration(raw.idle_timeout.as_ref(), defaults.idle_timeout),
+        max_connections,
+    })
+}
+
 fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
     let protocol = match &raw.protocol {
         None => Some(Protocol::Tcp),
@@ -447,15 +571,23 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         .iter()
         .filter_map(|c| errors.check(c, |c| Cidr::parse(c)))
         .collect();
-    let max_connections_per_source = raw.max_connections_per_source.as_ref().and_then(|m| {
-        errors.check(m, |&m| {
-            if m == 0 {
-                Err("a per-source cap of 0 refuses everyone; leave it out for no cap".into())
-            } else {
-                Ok(m)
-            }
-        })
-    });
+    let max_connections = raw.max_connections.unwrap_or(10_000);
+    let (source_default, prefix_default) = network_caps(max_connections);
+    let mut network_cap = |cap: &Option<Spanned<u32>>, default: u32| {
+        cap.as_ref()
+            .and_then(|m| {
+                errors.check(m, |&m| {
+                    if m == 0 {
+                        Err("a cap of 0 refuses everyone; leave it out for the default".into())
+                    } else {
+                        Ok(m)
+                    }
+                })
+            })
+            .unwrap_or(default)
+    };
+    let max_connections_per_source = network_cap(&raw.max_connections_per_source, source_default);
+    let max_connections_per_prefix = network_cap(&raw.max_connections_per_prefix, prefix_default);
     let max_sessions = match &raw.max_sessions {
         Some(m) => errors.check(m, |&m| {
             if m == 0 {
@@ -476,8 +608,13 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         backoff: errors.duration(raw.backoff.as_ref(), Duration::from_millis(10)),
         backlog: raw.backlog.unwrap_or(1024),
         reuse_port: raw.reuse_port,
-        max_connections: raw.max_connections.unwrap_or(10_000),
+        max_connections,
         max_connections_per_source,
+        max_connections_per_prefix,
+        max_held: raw.max_held.unwrap_or(DEFAULT_HELD.0),
+        max_held_per_source: raw.max_held_per_source.unwrap_or(DEFAULT_HELD.1),
+        max_held_per_prefix: raw.max_held_per_prefix.unwrap_or(DEFAULT_HELD.2),
+        idle_timeout: errors.duration(raw.idle_timeout.as_ref(), DEFAULT_IDLE_TIMEOUT),
         trusted_proxies,
         proxy_header_timeout: errors
             .duration(raw.proxy_header_timeout.as_ref(), Duration::from_secs(3)),
@@ -485,6 +622,24 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         session_timeout: errors.duration(raw.session_timeout.as_ref(), Duration::from_secs(30)),
         max_sessions: max_sessions?,
     })
+}
+
+/// The default held-rejection budget of a listener: in all, per source, per network.
+pub const DEFAULT_HELD: (usize, u32, u32) = (1_000, 8, 64);
+
+/// The default idle timeout of a relayed TCP connection.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The default open-connection caps of a listener of `max_connections`: per source a
+/// sixteenth of it, per network (/24, /48) a quarter, each at least 1.
+#[must_use]
+pub fn network_caps(max_connections: usize) -> (u32, u32) {
+    let part = |divisor: usize| {
+        u32::try_from(max_connections / divisor)
+            .unwrap_or(u32::MAX)
+            .max(1)
+    };
+    (part(16), part(4))
 }
 
 fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
@@ -612,8 +767,24 @@ impl fmt::Display for ProxyConfig {
         )?;
         writeln!(f, "log_rejections = {}", s.log_rejections)?;
         writeln!(f, "delay = {}", duration(s.delay))?;
-        match self.admin {
-            Some(addr) => writeln!(f, "\n[admin]\nlisten = {}", quoted(&addr.to_string()))?,
+        match &self.admin {
+            Some(admin) => {
+                writeln!(
+                    f,
+                    "\n[admin]\nlisten = {}",
+                    quoted(&admin.listen.to_string())
+                )?;
+                match &admin.token {
+                    Some(TokenSource::File(path)) => {
+                        writeln!(f, "token_file = {}", quoted(&path.display().to_string()))?;
+                    }
+                    Some(TokenSource::Env(name)) => writeln!(f, "token_env = {}", quoted(name))?,
+                    None => {}
+                }
+                writeln!(f, "header_timeout = {}", duration(admin.header_timeout))?;
+                writeln!(f, "idle_timeout = {}", duration(admin.idle_timeout))?;
+                writeln!(f, "max_connections = {}", admin.max_connections)?;
+            }
             None => writeln!(f, "\n[admin]\nenabled = false")?,
         }
         for l in &self.listeners {
@@ -631,9 +802,20 @@ impl fmt::Display for ProxyConfig {
             writeln!(f, "backlog = {}", l.backlog)?;
             writeln!(f, "reuse_port = {}", l.reuse_port)?;
             writeln!(f, "max_connections = {}", l.max_connections)?;
-            if let Some(cap) = l.max_connections_per_source {
-                writeln!(f, "max_connections_per_source = {cap}")?;
-            }
+            writeln!(
+                f,
+                "max_connections_per_source = {}",
+                l.max_connections_per_source
+            )?;
+            writeln!(
+                f,
+                "max_connections_per_prefix = {}",
+                l.max_connections_per_prefix
+            )?;
+            writeln!(f, "max_held = {}", l.max_held)?;
+            writeln!(f, "max_held_per_source = {}", l.max_held_per_source)?;
+            writeln!(f, "max_held_per_prefix = {}", l.max_held_per_prefix)?;
+            writeln!(f, "idle_timeout = {}", duration(l.idle_timeout))?;
             writeln!(
                 f,
                 "trusted_proxies = {}",

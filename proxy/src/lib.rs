@@ -8,6 +8,7 @@
 
 pub mod actions;
 pub mod admin;
+pub mod budget;
 pub mod capture;
 pub mod check;
 pub mod cli;
@@ -18,6 +19,7 @@ pub mod log_limit;
 pub mod metrics;
 pub mod offenders;
 pub mod proxy_protocol;
+pub mod relay;
 pub mod replay;
 pub mod server;
 pub mod shared;

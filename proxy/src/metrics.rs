@@ -77,6 +77,14 @@ pub enum Refusal {
     ConnectionCap,
     /// The listener holds its cap of open connections.
     ListenerFull,
+    /// The source's network (IPv4 /24, IPv6 /48) holds its cap of open connections.
+    PrefixCap,
+    /// The listener holds its cap of held rejections (the rejection became a reset).
+    HeldFull,
+    /// The source holds its cap of held rejections (the rejection became a reset).
+    HeldPerSource,
+    /// The source's network holds its cap of held rejections (the rejection became a reset).
+    HeldPerPrefix,
     /// A PROXY header from a peer not trusted to send one.
     UntrustedHeader,
     /// A trusted peer sent a bad PROXY header, or none in time.
@@ -94,6 +102,10 @@ impl Refusal {
             Refusal::Penalty => "penalty",
             Refusal::ConnectionCap => "connection_cap",
             Refusal::ListenerFull => "listener_full",
+            Refusal::PrefixCap => "prefix_cap",
+            Refusal::HeldFull => "held_full",
+            Refusal::HeldPerSource => "held_per_source",
+            Refusal::HeldPerPrefix => "held_per_prefix",
             Refusal::UntrustedHeader => "untrusted_proxy_header",
             Refusal::BadHeader => "bad_proxy_header",
             Refusal::SessionsFull => "sessions_full",
@@ -110,6 +122,8 @@ pub struct Metrics {
     shadow_throttled: Family<RuleLabels, Counter>,
     refused: Family<ReasonLabels, Counter>,
     open: Family<ListenerLabel, Gauge>,
+    held: Family<ListenerLabel, Gauge>,
+    idle_closed: Family<ListenerLabel, Counter>,
     sessions: Family<ListenerLabel, Gauge>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     upstream_unavailable: Family<ListenerLabel, Counter>,
@@ -126,6 +140,10 @@ pub struct Metrics {
     sketch_bound: Family<WindowLabel, Gauge>,
     /// Bytes held for per-source open-connection counts.
     pub connection_memory: Gauge,
+    /// Admin connections open now.
+    pub admin_connections: Gauge,
+    /// Admin connections reset at accept because `[admin] max_connections` were open.
+    pub admin_refused: Counter,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
     pub cluster: ClusterMetrics,
 }
@@ -267,6 +285,10 @@ pub struct ListenerMetrics {
     pub denied: Counter,
     /// Open connections now (TCP).
     pub open: Gauge,
+    /// Held rejections now (TCP).
+    pub held: Gauge,
+    /// Relayed connections closed for want of traffic (TCP).
+    pub idle_closed: Counter,
     /// Client sessions now (UDP).
     pub sessions: Gauge,
     /// Accept failures (resource exhaustion included).
@@ -306,6 +328,8 @@ impl Metrics {
             shadow_throttled: Family::default(),
             refused: Family::default(),
             open: Family::default(),
+            held: Family::default(),
+            idle_closed: Family::default(),
             sessions: Family::default(),
             upstream_errors: Family::default(),
             upstream_unavailable: Family::default(),
@@ -319,6 +343,8 @@ impl Metrics {
             sketch_fill: Family::default(),
             sketch_bound: Family::default(),
             connection_memory: Gauge::default(),
+            admin_connections: Gauge::default(),
+            admin_refused: Counter::default(),
             cluster: ClusterMetrics::new(),
         };
         let r = &mut registry;
@@ -346,6 +372,16 @@ impl Metrics {
             "open_connections",
             "TCP connections open now",
             metrics.open.clone(),
+        );
+        r.register(
+            "held_connections",
+            "TCP rejections held now (delay, close, reply), apart from open_connections",
+            metrics.held.clone(),
+        );
+        r.register(
+            "idle_closed",
+            "Relayed TCP connections closed after idle_timeout without a byte either way",
+            metrics.idle_closed.clone(),
         );
         r.register(
             "udp_sessions",
@@ -413,6 +449,16 @@ impl Metrics {
             "Bytes held for per-source open-connection counts",
             metrics.connection_memory.clone(),
         );
+        r.register(
+            "admin_connections",
+            "Admin endpoint connections open now",
+            metrics.admin_connections.clone(),
+        );
+        r.register(
+            "admin_refused",
+            "Admin connections reset at accept: [admin] max_connections were open",
+            metrics.admin_refused.clone(),
+        );
         if cluster {
             metrics.cluster.register(r);
         }
@@ -440,6 +486,8 @@ impl Metrics {
             throttled: verdict("throttled"),
             denied: verdict("denied"),
             open: self.open.get_or_create_owned(&label),
+            held: self.held.get_or_create_owned(&label),
+            idle_closed: self.idle_closed.get_or_create_owned(&label),
             sessions: self.sessions.get_or_create_owned(&label),
             accept_errors: self.accept_errors.get_or_create_owned(&label),
             upstream_unavailable: self.upstream_unavailable.get_or_create_owned(&label),

@@ -25,6 +25,8 @@ pub enum StartError {
     Invalid(String),
     /// The state could not be built (memory too small).
     State(Box<dyn std::error::Error + Send + Sync>),
+    /// The admin's token could not be read.
+    Token(String),
     /// A listener could not be bound.
     Bind {
         /// The listener (or "admin").
@@ -42,6 +44,7 @@ impl std::fmt::Display for StartError {
             StartError::Read(path, err) => write!(f, "{}: cannot read: {err}", path.display()),
             StartError::Invalid(errors) => write!(f, "{errors}"),
             StartError::State(err) => write!(f, "{err}"),
+            StartError::Token(err) => write!(f, "{err}"),
             StartError::Bind {
                 listener,
                 address,
@@ -77,7 +80,12 @@ impl Server {
     /// built. Nothing is left running.
     pub async fn start(config: ProxyConfig, path: Option<PathBuf>) -> Result<Server, StartError> {
         let listeners = config.listeners.clone();
-        let admin = config.admin;
+        let admin = config.admin.clone();
+        // Read before anything binds: a missing token stops the start.
+        let access = match &admin {
+            Some(admin) => Some(admin::Access::new(admin).map_err(StartError::Token)?),
+            None => None,
+        };
         let drain = config.settings.drain;
         let shared = Arc::new(Shared::new(config, path).map_err(StartError::State)?);
         let (stop, stopped) = watch::channel(false);
@@ -136,7 +144,8 @@ impl Server {
                 }
             }
         }
-        if let Some(address) = admin {
+        if let (Some(config), Some(access)) = (admin, access) {
+            let address = config.listen;
             let listener = tokio::net::TcpListener::bind(address)
                 .await
                 .map_err(|e| bind_error("admin", address, e))?;
@@ -148,6 +157,8 @@ impl Server {
             server.tasks.push(tokio::spawn(admin::serve(
                 Arc::clone(&shared),
                 listener,
+                config,
+                access,
                 stopped,
             )));
         }
@@ -178,6 +189,13 @@ impl Server {
     #[must_use]
     pub fn open_connections(&self) -> usize {
         self.tcp.iter().map(|(f, _)| f.open()).sum()
+    }
+
+    /// TCP rejections held now (`delay`, `close`, `reply`), over all listeners; they are
+    /// counted in [`Server::open_connections`] too.
+    #[must_use]
+    pub fn held_connections(&self) -> usize {
+        self.tcp.iter().map(|(f, _)| f.held()).sum()
     }
 
     /// UDP sessions held now, over all listeners.

@@ -212,6 +212,32 @@ impl Shared {
         (open <= u64::from(cap)).then_some(slot)
     }
 
+    /// Takes one open-connection slot of the network of `source` (`prefixes`: its IPv4 and
+    /// IPv6 lengths) in `scope`, or `None` if that network holds `cap` already. The key returned
+    /// gives the slot back through [`Shared::close_connection`]; unlike
+    /// [`Shared::open_connection`] nothing borrows `self`, so a slot can move into a task.
+    #[must_use]
+    pub fn open_in_network(
+        &self,
+        scope: RuleId,
+        source: Source,
+        prefixes: (Prefix, Prefix),
+        cap: u32,
+    ) -> Option<LimitKey> {
+        let key = LimitKey::new(scope, source, source.pick(prefixes.0, prefixes.1));
+        if self.connections.acquire(key.as_bytes()) <= u64::from(cap) {
+            Some(key)
+        } else {
+            self.connections.release(key.as_bytes());
+            None
+        }
+    }
+
+    /// Gives back a slot taken by [`Shared::open_in_network`] (once per slot).
+    pub fn close_connection(&self, key: &LimitKey) {
+        self.connections.release(key.as_bytes());
+    }
+
     /// Counts a decision on `listener` in the metrics and, if it rejects, in the offender list
     /// and (within the budget) the log.
     pub fn account(&self, listener: &ListenerMetrics, decided: &Decided, source: Source) {

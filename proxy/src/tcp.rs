@@ -8,13 +8,15 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::io::unix::AsyncFd;
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tollgate_filter::{Action, DenyReason, PrefixMap, RuleId, Source, Transport, Verdict};
+use tokio::sync::watch;
+use tollgate_filter::{Action, DenyReason, PrefixMap, Source, Transport, Verdict};
 
 use crate::actions::{self, ReplyValues};
+use crate::budget::{Budget, Ticket, Use};
 use crate::config::{Listener, SendProxy};
 use crate::metrics::{ListenerMetrics, Refusal};
 use crate::proxy_protocol::{self, Header, V2Transport};
+use crate::relay::{self, Ended};
 use crate::shared::{Decided, Shared};
 use crate::socket;
 use crate::upstream::Pool;
@@ -29,6 +31,10 @@ const TARPIT_STEP: Duration = Duration::from_millis(50);
 const RELAY_BUFFER: usize = 16 << 10;
 /// Connections accepted per readiness wake before other tasks get a turn.
 const ACCEPT_BATCH: usize = 64;
+/// What a TCP connection weighs under `weight = "bytes"` (and `"events"`): its size is not
+/// known when it is decided, at accept, so a bytes limit on TCP counts connections, as the
+/// README says. (A weight of 0 let every connection through a bytes rule.)
+const CONNECTION_WEIGHT: u64 = 1;
 
 /// One TCP listener's fixed parts.
 #[derive(Debug)]
@@ -39,10 +45,8 @@ pub struct Frontend {
     pub metrics: ListenerMetrics,
     pool: Pool,
     trusted: PrefixMap<()>,
-    /// Open connection slots (`max_connections`).
-    slots: Arc<Semaphore>,
-    /// The key scope of its per-source connection counts.
-    scope: RuleId,
+    /// What one source, one network and everyone may hold, forwarded and held apart.
+    budget: Budget,
 }
 
 impl Frontend {
@@ -53,12 +57,12 @@ impl Frontend {
         for cidr in &config.trusted_proxies {
             trusted.insert(cidr.addr, cidr.prefix, ());
         }
+        let metrics = shared.metrics.listener(&config.name);
         Frontend {
-            metrics: shared.metrics.listener(&config.name),
             pool: Pool::new(&config),
             trusted,
-            slots: Arc::new(Semaphore::new(config.max_connections)),
-            scope: RuleId::from_name(&format!("connections:{}", config.name)),
+            budget: Budget::new(&config, metrics.open.clone(), metrics.held.clone()),
+            metrics,
             config,
         }
     }
@@ -67,10 +71,25 @@ impl Frontend {
         !self.trusted.is_empty() && self.trusted.longest_match(Source::new(peer)).is_some()
     }
 
-    /// Connections open now.
+    /// Connections open now: forwarded (or reading a trusted peer's header) and held.
     #[must_use]
     pub fn open(&self) -> usize {
-        self.config.max_connections - self.slots.available_permits()
+        self.budget.forwarding() + self.budget.held()
+    }
+
+    /// Rejections held now (`delay`, `close`, `reply`).
+    #[must_use]
+    pub fn held(&self) -> usize {
+        self.budget.held()
+    }
+
+    /// Counts a connection refused by one of its budgets' caps (and, for a cap of its own
+    /// source or network, records the source as an offender).
+    fn refuse(&self, shared: &Shared, refusal: Refusal, source: IpAddr) {
+        shared.metrics.refused(&self.metrics, refusal);
+        if !matches!(refusal, Refusal::ListenerFull | Refusal::HeldFull) {
+            shared.rejected(&self.metrics, source, refusal.as_str());
+        }
     }
 }
 
@@ -128,32 +147,38 @@ pub async fn serve(
     }
 }
 
-/// A freshly accepted connection. From an untrusted peer the decision is made here, at once:
-/// a reset needs nothing more. Everything else becomes a task.
+/// A freshly accepted connection. From an untrusted peer the decision is made here, at once,
+/// and so is its claim on the listener's budgets: a reset needs nothing more. Everything else
+/// becomes a task.
 fn arrive(
     shared: &Arc<Shared>,
     frontend: &Arc<Frontend>,
     stream: std::net::TcpStream,
     peer: SocketAddr,
 ) {
-    let decided = if frontend.trusts(peer.ip()) {
-        None
+    let (decided, ticket) = if frontend.trusts(peer.ip()) {
+        // Its header names the source later; until then only the listener's total counts.
+        (None, frontend.budget.claim(shared, Use::Forward, None))
     } else {
         let source = Source::new(peer.ip());
-        let decided = shared.decide(source, Transport::Tcp, 0);
+        let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
         shared.account(&frontend.metrics, &decided, source);
         if resets(&decided) {
             socket::reset_on_close(&stream);
             return;
         }
-        Some(decided)
+        let ticket = frontend
+            .budget
+            .claim(shared, budget_for(&decided), Some(source));
+        (Some(decided), ticket)
     };
-    let Ok(permit) = Arc::clone(&frontend.slots).try_acquire_owned() else {
-        shared
-            .metrics
-            .refused(&frontend.metrics, Refusal::ListenerFull);
-        socket::reset_on_close(&stream);
-        return;
+    let ticket = match ticket {
+        Ok(ticket) => ticket,
+        Err(refusal) => {
+            frontend.refuse(shared, refusal, peer.ip());
+            socket::reset_on_close(&stream);
+            return;
+        }
     };
     let stream = match stream
         .set_nonblocking(true)
@@ -170,9 +195,19 @@ fn arrive(
         Arc::clone(frontend),
         stream,
         peer,
-        permit,
+        ticket,
         decided,
     ));
+}
+
+/// The budget a decision that is not a reset draws on: forwarding for an allowed connection,
+/// held for a rejection that keeps its connection a while.
+fn budget_for(decided: &Decided) -> Use {
+    if decided.decision.verdict == Verdict::Allow {
+        Use::Forward
+    } else {
+        Use::Held
+    }
 }
 
 /// Whether a decision is carried out by a plain reset.
@@ -183,18 +218,6 @@ fn resets(decided: &Decided) -> bool {
         Verdict::Throttle(throttle) => throttle.action == Action::Reset,
         Verdict::Deny(DenyReason::Penalty { rule }) => rule_action(rule) == Some(Action::Reset),
         Verdict::Deny(_) => true,
-    }
-}
-
-/// Keeps the listener's open-connection gauge and slot for a connection's life.
-struct Open<'a> {
-    frontend: &'a Frontend,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Drop for Open<'_> {
-    fn drop(&mut self) {
-        self.frontend.metrics.open.dec();
     }
 }
 
@@ -210,21 +233,17 @@ struct Origin {
 }
 
 /// A connection's life after accept. `decided` is the decision made at accept for an untrusted
-/// peer; a trusted peer's connection is decided here, once its PROXY header is read.
+/// peer; a trusted peer's connection is decided here, once its PROXY header is read. `ticket`
+/// is its claim on the listener's budgets, kept for its whole life.
 async fn connection(
     shared: Arc<Shared>,
     frontend: Arc<Frontend>,
     mut client: TcpStream,
     peer: SocketAddr,
-    permit: OwnedSemaphorePermit,
+    ticket: Ticket,
     decided: Option<Decided>,
 ) {
-    frontend.metrics.open.inc();
-    let _open = Open {
-        frontend: &frontend,
-        _permit: permit,
-    };
-    let (origin, decided) = match decided {
+    let (origin, decided, ticket) = match decided {
         Some(decided) => (
             Origin {
                 source: peer,
@@ -233,6 +252,7 @@ async fn connection(
                 via_proxy: false,
             },
             decided,
+            ticket,
         ),
         None => {
             let Some(origin) = origin(&shared, &frontend, &mut client, peer).await else {
@@ -240,36 +260,58 @@ async fn connection(
                 return;
             };
             let source = Source::new(origin.source.ip());
-            let decided = shared.decide(source, Transport::Tcp, 0);
+            let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
             shared.account(&frontend.metrics, &decided, source);
-            (origin, decided)
+            if resets(&decided) {
+                actions::reset(client);
+                return;
+            }
+            // The header named the source: its own caps count from here on.
+            let ticket = match budget_for(&decided) {
+                Use::Forward => frontend.budget.name_source(&shared, ticket, source),
+                Use::Held => {
+                    drop(ticket);
+                    frontend.budget.claim(&shared, Use::Held, Some(source))
+                }
+            };
+            match ticket {
+                Ok(ticket) => (origin, decided, ticket),
+                Err(refusal) => {
+                    frontend.refuse(&shared, refusal, origin.source.ip());
+                    actions::reset(client);
+                    return;
+                }
+            }
         }
     };
     let source = Source::new(origin.source.ip());
-    if let Verdict::Throttle(throttle) = decided.decision.verdict
+    let _ticket = if let Verdict::Throttle(throttle) = decided.decision.verdict
         && throttle.action == Action::Delay
     {
-        if !tarpit(&shared, &frontend, &decided, throttle.retry_after, source).await {
+        let held = tarpit(&shared, &frontend, &decided, throttle.retry_after, source);
+        let released = tokio::select! {
+            released = held => released,
+            () = hung_up(&client) => false,
+        };
+        if !released {
             actions::close(client).await;
             return;
+        }
+        // Let through: from the held budget to the forwarding one.
+        drop(ticket);
+        match frontend.budget.claim(&shared, Use::Forward, Some(source)) {
+            Ok(ticket) => ticket,
+            Err(refusal) => {
+                frontend.refuse(&shared, refusal, origin.source.ip());
+                actions::reset(client);
+                return;
+            }
         }
     } else if decided.decision.verdict != Verdict::Allow {
         enforce(&decided, client).await;
         return;
-    }
-    let _slot = match frontend.config.max_connections_per_source {
-        None => None,
-        Some(cap) => match shared.open_connection(frontend.scope, source, cap) {
-            Some(slot) => Some(slot),
-            None => {
-                shared
-                    .metrics
-                    .refused(&frontend.metrics, Refusal::ConnectionCap);
-                shared.rejected(&frontend.metrics, source.addr(), "connection cap");
-                actions::reset(client);
-                return;
-            }
-        },
+    } else {
+        ticket
     };
     forward(&shared, &frontend, client, origin).await;
 }
@@ -307,6 +349,17 @@ async fn tarpit(
             }
             _ => return false,
         }
+    }
+}
+
+/// Completes when the client closes or fails before sending anything: a held connection whose
+/// client left gives its slot back at once. Once the client has sent data, a hang-up cannot be
+/// seen without reading, so this waits forever (the hold's own bound ends it).
+async fn hung_up(client: &TcpStream) {
+    let mut one = [0u8; 1];
+    match client.peek(&mut one).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
     }
 }
 
@@ -405,7 +458,8 @@ async fn enforce(decided: &Decided, client: TcpStream) {
 }
 
 /// Relays between the client and an upstream until both directions end (a half-close is passed
-/// on: when one side finishes sending, the other side's write half is shut down).
+/// on: when one side finishes sending, the other side's write half is shut down), or until
+/// nothing moves either way for the listener's `idle_timeout`.
 async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, origin: Origin) {
     let Some(mut upstream) = frontend
         .pool
@@ -429,29 +483,50 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
         }
     };
     let preamble = [header, origin.early].concat();
-    if !preamble.is_empty() && upstream.write_all(&preamble).await.is_err() {
-        actions::reset(client);
-        return;
+    // An upstream that does not read must not hold the connection: the header write gets the
+    // connect timeout.
+    if !preamble.is_empty() {
+        let written = tokio::time::timeout(
+            frontend.config.connect_timeout,
+            upstream.write_all(&preamble),
+        )
+        .await;
+        if !matches!(written, Ok(Ok(()))) {
+            if let Ok(address) = upstream.peer_addr() {
+                shared.metrics.upstream_error(&frontend.metrics, address);
+            }
+            actions::reset(client);
+            return;
+        }
     }
-    if !origin.via_proxy && !frontend.trusted.is_empty() && sends_header(&client, &upstream).await {
-        shared
-            .metrics
-            .refused(&frontend.metrics, Refusal::UntrustedHeader);
-        shared.rejected(
-            &frontend.metrics,
-            origin.source.ip(),
-            "PROXY header from an untrusted peer",
-        );
-        actions::reset(client);
-        return;
+    let idle = frontend.config.idle_timeout;
+    // Every peer that is not a trusted proxy is checked, whether or not any peer is trusted:
+    // with no `trusted_proxies` a header would otherwise reach the upstream as payload, where a
+    // backend that reads PROXY headers would believe it. Neither side speaking is idleness.
+    if !origin.via_proxy {
+        match tokio::time::timeout(idle, sends_header(&client, &upstream)).await {
+            Ok(false) => {}
+            Ok(true) => {
+                shared
+                    .metrics
+                    .refused(&frontend.metrics, Refusal::UntrustedHeader);
+                shared.rejected(
+                    &frontend.metrics,
+                    origin.source.ip(),
+                    "PROXY header from an untrusted peer",
+                );
+                actions::reset(client);
+                return;
+            }
+            Err(_) => {
+                frontend.metrics.idle_closed.inc();
+                return;
+            }
+        }
     }
-    let _ = tokio::io::copy_bidirectional_with_sizes(
-        &mut client,
-        &mut upstream,
-        RELAY_BUFFER,
-        RELAY_BUFFER,
-    )
-    .await;
+    if relay::relay(&mut client, &mut upstream, RELAY_BUFFER, idle).await == Ended::Idle {
+        frontend.metrics.idle_closed.inc();
+    }
 }
 
 /// Whether an untrusted client opens with a PROXY header (a spoofing attempt: only trusted

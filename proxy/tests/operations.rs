@@ -5,15 +5,30 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{Wire, admin, attempt, echo_upstream, metric};
+use common::{Wire, admin, admin_as, attempt, echo_upstream, metric};
 use tollgate::config::ProxyConfig;
 use tollgate::server::Server;
 
+/// The admin token of these tests, in a file of its own.
+const TOKEN: &str = "operations-token";
+
+/// A fresh file per call: tests run at once must not see another's half-written file.
+fn token_file() -> PathBuf {
+    static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    // Relaxed: only a distinct number per call is needed.
+    let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("tollgate-{}-token-{n}", std::process::id()));
+    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
+    path
+}
+
 fn config(upstream: std::net::SocketAddr, rate: &str) -> String {
+    let token = token_file();
     format!(
         r#"
 [admin]
 listen = "127.0.0.1:0"
+token_file = "{}"
 
 [[listener]]
 name = "front"
@@ -23,7 +38,8 @@ upstreams = ["{upstream}"]
 [[rule]]
 name = "per-source"
 limits = [{{ rate = "{rate}" }}]
-"#
+"#,
+        token.display()
     )
 }
 
@@ -65,9 +81,9 @@ async fn a_reload_changes_limits_and_keeps_counters_and_a_bad_one_changes_nothin
     // A bad file (through the admin endpoint this time) is refused with its line; the limit of
     // 6 stays in force.
     std::fs::write(&path, config(upstream, "0/60s")).unwrap();
-    let (status, body) = admin(&server, "POST", "/reload").await;
+    let (status, body) = admin_as(&server, "POST", "/reload", Some(TOKEN)).await;
     assert_eq!(status, 422, "{body}");
-    assert!(body.contains("tollgate.toml:12:20: `0/60s`"), "{body}");
+    assert!(body.contains("tollgate.toml:13:20: `0/60s`"), "{body}");
     assert_eq!(
         attempt("127.0.0.3", front).await,
         Wire::Echoed,

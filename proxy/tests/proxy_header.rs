@@ -142,3 +142,72 @@ async fn a_trusted_peer_without_a_valid_header_is_refused() {
         1.0
     );
 }
+
+#[tokio::test]
+async fn a_header_is_refused_even_when_no_peer_is_trusted() {
+    let upstream = echo_upstream().await;
+    let text = config(upstream).replace("trusted_proxies = [\"127.0.0.5/32\"]\n", "");
+    let server = start(&text).await;
+    let front = server.local_addr("front").unwrap();
+    for header in [
+        encode_v1 as fn(SocketAddr, SocketAddr) -> Vec<u8>,
+        v2 as fn(SocketAddr, SocketAddr) -> Vec<u8>,
+    ] {
+        let mut stream = connect_from("127.0.0.6", front).await.unwrap();
+        let spoofed: SocketAddr = "6.6.6.6:1234".parse().unwrap();
+        stream.write_all(&header(spoofed, front)).await.unwrap();
+        assert_eq!(exchange(stream, b"hello\n").await, Wire::Reset);
+    }
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_refused_total{listener=\"front\",reason=\"untrusted_proxy_header\"}"
+        ),
+        2.0
+    );
+    assert_eq!(attempt("127.0.0.6", front).await, Wire::Echoed);
+}
+
+#[tokio::test]
+async fn sources_behind_a_trusted_balancer_are_capped_per_slash_48() {
+    let upstream = echo_upstream().await;
+    // The defaults for a listener of 8: 1 connection per source (/64), 2 per network (/48).
+    let text = config(upstream).replace("send_proxy", "max_connections = 8\nsend_proxy");
+    let server = start(&text).await;
+    let front = server.local_addr("front").unwrap();
+    let mut idle = Vec::new();
+    for client in ["[2001:db8:1:1::1]:1000", "[2001:db8:1:2::1]:1000"] {
+        let mut stream = connect_from("127.0.0.5", front).await.unwrap();
+        let client: SocketAddr = client.parse().unwrap();
+        stream.write_all(&v2(client, front)).await.unwrap();
+        idle.push(stream);
+    }
+    common::eventually(|| {
+        metric(
+            &server,
+            "tollgate_decisions_total{listener=\"front\",verdict=\"allowed\"}",
+        ) == 2.0
+    })
+    .await;
+    assert_eq!(
+        relayed("[2001:db8:1:3::1]:1000", front, v2).await,
+        Wire::Reset,
+        "a third /64 of the same /48"
+    );
+    assert_eq!(
+        relayed("[2001:db8:1:1::1]:1001", front, v2).await,
+        Wire::Reset,
+        "a second connection of one /64"
+    );
+    assert_eq!(
+        relayed("[2001:db8:2::1]:1000", front, v2).await,
+        Wire::Echoed
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_refused_total{listener=\"front\",reason=\"prefix_cap\"}"
+        ),
+        1.0
+    );
+}

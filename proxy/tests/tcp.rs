@@ -78,6 +78,22 @@ async fn the_connection_over_the_limit_gets_the_reply() {
 }
 
 #[tokio::test]
+async fn a_connection_weighs_one_under_a_bytes_limit() {
+    let upstream = echo_upstream().await;
+    let server = start(&config(
+        upstream,
+        "limits = [{ rate = \"3/60s\" }]\nweight = \"bytes\"",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    for _ in 0..3 {
+        assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    }
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Reset);
+    assert_eq!(attempt("127.0.0.3", front).await, Wire::Echoed);
+}
+
+#[tokio::test]
 async fn a_prefix_limit_catches_many_addresses_of_one_slash_24() {
     let upstream = echo_upstream().await;
     let server = start(&config(

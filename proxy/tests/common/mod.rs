@@ -140,10 +140,21 @@ pub async fn eventually(mut done: impl FnMut() -> bool) {
 
 /// A plain HTTP/1.1 request to the admin endpoint; returns (status, body).
 pub async fn admin(server: &Server, method: &str, path: &str) -> (u16, String) {
+    admin_as(server, method, path, None).await
+}
+
+/// As [`admin`], with `Authorization: Bearer TOKEN` if `token`.
+pub async fn admin_as(
+    server: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
     let address = server.admin_addr().expect("admin enabled");
     let mut stream = TcpStream::connect(address).await.unwrap();
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = Vec::new();
