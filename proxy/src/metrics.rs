@@ -83,6 +83,12 @@ pub enum Refusal {
     BadHeader,
     /// UDP: the session table is full and this client has no session.
     SessionsFull,
+    /// UDP: the client's source (IPv4 address, IPv6 /64) holds its cap of sessions.
+    SourceSessions,
+    /// UDP: the client's prefix (IPv4 /24, IPv6 /48) holds its cap of sessions.
+    PrefixSessions,
+    /// UDP: the socket for a new session could not be opened (out of descriptors).
+    SessionSocket,
 }
 
 impl Refusal {
@@ -97,6 +103,9 @@ impl Refusal {
             Refusal::UntrustedHeader => "untrusted_proxy_header",
             Refusal::BadHeader => "bad_proxy_header",
             Refusal::SessionsFull => "sessions_full",
+            Refusal::SourceSessions => "source_sessions",
+            Refusal::PrefixSessions => "prefix_sessions",
+            Refusal::SessionSocket => "session_socket",
         }
     }
 }
@@ -111,6 +120,7 @@ pub struct Metrics {
     refused: Family<ReasonLabels, Counter>,
     open: Family<ListenerLabel, Gauge>,
     sessions: Family<ListenerLabel, Gauge>,
+    session_limit: Family<ListenerLabel, Gauge>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     upstream_unavailable: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
@@ -126,6 +136,8 @@ pub struct Metrics {
     sketch_bound: Family<WindowLabel, Gauge>,
     /// Bytes held for per-source open-connection counts.
     pub connection_memory: Gauge,
+    /// The process's open-file limit (soft RLIMIT_NOFILE, after raising it at start).
+    pub open_files_limit: Gauge,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
     pub cluster: ClusterMetrics,
 }
@@ -269,6 +281,8 @@ pub struct ListenerMetrics {
     pub open: Gauge,
     /// Client sessions now (UDP).
     pub sessions: Gauge,
+    /// Client sessions held at most (UDP).
+    pub session_limit: Gauge,
     /// Accept failures (resource exhaustion included).
     pub accept_errors: Counter,
     /// Connections closed because no upstream could be reached.
@@ -307,6 +321,7 @@ impl Metrics {
             refused: Family::default(),
             open: Family::default(),
             sessions: Family::default(),
+            session_limit: Family::default(),
             upstream_errors: Family::default(),
             upstream_unavailable: Family::default(),
             accept_errors: Family::default(),
@@ -319,6 +334,7 @@ impl Metrics {
             sketch_fill: Family::default(),
             sketch_bound: Family::default(),
             connection_memory: Gauge::default(),
+            open_files_limit: Gauge::default(),
             cluster: ClusterMetrics::new(),
         };
         let r = &mut registry;
@@ -351,6 +367,11 @@ impl Metrics {
             "udp_sessions",
             "UDP client sessions held now",
             metrics.sessions.clone(),
+        );
+        r.register(
+            "udp_session_limit",
+            "UDP client sessions held at most (max_sessions, or its default from the open-file limit)",
+            metrics.session_limit.clone(),
         );
         r.register(
             "upstream_errors",
@@ -413,6 +434,11 @@ impl Metrics {
             "Bytes held for per-source open-connection counts",
             metrics.connection_memory.clone(),
         );
+        r.register(
+            "open_files_limit",
+            "The process's open-file limit (soft RLIMIT_NOFILE), raised to the hard limit at start",
+            metrics.open_files_limit.clone(),
+        );
         if cluster {
             metrics.cluster.register(r);
         }
@@ -441,6 +467,7 @@ impl Metrics {
             denied: verdict("denied"),
             open: self.open.get_or_create_owned(&label),
             sessions: self.sessions.get_or_create_owned(&label),
+            session_limit: self.session_limit.get_or_create_owned(&label),
             accept_errors: self.accept_errors.get_or_create_owned(&label),
             upstream_unavailable: self.upstream_unavailable.get_or_create_owned(&label),
             released: self.released.get_or_create_owned(&label),

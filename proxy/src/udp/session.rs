@@ -1,0 +1,143 @@
+//! One client's session: a socket connected to one upstream, so its replies come back to that
+//! client, and the task that relays them and ends the session when it falls idle.
+//!
+//! Expiry is per session, on tokio's timer wheel: each session's task sleeps until its idle
+//! deadline, and on waking either finds it was used since (and sleeps again until the new
+//! deadline) or removes the session, in O(1). The receive path only stamps the time of the
+//! last datagram: it never sweeps the table.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::net::UdpSocket;
+
+use super::{UdpFrontend, buffer};
+
+/// Replies relayed in one go before the task yields to others.
+const BATCH: usize = 32;
+
+/// A client's session. Its memory: this struct (about 100 bytes), its task (the future of
+/// [`relay`], a few hundred bytes), its table entries, and the kernel's socket; no buffer.
+#[derive(Debug)]
+pub(super) struct Session {
+    upstream: UdpSocket,
+    client: SocketAddr,
+    /// Milliseconds since the frontend's start at the last datagram either way.
+    last: AtomicU64,
+}
+
+impl Session {
+    /// A session of `client` with a new socket connected to `upstream`, last used at `now`
+    /// (milliseconds since the frontend's start).
+    ///
+    /// # Errors
+    /// The socket call that failed (EMFILE when the process is out of descriptors).
+    pub(super) fn open(
+        client: SocketAddr,
+        upstream: SocketAddr,
+        now: u64,
+    ) -> std::io::Result<Session> {
+        let local: SocketAddr = if upstream.is_ipv4() {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = std::net::UdpSocket::bind(local)?;
+        socket.connect(upstream)?;
+        socket.set_nonblocking(true)?;
+        Ok(Session {
+            upstream: UdpSocket::from_std(socket)?,
+            client,
+            last: AtomicU64::new(now),
+        })
+    }
+
+    /// The client it serves.
+    pub(super) fn client(&self) -> SocketAddr {
+        self.client
+    }
+
+    /// Stamps a datagram either way at `now`.
+    pub(super) fn touch(&self, now: u64) {
+        // Relaxed: an idle timestamp; a slightly stale read only delays an expiry.
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last datagram either way, at `now`.
+    fn idle(&self, now: u64) -> u64 {
+        // Relaxed: see `touch`.
+        now.saturating_sub(self.last.load(Ordering::Relaxed))
+    }
+
+    /// Sends `datagram` to the upstream.
+    pub(super) async fn forward(&self, datagram: &[u8]) -> std::io::Result<usize> {
+        self.upstream.send(datagram).await
+    }
+}
+
+/// What one read from the upstream socket came to.
+enum Read {
+    /// Nothing more to read now.
+    Drained,
+    /// A reply relayed (or dropped: UDP promises nothing), or an error to skip.
+    Done,
+    /// A reply the client's socket could not take at once, copied out of the shared buffer.
+    Pending(Vec<u8>),
+}
+
+/// Relays `session`'s replies to its client through `socket` until the session has been idle
+/// for the listener's session timeout, then removes it from the table (closing its socket).
+pub(super) async fn relay(
+    frontend: Arc<UdpFrontend>,
+    socket: Arc<UdpSocket>,
+    session: Arc<Session>,
+) {
+    let timeout = u64::try_from(frontend.config.session_timeout.as_millis()).unwrap_or(u64::MAX);
+    loop {
+        let idle = session.idle(frontend.millis());
+        if idle >= timeout {
+            break;
+        }
+        let deadline = std::time::Duration::from_millis(timeout - idle);
+        tokio::select! {
+            ready = session.upstream.readable() => {
+                if ready.is_err() {
+                    // The socket's registration is gone: nothing more can come.
+                    break;
+                }
+                relay_ready(&frontend, &socket, &session).await;
+            }
+            () = tokio::time::sleep(deadline) => {}
+        }
+    }
+    frontend.close(&session);
+}
+
+/// Relays the replies waiting on `session`'s socket, at most [`BATCH`].
+async fn relay_ready(frontend: &UdpFrontend, socket: &UdpSocket, session: &Session) {
+    for _ in 0..BATCH {
+        let read = buffer::with(|buffer| match session.upstream.try_recv(buffer) {
+            Ok(len) => {
+                session.touch(frontend.millis());
+                match socket.try_send_to(&buffer[..len], session.client) {
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                        Read::Pending(buffer[..len].to_vec())
+                    }
+                    // Sent, or refused by the kernel (UDP promises nothing).
+                    _ => Read::Done,
+                }
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => Read::Drained,
+            // An ICMP error from the upstream (port unreachable): the session stays until idle.
+            Err(_) => Read::Done,
+        });
+        match read {
+            Read::Drained => return,
+            Read::Done => {}
+            Read::Pending(reply) => {
+                let _ = socket.send_to(&reply, session.client).await;
+            }
+        }
+    }
+}
