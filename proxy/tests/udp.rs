@@ -379,3 +379,31 @@ async fn failures_to_open_a_session_socket_are_counted_and_logged_within_the_bud
         proxy.metric("tollgate_refused_total{listener=\"front\",reason=\"session_socket\"}");
     assert!(failed >= 250.0, "{failed} session sockets failed");
 }
+
+#[tokio::test]
+async fn a_session_holds_no_buffer_of_its_own() {
+    let upstream = udp_echo_upstream().await;
+    let proxy = Proxy::start(
+        "session-memory",
+        &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
+        GENEROUS,
+        None,
+    );
+    let probe = client("127.21.0.1").await;
+    echoed(&probe, proxy.front, "first").await;
+    // Warm-up: the table's and the runtime's first allocations.
+    for batch in 0..5 {
+        spoof(batch * 100, (batch + 1) * 100, proxy.front, &probe).await;
+    }
+    let before = proxy.rss_kib();
+    const SESSIONS: u32 = 4000;
+    for batch in 0..SESSIONS / 100 {
+        spoof(500 + batch * 100, 600 + batch * 100, proxy.front, &probe).await;
+    }
+    let sessions = proxy.metric("tollgate_udp_sessions{listener=\"front\"}");
+    assert_eq!(sessions, f64::from(SESSIONS + 501));
+    let per_session = (proxy.rss_kib() - before) as f64 * 1024.0 / f64::from(SESSIONS);
+    eprintln!("resident memory per UDP session: {per_session:.0} bytes");
+    // A 64 KiB buffer per session costs at least the page a datagram is read into.
+    assert!(per_session < 3072.0, "{per_session:.0} bytes per session");
+}
