@@ -13,10 +13,12 @@
 //! [`RESERVE`] covers the process itself (standard streams, the runtime's epoll and wakers,
 //! signal pipes, config reads, Redis) and the admin endpoint's connections; each listener
 //! (the admin's included) holds one socket; a relayed TCP connection holds two (client and
-//! upstream); a UDP session one. A UDP listener without `max_sessions` gets an equal share of
-//! what is left after the rest, between [`MIN_SESSIONS`] and [`MAX_DEFAULT_SESSIONS`]: a flood
-//! of spoofed sources then fills its session table, not the descriptors that TCP listeners and
-//! the admin endpoint need.
+//! upstream); a UDP session one. The UDP listeners without `max_sessions` share what is left
+//! after the rest equally, or an eighth of `N - RESERVE - listeners` if the TCP caps leave less
+//! (they over-commit then, and the start warns), each between [`MIN_SESSIONS`] and
+//! [`MAX_DEFAULT_SESSIONS`]: a flood of spoofed sources fills its session table, not the
+//! descriptors that TCP listeners and the admin endpoint need, which always keep at least
+//! seven eighths.
 
 use crate::config::{Listener, Protocol};
 
@@ -110,7 +112,8 @@ impl Budget {
             .saturating_sub(fixed)
             .saturating_sub(tcp)
             .saturating_sub(udp_explicit);
-        let share = usize::try_from(left / defaulted).unwrap_or(usize::MAX);
+        let floor = limit.saturating_sub(fixed) / 8;
+        let share = usize::try_from(left.max(floor) / defaulted).unwrap_or(usize::MAX);
         Budget {
             limit,
             fixed,
@@ -186,8 +189,18 @@ upstreams = ["127.0.0.1:1"]
             MAX_DEFAULT_SESSIONS
         );
         let tight = Budget::new(1024, &listeners);
+        // An eighth of 1024 - 132, over two listeners, is below the floor.
         assert_eq!(tight.default_sessions, MIN_SESSIONS);
         // 132 + 2000 + 2 * 64 needed, 1024 there.
         assert_eq!(tight.excess(&listeners), Some(1236));
+    }
+
+    #[test]
+    fn tcp_caps_over_the_limit_leave_udp_an_eighth() {
+        let listeners = listeners(TCP_AND_TWO_UDP);
+        // TCP may take 2000 of 2132: UDP gets an eighth of 2132 - 132, 125 per listener.
+        let budget = Budget::new(2132, &listeners);
+        assert_eq!(budget.default_sessions, 125);
+        assert_eq!(budget.excess(&listeners), Some(250));
     }
 }
