@@ -121,6 +121,7 @@ pub struct Metrics {
     open: Family<ListenerLabel, Gauge>,
     sessions: Family<ListenerLabel, Gauge>,
     session_limit: Family<ListenerLabel, Gauge>,
+    evicted: Family<ListenerLabel, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     upstream_unavailable: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
@@ -283,6 +284,8 @@ pub struct ListenerMetrics {
     pub sessions: Gauge,
     /// Client sessions held at most (UDP).
     pub session_limit: Gauge,
+    /// Fresh client sessions evicted to make room for a new client (UDP).
+    pub evicted: Counter,
     /// Accept failures (resource exhaustion included).
     pub accept_errors: Counter,
     /// Connections closed because no upstream could be reached.
@@ -322,6 +325,7 @@ impl Metrics {
             open: Family::default(),
             sessions: Family::default(),
             session_limit: Family::default(),
+            evicted: Family::default(),
             upstream_errors: Family::default(),
             upstream_unavailable: Family::default(),
             accept_errors: Family::default(),
@@ -372,6 +376,11 @@ impl Metrics {
             "udp_session_limit",
             "UDP client sessions held at most (max_sessions, or its default from the open-file limit)",
             metrics.session_limit.clone(),
+        );
+        r.register(
+            "udp_sessions_evicted",
+            "UDP sessions that had seen one datagram, ended to make room for a new client",
+            metrics.evicted.clone(),
         );
         r.register(
             "upstream_errors",
@@ -468,6 +477,7 @@ impl Metrics {
             open: self.open.get_or_create_owned(&label),
             sessions: self.sessions.get_or_create_owned(&label),
             session_limit: self.session_limit.get_or_create_owned(&label),
+            evicted: self.evicted.get_or_create_owned(&label),
             accept_errors: self.accept_errors.get_or_create_owned(&label),
             upstream_unavailable: self.upstream_unavailable.get_or_create_owned(&label),
             released: self.released.get_or_create_owned(&label),

@@ -11,7 +11,9 @@
 //! [`crate::descriptors`]). A datagram from a client without a session that would exceed a cap
 //! is dropped and counted as `refused{reason=...}` (`source_sessions`, `prefix_sessions`,
 //! `sessions_full`; `session_socket` when the socket itself cannot be opened), and logged
-//! within the rejection log budget; established clients keep their sessions.
+//! within the rejection log budget; established clients keep their sessions. At the
+//! listener's cap a new client may take the place of the oldest session that has seen a
+//! single datagram (what spoofed sources leave; see [`table`]), counted as evicted.
 //!
 //! Parts: [`table`] (who holds what, every cap in O(1)), [`session`] (a session and its reply
 //! task, which also expires it), [`buffer`] (the reply buffer, one per worker thread).
@@ -113,8 +115,8 @@ impl UdpFrontend {
         client: SocketAddr,
     ) -> Result<Arc<Session>, NoSession> {
         {
-            let table = self.table();
-            if let Some(session) = table.get(client) {
+            let mut table = self.table();
+            if let Some(session) = table.again(client) {
                 return Ok(Arc::clone(session));
             }
             table.admits(client).map_err(NoSession::Cap)?;
@@ -124,12 +126,17 @@ impl UdpFrontend {
         let session = Session::open(client, self.pool.pick(), self.millis())
             .map(Arc::new)
             .map_err(NoSession::Socket)?;
-        {
+        let evicted = {
             let mut table = self.table();
-            table
+            let evicted = table
                 .insert(client, Arc::clone(&session))
                 .map_err(NoSession::Cap)?;
             self.metrics.sessions.set(gauge(table.len()));
+            evicted
+        };
+        if let Some(evicted) = evicted {
+            evicted.end();
+            self.metrics.evicted.inc();
         }
         tokio::spawn(session::relay(
             Arc::clone(self),

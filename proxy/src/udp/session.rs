@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::net::UdpSocket;
+use tokio::sync::Notify;
 
 use super::{UdpFrontend, buffer};
 
@@ -25,6 +26,8 @@ pub(super) struct Session {
     client: SocketAddr,
     /// Milliseconds since the frontend's start at the last datagram either way.
     last: AtomicU64,
+    /// Wakes the reply task to end the session before its time (evicted from the table).
+    ended: Notify,
 }
 
 impl Session {
@@ -50,12 +53,19 @@ impl Session {
             upstream: UdpSocket::from_std(socket)?,
             client,
             last: AtomicU64::new(now),
+            ended: Notify::new(),
         })
     }
 
     /// The client it serves.
     pub(super) fn client(&self) -> SocketAddr {
         self.client
+    }
+
+    /// Ends the session: its reply task stops and its socket closes. (A permit is stored if
+    /// the task is not waiting at that moment, so the end is never missed.)
+    pub(super) fn end(&self) {
+        self.ended.notify_one();
     }
 
     /// Stamps a datagram either way at `now`.
@@ -87,7 +97,8 @@ enum Read {
 }
 
 /// Relays `session`'s replies to its client through `socket` until the session has been idle
-/// for the listener's session timeout, then removes it from the table (closing its socket).
+/// for the listener's session timeout, or is ended, then removes it from the table (closing
+/// its socket).
 pub(super) async fn relay(
     frontend: Arc<UdpFrontend>,
     socket: Arc<UdpSocket>,
@@ -109,6 +120,7 @@ pub(super) async fn relay(
                 relay_ready(&frontend, &socket, &session).await;
             }
             () = tokio::time::sleep(deadline) => {}
+            () = session.ended.notified() => break,
         }
     }
     frontend.close(&session);

@@ -5,9 +5,18 @@
 //! customer's LAN); a prefix is an IPv4 /24 or an IPv6 /48 (one site's allocation). The table
 //! never iterates over its sessions: expiry removes one entry at a time (see
 //! [`super::session`]).
+//!
+//! A session whose client has sent one datagram only is *fresh*: that is all a spoofed source
+//! can leave behind (it never sees the replies, so it has no reason to talk on). When the
+//! listener's cap is reached, a new client takes the place of the oldest fresh session, so a
+//! flood of one-datagram sources churns through the fresh sessions instead of locking new
+//! clients out for a whole session timeout; a session whose client has sent again is never
+//! evicted, only expired. The fresh sessions are a queue in creation order whose stale entries
+//! (confirmed, expired or evicted since) are dropped when they reach its front: O(1) amortised,
+//! at most two entries per place in the table.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -30,9 +39,23 @@ pub struct Caps {
 #[derive(Debug)]
 pub(super) struct SessionTable<S> {
     caps: Caps,
-    sessions: HashMap<SocketAddr, Arc<S>>,
+    sessions: HashMap<SocketAddr, Held<S>>,
     per_source: HashMap<IpAddr, u32>,
     per_prefix: HashMap<IpAddr, u32>,
+    /// Fresh sessions, oldest first, by client and creation number; stale entries included.
+    fresh: VecDeque<(SocketAddr, u64)>,
+    /// Sessions created so far: the next one's number.
+    created: u64,
+}
+
+/// A held session.
+#[derive(Debug)]
+struct Held<S> {
+    session: Arc<S>,
+    /// Its creation number, which tells it from a later session of the same client.
+    number: u64,
+    /// Whether its client has sent more than one datagram.
+    confirmed: bool,
 }
 
 /// The source (IPv4 address, IPv6 /64) `client` counts against.
@@ -68,6 +91,8 @@ impl<S> SessionTable<S> {
             sessions: HashMap::new(),
             per_source: HashMap::new(),
             per_prefix: HashMap::new(),
+            fresh: VecDeque::new(),
+            created: 0,
         }
     }
 
@@ -76,19 +101,37 @@ impl<S> SessionTable<S> {
         self.sessions.len()
     }
 
-    /// The session of `client`, if it has one.
-    pub(super) fn get(&self, client: SocketAddr) -> Option<&Arc<S>> {
-        self.sessions.get(&client)
+    /// The session of `client`, which has just sent a further datagram (so its session is
+    /// confirmed), if it has one.
+    pub(super) fn again(&mut self, client: SocketAddr) -> Option<&Arc<S>> {
+        self.sessions.get_mut(&client).map(|held| {
+            held.confirmed = true;
+            &held.session
+        })
     }
 
-    /// Whether a new session for `client` fits under every cap; if not, the most specific cap
-    /// it hits (source, then prefix, then the listener's).
-    pub(super) fn admits(&self, client: SocketAddr) -> Result<(), Refusal> {
+    /// The client of the oldest fresh session, dropping the stale entries before it.
+    fn oldest_fresh(&mut self) -> Option<SocketAddr> {
+        while let Some(&(client, number)) = self.fresh.front() {
+            match self.sessions.get(&client) {
+                Some(held) if held.number == number && !held.confirmed => return Some(client),
+                _ => {
+                    self.fresh.pop_front();
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether a new session for `client` fits under every cap (the listener's by evicting
+    /// the oldest fresh session); if not, the most specific cap it hits (source, then prefix,
+    /// then the listener's).
+    pub(super) fn admits(&mut self, client: SocketAddr) -> Result<(), Refusal> {
         if held(&self.per_source, source_of(client)) >= self.caps.per_source {
             Err(Refusal::SourceSessions)
         } else if held(&self.per_prefix, prefix_of(client)) >= self.caps.per_prefix {
             Err(Refusal::PrefixSessions)
-        } else if self.sessions.len() >= self.caps.total {
+        } else if self.sessions.len() >= self.caps.total && self.oldest_fresh().is_none() {
             Err(Refusal::SessionsFull)
         } else {
             Ok(())
@@ -96,31 +139,62 @@ impl<S> SessionTable<S> {
     }
 
     /// Holds `session` for `client` if it fits under every cap (a client that has a session
-    /// already keeps the one it has and is refused nothing).
-    pub(super) fn insert(&mut self, client: SocketAddr, session: Arc<S>) -> Result<(), Refusal> {
+    /// already keeps the one it has and is refused nothing). If the listener's cap is reached,
+    /// the oldest fresh session makes room: it is returned, for the caller to close.
+    pub(super) fn insert(
+        &mut self,
+        client: SocketAddr,
+        session: Arc<S>,
+    ) -> Result<Option<Arc<S>>, Refusal> {
         if self.sessions.contains_key(&client) {
-            return Ok(());
+            return Ok(None);
         }
         self.admits(client)?;
-        self.sessions.insert(client, session);
+        let evicted = if self.sessions.len() >= self.caps.total {
+            // `admits` found a fresh session at the front of the queue.
+            self.fresh
+                .pop_front()
+                .and_then(|(oldest, _)| self.take(oldest))
+        } else {
+            None
+        };
+        let number = self.created;
+        self.created += 1;
+        self.sessions.insert(
+            client,
+            Held {
+                session,
+                number,
+                confirmed: false,
+            },
+        );
         *self.per_source.entry(source_of(client)).or_default() += 1;
         *self.per_prefix.entry(prefix_of(client)).or_default() += 1;
-        Ok(())
+        self.fresh.push_back((client, number));
+        // Bound the queue: past two entries per place, the oldest goes even if it is still
+        // fresh (that session is then only expired, never evicted).
+        if self.fresh.len() > 2 * self.caps.total {
+            self.fresh.pop_front();
+        }
+        Ok(evicted)
+    }
+
+    /// Removes `client`'s session whatever it is, giving its places back.
+    fn take(&mut self, client: SocketAddr) -> Option<Arc<S>> {
+        let held = self.sessions.remove(&client)?;
+        release(&mut self.per_source, source_of(client));
+        release(&mut self.per_prefix, prefix_of(client));
+        Some(held.session)
     }
 
     /// Removes `client`'s session if it is `session` (not a newer one opened since), giving
     /// its place back to its source, prefix and the listener. Whether it was removed.
     pub(super) fn remove(&mut self, client: SocketAddr, session: &Arc<S>) -> bool {
-        let Entry::Occupied(entry) = self.sessions.entry(client) else {
-            return false;
-        };
-        if !Arc::ptr_eq(entry.get(), session) {
-            return false;
-        }
-        entry.remove();
-        release(&mut self.per_source, source_of(client));
-        release(&mut self.per_prefix, prefix_of(client));
-        true
+        let same = self
+            .sessions
+            .get(&client)
+            .is_some_and(|held| Arc::ptr_eq(&held.session, session));
+        same && self.take(client).is_some()
     }
 }
 
@@ -149,12 +223,72 @@ mod tests {
         for client in ["10.0.1.1:1", "10.0.2.1:1", "10.0.3.1:1"] {
             table.insert(at(client), Arc::new(())).unwrap();
         }
+        // Every session confirmed: none can be evicted.
+        for client in [
+            "10.0.0.1:1",
+            "10.0.0.1:2",
+            "10.0.0.2:1",
+            "10.0.1.1:1",
+            "10.0.2.1:1",
+            "10.0.3.1:1",
+        ] {
+            assert!(table.again(at(client)).is_some());
+        }
         assert_eq!(table.admits(at("10.0.4.1:1")), Err(Refusal::SessionsFull));
         assert_eq!(
             table.insert(at("10.0.4.1:1"), Arc::new(())),
             Err(Refusal::SessionsFull)
         );
         assert_eq!(table.len(), 6);
+    }
+
+    #[test]
+    fn a_full_table_evicts_its_oldest_fresh_session_and_never_a_confirmed_one() {
+        let mut table = SessionTable::new(Caps {
+            total: 3,
+            per_source: 10,
+            per_prefix: 10,
+        });
+        let confirmed = Arc::new(());
+        table
+            .insert(at("10.0.0.1:1"), Arc::clone(&confirmed))
+            .unwrap();
+        table.again(at("10.0.0.1:1"));
+        let oldest = Arc::new(());
+        table.insert(at("10.0.1.1:1"), Arc::clone(&oldest)).unwrap();
+        table.insert(at("10.0.2.1:1"), Arc::new(())).unwrap();
+        let evicted = table.insert(at("10.0.3.1:1"), Arc::new(())).unwrap();
+        assert!(evicted.is_some_and(|e| Arc::ptr_eq(&e, &oldest)));
+        assert!(table.again(at("10.0.1.1:1")).is_none(), "evicted");
+        assert!(
+            table.again(at("10.0.0.1:1")).is_some(),
+            "the confirmed one stays"
+        );
+        // The two fresh ones confirmed too: now a newcomer is refused.
+        table.again(at("10.0.2.1:1"));
+        table.again(at("10.0.3.1:1"));
+        assert_eq!(
+            table.insert(at("10.0.4.1:1"), Arc::new(())),
+            Err(Refusal::SessionsFull)
+        );
+        assert!(table.fresh.is_empty(), "stale entries dropped");
+    }
+
+    #[test]
+    fn the_fresh_queue_stays_within_two_entries_per_place() {
+        let mut table = SessionTable::new(Caps {
+            total: 4,
+            per_source: 1000,
+            per_prefix: 1000,
+        });
+        for port in 0..1000 {
+            let client = SocketAddr::from(([10, 0, 0, 1], port));
+            let session = Arc::new(());
+            table.insert(client, Arc::clone(&session)).unwrap();
+            table.again(client);
+            assert!(table.remove(client, &session));
+            assert!(table.fresh.len() <= 8, "{}", table.fresh.len());
+        }
     }
 
     #[test]
