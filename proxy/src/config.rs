@@ -549,9 +549,10 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
 }
 
 /// Refuses, at the field, what a UDP listener would otherwise ignore: the TCP connection caps,
-/// the PROXY header settings (a datagram has no header to wait for, and a v1 header has no UDP
-/// form) and the TCP connect settings. Silence here would leave an operator believing in a
-/// limit that is not there.
+/// the PROXY header settings for clients (`trusted_proxies`, `proxy_header_timeout`: datagrams
+/// from a balancer are not read for headers), a v1 header to upstreams (it has no UDP form;
+/// v2 is sent, one header per datagram) and the TCP connect settings. Silence here would leave
+/// an operator believing in a limit that is not there.
 fn udp_refusals(text: &str, errors: &mut Errors<'_>) {
     let Ok(file) = toml::from_str::<RawTcpOnlyFile>(text) else {
         // A shape error: already reported, located, by the main parse.
@@ -595,9 +596,14 @@ fn udp_refusals(text: &str, errors: &mut Errors<'_>) {
         if let Some(send) = raw
             .send_proxy
             .as_ref()
-            .filter(|s| *s.get_ref() != SendProxy::None)
+            .filter(|s| *s.get_ref() == SendProxy::V1)
         {
-            refuse(send.span(), "send_proxy");
+            errors.0.error(
+                send.span(),
+                "`send_proxy = \"v1\"`: the v1 header has no UDP form; a UDP listener sends \
+                 v2 (one header per datagram) or none"
+                    .to_owned(),
+            );
         }
     }
 }
@@ -711,6 +717,9 @@ pub fn located(path: &std::path::Path, errors: &ConfigErrors) -> String {
 /// A listener's UDP session settings, as the config file writes them.
 fn write_sessions(f: &mut fmt::Formatter<'_>, l: &Listener) -> fmt::Result {
     let timeout = toml::Value::String(DurationText(l.session_timeout).to_string());
+    if l.protocol == Protocol::Udp && l.send_proxy != SendProxy::None {
+        writeln!(f, "send_proxy = \"{}\"", l.send_proxy.as_str())?;
+    }
     writeln!(f, "session_timeout = {timeout}")?;
     if let Some(cap) = l.max_sessions {
         writeln!(f, "max_sessions = {cap}")?;

@@ -136,7 +136,7 @@ impl Server {
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
                     let sessions = budget.sessions(&config);
-                    let frontend = Arc::new(UdpFrontend::new(config, &shared, sessions));
+                    let frontend = Arc::new(UdpFrontend::new(config, address, &shared, sessions));
                     server.tasks.push(tokio::spawn(udp::serve(
                         Arc::clone(&shared),
                         Arc::clone(&frontend),

@@ -228,7 +228,7 @@ upstreams = ["127.0.0.1:53"]
 max_connections = 100
 max_connections_per_source = 4
 trusted_proxies = ["10.0.0.0/8"]
-send_proxy = "v2"
+send_proxy = "v1"
 proxy_header_timeout = "1s"
 session_timeout = "10s"
 
@@ -246,7 +246,7 @@ send_proxy = "v2"
         "t.toml:6:19: `max_connections` is a TCP setting",
         "t.toml:7:30: `max_connections_per_source` is a TCP setting",
         "t.toml:8:19: `trusted_proxies` is a TCP setting",
-        "t.toml:9:14: `send_proxy` is a TCP setting",
+        "t.toml:9:14: `send_proxy = \"v1\"`: the v1 header has no UDP form",
         "t.toml:10:24: `proxy_header_timeout` is a TCP setting",
     ];
     let lines: Vec<&str> = located.lines().collect();
@@ -413,4 +413,39 @@ async fn a_session_holds_no_buffer_of_its_own() {
     eprintln!("resident memory per UDP session: {per_session:.0} bytes");
     // A 64 KiB buffer per session costs at least the page a datagram is read into.
     assert!(per_session < 3072.0, "{per_session:.0} bytes per session");
+}
+
+#[tokio::test]
+async fn send_proxy_v2_puts_a_header_naming_the_client_before_each_datagram() {
+    let upstream = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let server = start(&capped(
+        upstream.local_addr().unwrap(),
+        "send_proxy = \"v2\"",
+    ))
+    .await;
+    let front = server.local_addr("dns").unwrap();
+    let client = client("127.0.13.1").await;
+    let from = client.local_addr().unwrap();
+    let mut buf = [0u8; 512];
+    for payload in [b"one".as_slice(), b"two"] {
+        client.send_to(payload, front).await.unwrap();
+        let (len, session) = tokio::time::timeout(BOUND, upstream.recv_from(&mut buf))
+            .await
+            .expect("a datagram upstream")
+            .unwrap();
+        let expected = [
+            tollgate::proxy_protocol::encode_v2(
+                from,
+                front,
+                tollgate::proxy_protocol::V2Transport::Datagram,
+            )
+            .as_slice(),
+            payload,
+        ]
+        .concat();
+        assert_eq!(buf[..len], expected[..]);
+        // Replies go back as they come, without a header.
+        upstream.send_to(b"reply", session).await.unwrap();
+        assert_eq!(receive(&client, 1).await, ["reply"]);
+    }
 }

@@ -15,6 +15,10 @@
 //! listener's cap a new client may take the place of the oldest session that has seen a
 //! single datagram (what spoofed sources leave; see [`table`]), counted as evicted.
 //!
+//! With `send_proxy = "v2"` each datagram to the upstream starts with a PROXY v2 header
+//! (command PROXY, transport DGRAM) naming the client and the listener's bound address, as
+//! PROXY-aware UDP servers (dnsdist, PowerDNS) read it; replies are relayed as they come.
+//!
 //! Parts: [`table`] (who holds what, every cap in O(1)), [`session`] (a session and its reply
 //! task, which also expires it), [`buffer`] (the reply buffer, one per worker thread).
 
@@ -30,11 +34,12 @@ use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tollgate_filter::{Source, Transport, Verdict};
 
-use crate::config::Listener;
+use crate::config::{Listener, SendProxy};
 use crate::metrics::{ListenerMetrics, Refusal};
+use crate::proxy_protocol::{V2Transport, encode_v2};
 use crate::shared::Shared;
 use crate::upstream::Pool;
-use session::Session;
+use session::{HEADER_ROOM, Session};
 use table::SessionTable;
 
 pub use table::Caps;
@@ -47,6 +52,8 @@ pub struct UdpFrontend {
     /// Its counters.
     pub metrics: ListenerMetrics,
     caps: Caps,
+    /// The address it is bound to: the destination its PROXY headers name.
+    local: SocketAddr,
     pool: Pool,
     table: Mutex<SessionTable<Session>>,
     start: Instant,
@@ -61,10 +68,15 @@ enum NoSession {
 }
 
 impl UdpFrontend {
-    /// The fixed parts of listener `config`, holding at most `max_sessions` sessions (the
-    /// config's own, or the default the descriptor budget gives it).
+    /// The fixed parts of listener `config`, bound to `local`, holding at most `max_sessions`
+    /// sessions (the config's own, or the default the descriptor budget gives it).
     #[must_use]
-    pub fn new(config: Listener, shared: &Shared, max_sessions: usize) -> UdpFrontend {
+    pub fn new(
+        config: Listener,
+        local: SocketAddr,
+        shared: &Shared,
+        max_sessions: usize,
+    ) -> UdpFrontend {
         let caps = Caps {
             total: max_sessions,
             per_source: config.max_sessions_per_source,
@@ -77,6 +89,7 @@ impl UdpFrontend {
         UdpFrontend {
             metrics,
             caps,
+            local,
             pool: Pool::new(&config),
             table: Mutex::new(SessionTable::new(caps)),
             start: Instant::now(),
@@ -123,7 +136,9 @@ impl UdpFrontend {
         }
         // The socket is opened outside the lock; only this listener's receive loop inserts,
         // so the caps checked above still hold (expiry only frees places).
-        let session = Session::open(client, self.pool.pick(), self.millis())
+        let header = (self.config.send_proxy == SendProxy::V2)
+            .then(|| encode_v2(client, self.local, V2Transport::Datagram).into_boxed_slice());
+        let session = Session::open(client, self.pool.pick(), self.millis(), header)
             .map(Arc::new)
             .map_err(NoSession::Socket)?;
         let evicted = {
@@ -165,13 +180,14 @@ pub async fn serve(
     socket: Arc<UdpSocket>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // The listener's own receive buffer: one per listener, whatever the sessions.
-    let mut buf = vec![0u8; buffer::MAX_DATAGRAM];
+    // The listener's own receive buffer: one per listener, whatever the sessions; datagrams
+    // are read past room for a PROXY header, so one is sent with it without a copy.
+    let mut buf = vec![0u8; HEADER_ROOM + buffer::MAX_DATAGRAM];
     loop {
         let received = tokio::select! {
             biased;
             _ = stop.changed() => return,
-            received = socket.recv_from(&mut buf) => received,
+            received = socket.recv_from(&mut buf[HEADER_ROOM..]) => received,
         };
         let (len, client) = match received {
             Ok(received) => received,
@@ -190,7 +206,7 @@ pub async fn serve(
         match frontend.session(&socket, client) {
             Ok(session) => {
                 session.touch(frontend.millis());
-                if let Err(err) = session.forward(&buf[..len]).await {
+                if let Err(err) = session.forward(&mut buf, HEADER_ROOM, len).await {
                     tracing::debug!(listener = %frontend.config.name, %err, "send upstream failed");
                 }
             }

@@ -15,6 +15,9 @@ use tokio::sync::Notify;
 
 use super::{UdpFrontend, buffer};
 
+/// Room kept before each datagram for a PROXY v2 header (at most 16 + 36 bytes).
+pub(super) const HEADER_ROOM: usize = 64;
+
 /// Replies relayed in one go before the task yields to others.
 const BATCH: usize = 32;
 
@@ -28,11 +31,13 @@ pub(super) struct Session {
     last: AtomicU64,
     /// Wakes the reply task to end the session before its time (evicted from the table).
     ended: Notify,
+    /// The PROXY v2 header put before each datagram to the upstream (`send_proxy = "v2"`).
+    header: Option<Box<[u8]>>,
 }
 
 impl Session {
     /// A session of `client` with a new socket connected to `upstream`, last used at `now`
-    /// (milliseconds since the frontend's start).
+    /// (milliseconds since the frontend's start), writing `header` before each datagram.
     ///
     /// # Errors
     /// The socket call that failed (EMFILE when the process is out of descriptors).
@@ -40,6 +45,7 @@ impl Session {
         client: SocketAddr,
         upstream: SocketAddr,
         now: u64,
+        header: Option<Box<[u8]>>,
     ) -> std::io::Result<Session> {
         let local: SocketAddr = if upstream.is_ipv4() {
             (Ipv4Addr::UNSPECIFIED, 0).into()
@@ -54,6 +60,7 @@ impl Session {
             client,
             last: AtomicU64::new(now),
             ended: Notify::new(),
+            header,
         })
     }
 
@@ -80,9 +87,24 @@ impl Session {
         now.saturating_sub(self.last.load(Ordering::Relaxed))
     }
 
-    /// Sends `datagram` to the upstream.
-    pub(super) async fn forward(&self, datagram: &[u8]) -> std::io::Result<usize> {
-        self.upstream.send(datagram).await
+    /// Sends the datagram at `buffer[at..at + len]` to the upstream, with the session's
+    /// PROXY header written into the room before `at` (at least [`HEADER_ROOM`] bytes).
+    pub(super) async fn forward(
+        &self,
+        buffer: &mut [u8],
+        at: usize,
+        len: usize,
+    ) -> std::io::Result<usize> {
+        let start = match &self.header {
+            Some(header) => {
+                // A v2 header is at most 52 bytes (IPv6), within the room.
+                let start = at.saturating_sub(header.len());
+                buffer[start..at].copy_from_slice(&header[..at - start]);
+                start
+            }
+            None => at,
+        };
+        self.upstream.send(&buffer[start..at + len]).await
     }
 }
 
