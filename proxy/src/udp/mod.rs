@@ -193,7 +193,8 @@ pub async fn serve(
             Ok(received) => received,
             Err(err) => {
                 // An ICMP error from an earlier send, or a signal: nothing to back off from.
-                tracing::debug!(listener = %frontend.config.name, %err, "recv failed");
+                // Per datagram, so at trace level only.
+                tracing::trace!(listener = %frontend.config.name, %err, "recv failed");
                 continue;
             }
         };
@@ -207,7 +208,9 @@ pub async fn serve(
             Ok(session) => {
                 session.touch(frontend.millis());
                 if let Err(err) = session.forward(&mut buf, HEADER_ROOM, len).await {
-                    tracing::debug!(listener = %frontend.config.name, %err, "send upstream failed");
+                    // Per datagram (an ICMP port unreachable from a down upstream), so at
+                    // trace level only; the session stays until idle.
+                    tracing::trace!(listener = %frontend.config.name, %err, "send upstream failed");
                 }
             }
             Err(NoSession::Cap(refusal)) => {
