@@ -13,14 +13,14 @@
 //! `sessions_full`; `session_socket` when the socket itself cannot be opened), and logged
 //! within the rejection log budget; established clients keep their sessions. At the
 //! listener's cap a new client may take the place of the oldest session that has seen a
-//! single datagram (what spoofed sources leave; see [`table`]), counted as evicted.
+//! single datagram (what spoofed sources leave; see `table.rs`), counted as evicted.
 //!
 //! With `send_proxy = "v2"` each datagram to the upstream starts with a PROXY v2 header
 //! (command PROXY, transport DGRAM) naming the client and the listener's bound address, as
 //! PROXY-aware UDP servers (dnsdist, PowerDNS) read it; replies are relayed as they come.
 //!
-//! Parts: [`table`] (who holds what, every cap in O(1)), [`session`] (a session and its reply
-//! task, which also expires it), [`buffer`] (the reply buffer, one per worker thread).
+//! Parts: `table` (who holds what, every cap in O(1)), `session` (a session and its reply
+//! task, which also expires it), `buffer` (the reply buffer, one per worker thread).
 
 mod buffer;
 mod session;
