@@ -6,10 +6,11 @@
 //! deadline) or removes the session, in O(1). The receive path only stamps the time of the
 //! last datagram: it never sweeps the table.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
@@ -47,16 +48,17 @@ impl Session {
         now: u64,
         header: Option<Box<[u8]>>,
     ) -> std::io::Result<Session> {
-        let local: SocketAddr = if upstream.is_ipv4() {
-            (Ipv4Addr::UNSPECIFIED, 0).into()
-        } else {
-            (Ipv6Addr::UNSPECIFIED, 0).into()
-        };
-        let socket = std::net::UdpSocket::bind(local)?;
-        socket.connect(upstream)?;
-        socket.set_nonblocking(true)?;
+        // Three system calls per session, the fewest there are: socket (non-blocking and
+        // close-on-exec from the start), connect (which binds an ephemeral port), and the
+        // runtime's registration. A flood of new sources pays this per datagram.
+        let socket = Socket::new(
+            Domain::for_address(upstream),
+            Type::DGRAM.nonblocking(),
+            Some(Protocol::UDP),
+        )?;
+        socket.connect(&upstream.into())?;
         Ok(Session {
-            upstream: UdpSocket::from_std(socket)?,
+            upstream: UdpSocket::from_std(socket.into())?,
             client,
             last: AtomicU64::new(now),
             ended: Notify::new(),
