@@ -128,13 +128,12 @@ pub(super) async fn relay(
     socket: Arc<UdpSocket>,
     session: Arc<Session>,
 ) {
-    let timeout = u64::try_from(frontend.config.session_timeout.as_millis()).unwrap_or(u64::MAX);
+    let timeout = frontend.config.session_timeout;
+    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    // One timer for the session's life, re-armed only when it fires: replies do not touch it.
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
     loop {
-        let idle = session.idle(frontend.millis());
-        if idle >= timeout {
-            break;
-        }
-        let deadline = std::time::Duration::from_millis(timeout - idle);
         tokio::select! {
             ready = session.upstream.readable() => {
                 if ready.is_err() {
@@ -143,7 +142,14 @@ pub(super) async fn relay(
                 }
                 relay_ready(&frontend, &socket, &session).await;
             }
-            () = tokio::time::sleep(deadline) => {}
+            () = &mut deadline => {
+                let idle = session.idle(frontend.millis());
+                if idle >= timeout_ms {
+                    break;
+                }
+                let left = std::time::Duration::from_millis(timeout_ms - idle);
+                deadline.as_mut().reset(tokio::time::Instant::now() + left);
+            }
             () = session.ended.notified() => break,
         }
     }
