@@ -13,6 +13,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use tollgate_filter::{
     Checker, Cidr, Config, ConfigError, ConfigErrors, DurationText, parse_duration, parse_size,
 };
@@ -271,9 +272,19 @@ pub struct Listener {
     pub send_proxy: SendProxy,
     /// UDP: how long a client session lives without traffic.
     pub session_timeout: Duration,
-    /// UDP: client sessions held at most; new clients are refused while it is full.
-    pub max_sessions: usize,
+    /// UDP: client sessions held at most; new clients are refused while it is full. `None`:
+    /// derived at start from the open-file limit (see [`crate::descriptors`]).
+    pub max_sessions: Option<usize>,
+    /// UDP: sessions one source (IPv4 address, IPv6 /64) may hold.
+    pub max_sessions_per_source: u32,
+    /// UDP: sessions one prefix (IPv4 /24, IPv6 /48) may hold.
+    pub max_sessions_per_prefix: u32,
 }
+
+/// UDP: the default cap of sessions per source (IPv4 address, IPv6 /64).
+pub const DEFAULT_SESSIONS_PER_SOURCE: u32 = 64;
+/// UDP: the default cap of sessions per prefix (IPv4 /24, IPv6 /48).
+pub const DEFAULT_SESSIONS_PER_PREFIX: u32 = 256;
 
 #[derive(Deserialize)]
 struct RawFile {
@@ -347,6 +358,35 @@ struct RawListener {
     send_proxy: SendProxy,
     session_timeout: Option<Spanned<String>>,
     max_sessions: Option<Spanned<usize>>,
+    max_sessions_per_source: Option<Spanned<u32>>,
+    max_sessions_per_prefix: Option<Spanned<u32>>,
+}
+
+/// The fields of a `[[listener]]` that only TCP honours, with their places: read apart from
+/// [`RawListener`] so that a UDP listener naming one is refused at the field.
+#[derive(Deserialize)]
+struct RawTcpOnly {
+    protocol: Option<String>,
+    backlog: Option<Spanned<IgnoredAny>>,
+    connect_timeout: Option<Spanned<IgnoredAny>>,
+    retries: Option<Spanned<IgnoredAny>>,
+    backoff: Option<Spanned<IgnoredAny>>,
+    max_connections: Option<Spanned<IgnoredAny>>,
+    max_connections_per_source: Option<Spanned<IgnoredAny>>,
+    max_connections_per_prefix: Option<Spanned<IgnoredAny>>,
+    max_held: Option<Spanned<IgnoredAny>>,
+    max_held_per_source: Option<Spanned<IgnoredAny>>,
+    max_held_per_prefix: Option<Spanned<IgnoredAny>>,
+    idle_timeout: Option<Spanned<IgnoredAny>>,
+    trusted_proxies: Option<Spanned<Vec<IgnoredAny>>>,
+    proxy_header_timeout: Option<Spanned<IgnoredAny>>,
+    send_proxy: Option<Spanned<SendProxy>>,
+}
+
+#[derive(Deserialize)]
+struct RawTcpOnlyFile {
+    #[serde(default)]
+    listener: Vec<RawTcpOnly>,
 }
 
 #[derive(Deserialize)]
@@ -459,6 +499,7 @@ impl ProxyConfig {
                 listener(raw, &mut errors)
             })
             .collect();
+        udp_refusals(text, &mut errors);
         let cluster = raw.cluster.as_ref().and_then(|c| cluster(c, &mut errors));
         let own = errors.0.into_errors();
         match policy {
@@ -589,15 +630,38 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
     let max_connections_per_source = network_cap(&raw.max_connections_per_source, source_default);
     let max_connections_per_prefix = network_cap(&raw.max_connections_per_prefix, prefix_default);
     let max_sessions = match &raw.max_sessions {
-        Some(m) => errors.check(m, |&m| {
-            if m == 0 {
-                Err("max_sessions must be at least 1".to_owned())
-            } else {
-                Ok(m)
-            }
-        }),
-        None => Some(65_536),
+        Some(m) => errors
+            .check(m, |&m| {
+                if m == 0 {
+                    Err("max_sessions must be at least 1".to_owned())
+                } else {
+                    Ok(m)
+                }
+            })
+            .map(Some),
+        None => Some(None),
     };
+    let session_cap = |cap: &Option<Spanned<u32>>, default: u32, errors: &mut Errors<'_>| {
+        cap.as_ref().map_or(Some(default), |c| {
+            errors.check(c, |&c| {
+                if c == 0 {
+                    Err("a session cap of 0 refuses everyone".to_owned())
+                } else {
+                    Ok(c)
+                }
+            })
+        })
+    };
+    let max_sessions_per_source = session_cap(
+        &raw.max_sessions_per_source,
+        DEFAULT_SESSIONS_PER_SOURCE,
+        errors,
+    );
+    let max_sessions_per_prefix = session_cap(
+        &raw.max_sessions_per_prefix,
+        DEFAULT_SESSIONS_PER_PREFIX,
+        errors,
+    );
     Some(Listener {
         name: raw.name.get_ref().clone(),
         protocol: protocol?,
@@ -621,6 +685,8 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         send_proxy: raw.send_proxy,
         session_timeout: errors.duration(raw.session_timeout.as_ref(), Duration::from_secs(30)),
         max_sessions: max_sessions?,
+        max_sessions_per_source: max_sessions_per_source?,
+        max_sessions_per_prefix: max_sessions_per_prefix?,
     })
 }
 
@@ -640,6 +706,74 @@ pub fn network_caps(max_connections: usize) -> (u32, u32) {
             .max(1)
     };
     (part(16), part(4))
+}
+
+/// Refuses, at the field, what a UDP listener would otherwise ignore: the TCP connection caps,
+/// the PROXY header settings for clients (`trusted_proxies`, `proxy_header_timeout`: datagrams
+/// from a balancer are not read for headers), a v1 header to upstreams (it has no UDP form;
+/// v2 is sent, one header per datagram) and the TCP connect settings. Silence here would leave
+/// an operator believing in a limit that is not there.
+fn udp_refusals(text: &str, errors: &mut Errors<'_>) {
+    let Ok(file) = toml::from_str::<RawTcpOnlyFile>(text) else {
+        // A shape error: already reported, located, by the main parse.
+        return;
+    };
+    for raw in file
+        .listener
+        .iter()
+        .filter(|l| l.protocol.as_deref() == Some("udp"))
+    {
+        let mut refuse = |span: std::ops::Range<usize>, field: &str| {
+            errors.0.error(
+                span,
+                format!("`{field}` is a TCP setting: a UDP listener cannot honour it; remove it"),
+            );
+        };
+        let plain = [
+            ("backlog", &raw.backlog),
+            ("connect_timeout", &raw.connect_timeout),
+            ("retries", &raw.retries),
+            ("backoff", &raw.backoff),
+            ("max_connections", &raw.max_connections),
+            (
+                "max_connections_per_source",
+                &raw.max_connections_per_source,
+            ),
+            (
+                "max_connections_per_prefix",
+                &raw.max_connections_per_prefix,
+            ),
+            ("max_held", &raw.max_held),
+            ("max_held_per_source", &raw.max_held_per_source),
+            ("max_held_per_prefix", &raw.max_held_per_prefix),
+            ("idle_timeout", &raw.idle_timeout),
+            ("proxy_header_timeout", &raw.proxy_header_timeout),
+        ];
+        for (field, value) in plain {
+            if let Some(value) = value {
+                refuse(value.span(), field);
+            }
+        }
+        if let Some(trusted) = raw
+            .trusted_proxies
+            .as_ref()
+            .filter(|t| !t.get_ref().is_empty())
+        {
+            refuse(trusted.span(), "trusted_proxies");
+        }
+        if let Some(send) = raw
+            .send_proxy
+            .as_ref()
+            .filter(|s| *s.get_ref() == SendProxy::V1)
+        {
+            errors.0.error(
+                send.span(),
+                "`send_proxy = \"v1\"`: the v1 header has no UDP form; a UDP listener sends \
+                 v2 (one header per datagram) or none"
+                    .to_owned(),
+            );
+        }
+    }
 }
 
 fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
@@ -748,6 +882,20 @@ pub fn located(path: &std::path::Path, errors: &ConfigErrors) -> String {
     lines.join("\n")
 }
 
+/// A listener's UDP session settings, as the config file writes them.
+fn write_sessions(f: &mut fmt::Formatter<'_>, l: &Listener) -> fmt::Result {
+    let timeout = toml::Value::String(DurationText(l.session_timeout).to_string());
+    if l.protocol == Protocol::Udp && l.send_proxy != SendProxy::None {
+        writeln!(f, "send_proxy = \"{}\"", l.send_proxy.as_str())?;
+    }
+    writeln!(f, "session_timeout = {timeout}")?;
+    if let Some(cap) = l.max_sessions {
+        writeln!(f, "max_sessions = {cap}")?;
+    }
+    writeln!(f, "max_sessions_per_source = {}", l.max_sessions_per_source)?;
+    writeln!(f, "max_sessions_per_prefix = {}", l.max_sessions_per_prefix)
+}
+
 /// Prints the whole file as TOML that parses back to an equal config (`tollgate check`).
 impl fmt::Display for ProxyConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -796,11 +944,16 @@ impl fmt::Display for ProxyConfig {
                 "upstreams = {}",
                 list(l.upstreams.iter().map(ToString::to_string).collect())
             )?;
+            writeln!(f, "reuse_port = {}", l.reuse_port)?;
+            if l.protocol == Protocol::Udp {
+                // The TCP settings below are refused on a UDP listener.
+                write_sessions(f, l)?;
+                continue;
+            }
             writeln!(f, "connect_timeout = {}", duration(l.connect_timeout))?;
             writeln!(f, "retries = {}", l.retries)?;
             writeln!(f, "backoff = {}", duration(l.backoff))?;
             writeln!(f, "backlog = {}", l.backlog)?;
-            writeln!(f, "reuse_port = {}", l.reuse_port)?;
             writeln!(f, "max_connections = {}", l.max_connections)?;
             writeln!(
                 f,
@@ -827,8 +980,7 @@ impl fmt::Display for ProxyConfig {
                 duration(l.proxy_header_timeout)
             )?;
             writeln!(f, "send_proxy = {}", quoted(l.send_proxy.as_str()))?;
-            writeln!(f, "session_timeout = {}", duration(l.session_timeout))?;
-            writeln!(f, "max_sessions = {}", l.max_sessions)?;
+            write_sessions(f, l)?;
         }
         if let Some(c) = &self.cluster {
             writeln!(f, "\n[cluster]")?;

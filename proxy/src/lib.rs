@@ -15,6 +15,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod demo;
+pub mod descriptors;
 pub mod log_limit;
 pub mod metrics;
 pub mod offenders;

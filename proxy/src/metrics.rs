@@ -91,6 +91,12 @@ pub enum Refusal {
     BadHeader,
     /// UDP: the session table is full and this client has no session.
     SessionsFull,
+    /// UDP: the client's source (IPv4 address, IPv6 /64) holds its cap of sessions.
+    SourceSessions,
+    /// UDP: the client's prefix (IPv4 /24, IPv6 /48) holds its cap of sessions.
+    PrefixSessions,
+    /// UDP: the socket for a new session could not be opened (out of descriptors).
+    SessionSocket,
 }
 
 impl Refusal {
@@ -109,6 +115,9 @@ impl Refusal {
             Refusal::UntrustedHeader => "untrusted_proxy_header",
             Refusal::BadHeader => "bad_proxy_header",
             Refusal::SessionsFull => "sessions_full",
+            Refusal::SourceSessions => "source_sessions",
+            Refusal::PrefixSessions => "prefix_sessions",
+            Refusal::SessionSocket => "session_socket",
         }
     }
 }
@@ -125,6 +134,8 @@ pub struct Metrics {
     held: Family<ListenerLabel, Gauge>,
     idle_closed: Family<ListenerLabel, Counter>,
     sessions: Family<ListenerLabel, Gauge>,
+    session_limit: Family<ListenerLabel, Gauge>,
+    evicted: Family<ListenerLabel, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     upstream_unavailable: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
@@ -144,6 +155,8 @@ pub struct Metrics {
     pub admin_connections: Gauge,
     /// Admin connections reset at accept because `[admin] max_connections` were open.
     pub admin_refused: Counter,
+    /// The process's open-file limit (soft RLIMIT_NOFILE, after raising it at start).
+    pub open_files_limit: Gauge,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
     pub cluster: ClusterMetrics,
 }
@@ -291,6 +304,10 @@ pub struct ListenerMetrics {
     pub idle_closed: Counter,
     /// Client sessions now (UDP).
     pub sessions: Gauge,
+    /// Client sessions held at most (UDP).
+    pub session_limit: Gauge,
+    /// Fresh client sessions evicted to make room for a new client (UDP).
+    pub evicted: Counter,
     /// Accept failures (resource exhaustion included).
     pub accept_errors: Counter,
     /// Connections closed because no upstream could be reached.
@@ -331,6 +348,8 @@ impl Metrics {
             held: Family::default(),
             idle_closed: Family::default(),
             sessions: Family::default(),
+            session_limit: Family::default(),
+            evicted: Family::default(),
             upstream_errors: Family::default(),
             upstream_unavailable: Family::default(),
             accept_errors: Family::default(),
@@ -345,6 +364,7 @@ impl Metrics {
             connection_memory: Gauge::default(),
             admin_connections: Gauge::default(),
             admin_refused: Counter::default(),
+            open_files_limit: Gauge::default(),
             cluster: ClusterMetrics::new(),
         };
         let r = &mut registry;
@@ -387,6 +407,16 @@ impl Metrics {
             "udp_sessions",
             "UDP client sessions held now",
             metrics.sessions.clone(),
+        );
+        r.register(
+            "udp_session_limit",
+            "UDP client sessions held at most (max_sessions, or its default from the open-file limit)",
+            metrics.session_limit.clone(),
+        );
+        r.register(
+            "udp_sessions_evicted",
+            "UDP sessions that had seen one datagram, ended to make room for a new client",
+            metrics.evicted.clone(),
         );
         r.register(
             "upstream_errors",
@@ -459,6 +489,11 @@ impl Metrics {
             "Admin connections reset at accept: [admin] max_connections were open",
             metrics.admin_refused.clone(),
         );
+        r.register(
+            "open_files_limit",
+            "The process's open-file limit (soft RLIMIT_NOFILE), raised to the hard limit at start",
+            metrics.open_files_limit.clone(),
+        );
         if cluster {
             metrics.cluster.register(r);
         }
@@ -489,6 +524,8 @@ impl Metrics {
             held: self.held.get_or_create_owned(&label),
             idle_closed: self.idle_closed.get_or_create_owned(&label),
             sessions: self.sessions.get_or_create_owned(&label),
+            session_limit: self.session_limit.get_or_create_owned(&label),
+            evicted: self.evicted.get_or_create_owned(&label),
             accept_errors: self.accept_errors.get_or_create_owned(&label),
             upstream_unavailable: self.upstream_unavailable.get_or_create_owned(&label),
             released: self.released.get_or_create_owned(&label),

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{Protocol, ProxyConfig, located};
+use crate::descriptors::{self, Budget};
 use crate::shared::Shared;
 use crate::tcp::Frontend;
 use crate::udp::UdpFrontend;
@@ -88,6 +89,15 @@ impl Server {
         };
         let drain = config.settings.drain;
         let shared = Arc::new(Shared::new(config, path).map_err(StartError::State)?);
+        let budget = Budget::new(open_files(&shared), &listeners);
+        if let Some(excess) = budget.excess(&listeners) {
+            tracing::warn!(
+                limit = budget.limit,
+                excess,
+                "the listeners' caps need more descriptors than the open-file limit: at the \
+                 limit, accepts and new UDP sessions fail (EMFILE) and are counted"
+            );
+        }
         let (stop, stopped) = watch::channel(false);
         let bind_error = |listener: &str, address, error| StartError::Bind {
             listener: listener.to_owned(),
@@ -133,7 +143,8 @@ impl Server {
                     let address = socket
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
-                    let frontend = Arc::new(UdpFrontend::new(config, &shared));
+                    let sessions = budget.sessions(&config);
+                    let frontend = Arc::new(UdpFrontend::new(config, address, &shared, sessions));
                     server.tasks.push(tokio::spawn(udp::serve(
                         Arc::clone(&shared),
                         Arc::clone(&frontend),
@@ -249,6 +260,31 @@ impl Server {
     }
 }
 
+/// Raises the open-file limit to the hard limit, logs and exports it; the limit in force.
+fn open_files(shared: &Shared) -> u64 {
+    let limit = match descriptors::raise() {
+        Ok(raised) => {
+            tracing::info!(
+                before = raised.before,
+                after = raised.after,
+                hard = raised.hard,
+                "open-file limit (RLIMIT_NOFILE) raised to the hard limit"
+            );
+            raised.after
+        }
+        Err(err) => {
+            let limit = descriptors::limit();
+            tracing::warn!(%err, limit, "cannot raise the open-file limit; keeping it");
+            limit
+        }
+    };
+    shared
+        .metrics
+        .open_files_limit
+        .set(i64::try_from(limit).unwrap_or(i64::MAX));
+    limit
+}
+
 /// `tollgate run --config FILE`: serves until a signal says stop.
 ///
 /// # Errors
@@ -277,7 +313,15 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
             tracing::info!(listener = %frontend.config.name, %address, "listening (tcp)");
         }
         for (frontend, address) in &server.udp {
-            tracing::info!(listener = %frontend.config.name, %address, "listening (udp)");
+            let caps = frontend.caps();
+            tracing::info!(
+                listener = %frontend.config.name,
+                %address,
+                max_sessions = caps.total,
+                per_source = caps.per_source,
+                per_prefix = caps.per_prefix,
+                "listening (udp)"
+            );
         }
         if let Some(address) = server.admin {
             tracing::info!(%address, "admin endpoint");

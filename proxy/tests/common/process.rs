@@ -36,6 +36,13 @@ impl Proxy {
     /// Starts `tollgate run` on `config_body` (everything but `[admin]` and the listener's
     /// `name`/`listen` lines, which are added), under `sh -c "ulimit -n FILES"` if `files`.
     pub fn start(name: &str, listener_body: &str, rest: &str, files: Option<u32>) -> Proxy {
+        let limit = files.map_or(String::new(), |n| format!("ulimit -n {n} && "));
+        Proxy::launch(name, listener_body, rest, &limit, false)
+    }
+
+    /// As [`Proxy::start`], with `shell` (such as `"ulimit -Sn 256 && "`) run before the
+    /// proxy, and its stderr kept in a file ([`Proxy::log`]) if `log`.
+    pub fn launch(name: &str, listener_body: &str, rest: &str, shell: &str, log: bool) -> Proxy {
         let (front, admin) = (free_port(), free_port());
         let config = format!(
             "[admin]\nlisten = \"{admin}\"\n\n[[listener]]\nname = \"front\"\nlisten = \"{front}\"\n{listener_body}\n\n{rest}\n"
@@ -45,14 +52,19 @@ impl Proxy {
         let path: PathBuf = dir.join("tollgate.toml");
         std::fs::write(&path, config).unwrap();
         let binary = env!("CARGO_BIN_EXE_tollgate");
-        let limit = files.map_or(String::new(), |n| format!("ulimit -n {n} && "));
+        let stderr = if log {
+            Stdio::from(std::fs::File::create(dir.join("stderr.log")).unwrap())
+        } else {
+            Stdio::inherit()
+        };
         let child = Command::new("sh")
             .arg("-c")
-            .arg(format!("{limit}exec \"$0\" run --config \"$1\""))
+            .arg(format!("{shell}exec \"$0\" run --config \"$1\""))
             .arg(binary)
             .arg(&path)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("tollgate starts");
         let proxy = Proxy {
@@ -88,6 +100,11 @@ impl Proxy {
             assert!(Instant::now() < deadline, "the proxy did not exit");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// What the child wrote to stderr so far (started with `log`).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.path.with_file_name("stderr.log")).unwrap_or_default()
     }
 
     /// The child's process id.
