@@ -19,6 +19,8 @@ use tollgate_filter::{
 };
 use toml::Spanned;
 
+use crate::shared::MIN_CONNECTION_MEMORY;
+
 /// Everything one config file says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyConfig {
@@ -473,7 +475,7 @@ impl ProxyConfig {
                 .proxy
                 .connection_memory
                 .as_ref()
-                .and_then(|m| errors.check(m, |m| parse_size(m)))
+                .and_then(|m| errors.check(m, |m| connection_memory(m)))
                 .unwrap_or(defaults.connection_memory),
             log_rejections: raw.proxy.log_rejections.unwrap_or(defaults.log_rejections),
             delay: errors.duration(raw.proxy.delay.as_ref(), defaults.delay),
@@ -706,6 +708,18 @@ pub fn network_caps(max_connections: usize) -> (u32, u32) {
             .max(1)
     };
     (part(16), part(4))
+}
+
+/// `[proxy] connection_memory`: a size that holds the open-connection counts.
+fn connection_memory(text: &str) -> Result<usize, String> {
+    let size = parse_size(text)?;
+    if size < MIN_CONNECTION_MEMORY {
+        return Err(format!(
+            "connection_memory `{text}` is too small for the open-connection counts: at least \
+             {MIN_CONNECTION_MEMORY} bytes"
+        ));
+    }
+    Ok(size)
 }
 
 /// Refuses, at the field, what a UDP listener would otherwise ignore: the TCP connection caps,

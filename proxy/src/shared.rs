@@ -22,7 +22,11 @@ use crate::offenders::Offenders;
 /// How many sources the offender list keeps.
 const OFFENDERS: usize = 256;
 /// Rows of the open-connection count sketch.
-const CONNECTION_DEPTH: usize = 4;
+pub(crate) const CONNECTION_DEPTH: usize = 4;
+
+/// The least `[proxy] connection_memory` that holds the open-connection counts: 16 counters
+/// of 4 bytes per row (what `ConcurrencySketch::new` needs).
+pub(crate) const MIN_CONNECTION_MEMORY: usize = 16 * 4 * CONNECTION_DEPTH;
 
 /// State shared by every listener and the admin endpoint.
 #[derive(Debug)]

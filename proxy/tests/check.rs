@@ -126,3 +126,16 @@ fn a_whole_config_round_trips_through_check() {
     let again = tollgate::config::ProxyConfig::parse(&printed).unwrap();
     assert_eq!(first, again, "printed:\n{printed}");
 }
+
+#[test]
+fn a_connection_memory_too_small_for_its_counts_is_located() {
+    // It passed `check` and failed only at start, with neither line nor value.
+    let path = write(
+        "connection_memory.toml",
+        "[proxy]\nconnection_memory = \"0MiB\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\n",
+    );
+    let (ok, out) = check(&path);
+    assert!(!ok, "{out}");
+    let needle = "connection_memory.toml:2:21: connection_memory `0MiB` is too small";
+    assert!(out.contains(needle), "{needle} missing from\n{out}");
+}
