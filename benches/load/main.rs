@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use serde_json::json;
+use tollgate_benches::exit::exit_code;
 use tollgate_benches::kind::Kind;
 use tollgate_benches::launch;
 use tollgate_benches::machine;
@@ -40,18 +41,7 @@ use scenarios::Context;
 
 fn main() -> ExitCode {
     let options = Options::parse();
-    match run(&options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            let mut source = err.source();
-            while let Some(cause) = source {
-                eprintln!("  caused by: {cause}");
-                source = cause.source();
-            }
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(run(&options))
 }
 
 fn run(options: &Options) -> Result<(), Box<dyn Error>> {

@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod cpu;
+pub mod exit;
 pub mod kind;
 pub mod launch;
 pub mod machine;

@@ -1,7 +1,10 @@
 //! Client source addresses on loopback: all of 127.0.0.0/8 is loopback on Linux, so a socket
 //! bound to 127.x.y.z before it connects is a distinct client to the proxy.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use tokio::net::{TcpSocket, TcpStream};
 
 /// Addresses [`source`] hands out per /16: 250 per /24, over 256 /24s.
 pub const PER_16: u64 = 250 * 256;
@@ -22,6 +25,21 @@ pub fn source(net: u8, i: u64, count: u64) -> IpAddr {
     let third = u8::try_from(j / 250).unwrap_or(u8::MAX);
     let fourth = u8::try_from(j % 250 + 1).unwrap_or(u8::MAX);
     IpAddr::V4(Ipv4Addr::new(127, net, third, fourth))
+}
+
+/// A TCP connection from `source` (any port) to `target`, without Nagle.
+///
+/// # Errors
+/// The bind or the connect failed (a refusal is `ConnectionRefused` or `ConnectionReset`).
+pub async fn connect_from(source: IpAddr, target: SocketAddr) -> io::Result<TcpStream> {
+    let socket = match source {
+        IpAddr::V4(_) => TcpSocket::new_v4()?,
+        IpAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(source, 0))?;
+    let stream = socket.connect(target).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 #[cfg(test)]
