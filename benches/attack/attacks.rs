@@ -40,7 +40,7 @@ pub(crate) struct Targets {
 
 impl Attack {
     /// How long the attack lasts: its sizes' duration, or as long as its count takes at its
-    /// rate, at most three times that.
+    /// rate, at most four times that.
     pub(crate) fn span(self, sizes: &Sizes) -> Duration {
         let base = sizes.attack;
         let needs = |count: u64, rate: u64| Duration::from_secs_f64(count as f64 / rate as f64);
@@ -52,7 +52,7 @@ impl Attack {
             }
             _ => base,
         };
-        span.clamp(base, base * 3)
+        span.clamp(base, base * 4)
     }
 
     /// How the legitimate clients reach the proxy during this attack.

@@ -57,7 +57,10 @@ fn main() -> ExitCode {
 
 /// What every measurement runs with.
 struct Bench<'a> {
+    /// Runs the attacks.
     runtime: &'a Runtime,
+    /// Runs the legitimate clients and the scrapes.
+    legit_runtime: &'a Runtime,
     upstreams: &'a Upstreams,
     dir: &'a WorkDir,
     tollgate: &'a Path,
@@ -67,6 +70,7 @@ struct Bench<'a> {
 
 fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     let started = Instant::now();
+    let load_before = load_average();
     let nofile = match usage::raise_nofile() {
         Ok(limit) => format!("{limit} (raised to the hard limit; the proxies inherit it)"),
         Err(err) => format!("{:?} (not raised: {err})", usage::nofile().ok()),
@@ -74,15 +78,16 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     let sizes = options.sizes();
     let limits = Limits::standard();
     let tollgate = launch::tollgate_binary(options.tollgate.as_deref())?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("attack")
-        .enable_all()
-        .build()?;
+    // Three runtimes, so that neither the legitimate clients nor the upstream queue behind
+    // thousands of attacking tasks inside this tool: what they measure is the proxy.
+    let runtime = new_runtime("attack", 2)?;
+    let legit_runtime = new_runtime("legit", 1)?;
+    let upstream_runtime = new_runtime("upstream", 1)?;
     let dir = WorkDir::create("attack")?;
-    let upstreams = Upstreams::start_with_idle(&runtime, UPSTREAM_IDLE)?;
+    let upstreams = Upstreams::start_with_idle(&upstream_runtime, UPSTREAM_IDLE)?;
     let bench = Bench {
         runtime: &runtime,
+        legit_runtime: &legit_runtime,
         upstreams: &upstreams,
         dir: &dir,
         tollgate: &tollgate,
@@ -138,7 +143,9 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         }
     }
     drop(upstreams);
-    runtime.shutdown_timeout(Duration::from_secs(2));
+    for runtime in [runtime, legit_runtime, upstream_runtime] {
+        runtime.shutdown_timeout(Duration::from_secs(2));
+    }
 
     let command: Vec<String> = std::env::args().collect();
     println!("command: {}", command.join(" "));
@@ -147,6 +154,10 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         command.get(1..).unwrap_or_default().join(" ")
     );
     println!("machine: {}", machine::describe());
+    println!(
+        "load average (1, 5, 15 min) at the start: {load_before}, at the end: {}",
+        load_average()
+    );
     if let Some(commit) = commit() {
         println!("commit: {commit}");
     }
@@ -205,7 +216,7 @@ fn measure(bench: &Bench<'_>, attack: Attack, kind: Kind) -> Result<Row, String>
     let start = Instant::now();
     let attack_start = start + sizes.baseline;
     let end = attack_start + attack.span(&sizes);
-    let clients = Clients::start(bench.runtime, attack.route(&targets), &sizes, end);
+    let clients = Clients::start(bench.legit_runtime, attack.route(&targets), &sizes, end);
     thread::sleep(attack_start.saturating_duration_since(Instant::now()));
 
     let before = Resources::of(proxy.pid());
@@ -222,8 +233,8 @@ fn measure(bench: &Bench<'_>, attack: Attack, kind: Kind) -> Result<Row, String>
         .runtime
         .block_on(attacking)
         .map_err(|e| format!("the attack task failed: {e}"))?;
-    let scrapes = bench.runtime.block_on(scrapes).unwrap_or_default();
-    let exchanges = clients.finish(bench.runtime);
+    let scrapes = bench.legit_runtime.block_on(scrapes).unwrap_or_default();
+    let exchanges = clients.finish(bench.legit_runtime);
     if let Err(err) = proxy.check_alive() {
         notes.push(format!("the proxy died: {err}"));
     }
@@ -242,6 +253,25 @@ fn measure(bench: &Bench<'_>, attack: Attack, kind: Kind) -> Result<Row, String>
         seen,
         notes,
     })
+}
+
+/// A multi-threaded runtime of `threads` workers named `name`.
+fn new_runtime(name: &str, threads: usize) -> std::io::Result<Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(name)
+        .enable_all()
+        .build()
+}
+
+/// The first three fields of `/proc/loadavg`: how busy the shared machine was.
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The commit of the working directory's repository, if there is one.
