@@ -27,10 +27,10 @@ pub(crate) struct Options {
     /// The tollgate release binary [default: `tollgate` next to this executable].
     #[arg(long)]
     pub(crate) tollgate: Option<PathBuf>,
-    /// Seconds each attack lasts (the legitimate clients run through it) [default: 10, quick 2].
+    /// Seconds each attack lasts (the legitimate clients run through it) [default: 10, quick 1].
     #[arg(long)]
     pub(crate) seconds: Option<f64>,
-    /// Legitimate TCP and UDP clients, each its own source [default: 200, quick 50].
+    /// Legitimate TCP and UDP clients, each its own source [default: 200, quick 20].
     #[arg(long)]
     pub(crate) legit: Option<usize>,
 }
@@ -133,7 +133,7 @@ impl Options {
     pub(crate) fn sizes(&self) -> Sizes {
         let quick = self.quick;
         let pick = |full: u64, small: u64| if quick { small } else { full };
-        let attack = self.seconds.unwrap_or(if quick { 2.0 } else { 10.0 });
+        let attack = self.seconds.unwrap_or(if quick { 1.0 } else { 10.0 });
         Sizes {
             baseline: Duration::from_secs(pick(4, 1)),
             attack: Duration::from_secs_f64(attack.clamp(1.0, 300.0)),
@@ -147,7 +147,7 @@ impl Options {
             flood_concurrency: 64,
             flood_rate: pick(1_500, 1_000),
             distributed_sources: pick(100_000, 4_000),
-            distributed_rate: pick(3_500, 2_000),
+            distributed_rate: pick(2_500, 2_000),
             tarpit_rate: pick(1_000, 500),
             tarpit_held: usize::try_from(pick(3_000, 600)).unwrap_or(600),
             idle_connections: pick(720, 160),
