@@ -1,6 +1,6 @@
 //! The attacks, and what they share: where they aim ([`Targets`]), how many connections they
-//! start per second and hold at once ([`paced`]), how a held connection ends ([`hold`]), and
-//! what they count ([`Tally`]).
+//! start per second and hold at once ([`paced`]), and what they count ([`Tally`]): served,
+//! refused, cut by the proxy while held, or still open when the attack ends.
 //!
 //! Every attack is bounded by a count and by its end time, and every task it starts ends by
 //! that time (or an operation timeout) on its own: a proxy that stalls costs seconds, never a

@@ -12,7 +12,7 @@ use tollgate_benches::kind::Kind;
 #[derive(Debug, Parser)]
 #[command(name = "attack")]
 pub(crate) struct Options {
-    /// A smoke run of seconds: small attacks, short phases.
+    /// A smoke run: every attack small and a second or two long (about 1.5 minutes in all).
     #[arg(long)]
     pub(crate) quick: bool,
     /// The attacks to run, comma-separated [default: all].

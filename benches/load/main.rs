@@ -7,14 +7,14 @@
 //! ```
 //!
 //! Clients come from many 127.x.y.z sources (all of 127.0.0.0/8 is loopback on Linux); the
-//! upstreams (echo, TCP sink, UDP sink) run inside this tool ([`upstream`]); each proxy is a
-//! child process with one worker thread and a generated config ([`peers`]). Five scenarios
-//! ([`scenarios`]): short proxied connections, refused connections, sequential latency, one
-//! long connection's throughput, and UDP forwarding. Beside the rates, the proxy's CPU time per
-//! operation is read from `/proc` ([`cpu`]): the load generator shares the two cores and
-//! saturates first, so CPU per operation is the figure that compares the proxies. Each
-//! scenario runs `--repeat` times per column, interleaved, and the table ([`report`]) shows
-//! medians.
+//! upstreams (echo, TCP sink, UDP sink) run inside this tool
+//! ([`tollgate_benches::upstream`]); each proxy is a child process with one worker thread and a
+//! generated config ([`peers`]). Five scenarios ([`scenarios`]): short proxied connections,
+//! refused connections, sequential latency, one long connection's throughput, and UDP
+//! forwarding. Beside the rates, the proxy's CPU time per operation is read from `/proc`
+//! ([`tollgate_benches::cpu`]): the load generator shares the two cores and saturates first, so
+//! CPU per operation is the figure that compares the proxies. Each scenario runs `--repeat`
+//! times per column, interleaved, and the table ([`report`]) shows medians.
 
 mod cli;
 mod peers;
