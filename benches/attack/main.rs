@@ -71,11 +71,22 @@ struct Bench<'a> {
 fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     let started = Instant::now();
     let load_before = load_average();
-    let nofile = match usage::raise_nofile() {
+    let sizes = options.sizes();
+    let raised = usage::raise_nofile();
+    let mut nofile = match &raised {
         Ok(limit) => format!("{limit} (raised to the hard limit; the proxies inherit it)"),
         Err(err) => format!("{:?} (not raised: {err})", usage::nofile().ok()),
     };
-    let sizes = options.sizes();
+    // The most this tool holds at once: the largest held attack, the legitimate clients, slack.
+    let needed = sizes.tarpit_held as u64
+        + sizes.admin_connections.max(sizes.idle_connections)
+        + 2 * sizes.legit as u64
+        + 1_024;
+    if raised.as_ref().map_or(true, |&limit| limit < needed) {
+        nofile.push_str(&format!(
+            "; WARNING: below the {needed} this run may hold: attacks will be smaller than stated"
+        ));
+    }
     let limits = Limits::standard();
     let tollgate = launch::tollgate_binary(options.tollgate.as_deref())?;
     // Three runtimes, so that neither the legitimate clients nor the upstream queue behind
