@@ -175,6 +175,7 @@ async fn echo(mut stream: TcpStream, idle: Duration) {
 
 /// Accepts until stopped (polling: the listener is non-blocking), a thread per connection.
 fn tcp_sink(listener: &StdListener, counters: &Arc<Counters>, idle: Duration) {
+    // Relaxed: a stop flag, polled; `Drop` joins the thread, which is the synchronisation.
     while !counters.stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
@@ -194,6 +195,7 @@ fn drain(mut stream: std::net::TcpStream, counters: &Counters, idle: Duration) -
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(idle))?;
     let mut buffer = vec![0u8; 256 << 10];
+    // Relaxed: a stop flag, polled; `Drop` joins the thread, which is the synchronisation.
     while !counters.stop.load(Ordering::Relaxed) {
         let n = stream.read(&mut buffer)?;
         if n == 0 {
@@ -208,6 +210,7 @@ fn drain(mut stream: std::net::TcpStream, counters: &Counters, idle: Duration) -
 /// Counts datagrams until stopped.
 fn udp_sink(socket: &UdpSocket, counters: &Counters) {
     let mut buffer = [0u8; 2048];
+    // Relaxed: a stop flag, polled; `Drop` joins the thread, which is the synchronisation.
     while !counters.stop.load(Ordering::Relaxed) {
         if socket.recv(&mut buffer).is_ok() {
             // Relaxed: a counter.
@@ -219,6 +222,7 @@ fn udp_sink(socket: &UdpSocket, counters: &Counters) {
 /// Sends every datagram back to where it came from, until stopped.
 fn udp_echo_loop(socket: &UdpSocket, counters: &Counters) {
     let mut buffer = [0u8; 2048];
+    // Relaxed: a stop flag, polled; `Drop` joins the thread, which is the synchronisation.
     while !counters.stop.load(Ordering::Relaxed) {
         if let Ok((n, from)) = socket.recv_from(&mut buffer) {
             let _ = socket.send_to(&buffer[..n], from);
