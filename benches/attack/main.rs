@@ -27,6 +27,8 @@ use std::error::Error;
 use std::fs;
 use std::path::Path;
 use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -96,6 +98,7 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     let upstream_runtime = new_runtime("upstream", 1)?;
     let dir = WorkDir::create("attack")?;
     let upstreams = Upstreams::start_with_idle(&upstream_runtime, UPSTREAM_IDLE)?;
+    let interrupted = interruption(&legit_runtime)?;
     let bench = Bench {
         runtime: &runtime,
         legit_runtime: &legit_runtime,
@@ -119,8 +122,16 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     let mut unavailable: Vec<Kind> = Vec::new();
-    for &attack in &attacks {
+    'rows: for &attack in &attacks {
         for &peer in &peers {
+            // Relaxed: a flag read between rows; nothing else is ordered by it.
+            if interrupted.load(Ordering::Relaxed) {
+                notes.push(format!(
+                    "interrupted (SIGINT or SIGTERM) before {} against {peer}: the rest not run",
+                    attack.name()
+                ));
+                break 'rows;
+            }
             if unavailable.contains(&peer) {
                 continue;
             }
@@ -264,6 +275,26 @@ fn measure(bench: &Bench<'_>, attack: Attack, kind: Kind) -> Result<Row, String>
         seen,
         notes,
     })
+}
+
+/// A flag set on SIGINT or SIGTERM: the run then stops after the current row, so that every
+/// proxy it started is stopped (dropped) and the rows so far are printed.
+fn interruption(runtime: &Runtime) -> std::io::Result<Arc<AtomicBool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let flag = Arc::new(AtomicBool::new(false));
+    let _context = runtime.enter();
+    for kind in [SignalKind::interrupt(), SignalKind::terminate()] {
+        let mut signals = signal(kind)?;
+        let flag = Arc::clone(&flag);
+        runtime.spawn(async move {
+            if signals.recv().await.is_some() {
+                eprintln!("interrupted: stopping after the current attack");
+                // Relaxed: see the reader.
+                flag.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+    Ok(flag)
 }
 
 /// A multi-threaded runtime of `threads` workers named `name`.
