@@ -47,8 +47,9 @@ impl Attack {
         let span = match self {
             Attack::Distributed => needs(sizes.distributed_sources, sizes.distributed_rate),
             Attack::UdpSpoof => needs(sizes.udp_sources, sizes.udp_rate),
+            // Opened, then held a while longer (a fifth of the attack time).
             Attack::Idle24 | Attack::Idle48 => {
-                needs(sizes.idle_connections, sizes.idle_rate) + Duration::from_secs(2)
+                needs(sizes.idle_connections, sizes.idle_rate) + base / 5
             }
             _ => base,
         };

@@ -12,7 +12,7 @@ use tollgate_benches::kind::Kind;
 #[derive(Debug, Parser)]
 #[command(name = "attack")]
 pub(crate) struct Options {
-    /// A smoke run: every attack small and a second or two long (about 1.5 minutes in all).
+    /// A smoke run: every attack small and a second or two long (about 70 s in all).
     #[arg(long)]
     pub(crate) quick: bool,
     /// The attacks to run, comma-separated [default: all].
@@ -146,13 +146,13 @@ impl Options {
             flood_sources: 4,
             flood_concurrency: 64,
             flood_rate: pick(1_500, 1_000),
-            distributed_sources: pick(100_000, 4_000),
+            distributed_sources: pick(100_000, 2_000),
             distributed_rate: pick(2_500, 2_000),
             tarpit_rate: pick(1_000, 500),
             tarpit_held: usize::try_from(pick(3_000, 600)).unwrap_or(600),
-            idle_connections: pick(720, 160),
+            idle_connections: pick(720, 90),
             idle_rate: 90,
-            udp_sources: pick(20_000, 2_000),
+            udp_sources: pick(20_000, 1_000),
             udp_rate: pick(2_500, 1_000),
             admin_connections: pick(3_000, 300),
             admin_rate: pick(1_000, 300),
