@@ -45,6 +45,8 @@ mod workload;
 use std::error::Error;
 use std::process::ExitCode;
 
+use tollgate_benches::exit::exit_code;
+
 use cli::{Options, Workload};
 use report::Report;
 
@@ -57,18 +59,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&args, &options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            let mut source = err.source();
-            while let Some(cause) = source {
-                eprintln!("  caused by: {cause}");
-                source = cause.source();
-            }
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(run(&args, &options))
 }
 
 /// Runs the chosen workloads in order, printing each table as it completes.

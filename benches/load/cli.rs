@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use crate::peers::Kind;
+use tollgate_benches::kind::Kind;
 
 /// Load benchmark of tollgate with real loopback sockets, against a direct connection to the
 /// upstream and, when installed, HAProxy and nginx.

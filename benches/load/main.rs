@@ -7,71 +7,55 @@
 //! ```
 //!
 //! Clients come from many 127.x.y.z sources (all of 127.0.0.0/8 is loopback on Linux); the
-//! upstreams (echo, TCP sink, UDP sink) run inside this tool ([`upstream`]); each proxy is a
-//! child process with one worker thread and a generated config ([`peers`]). Five scenarios
-//! ([`scenarios`]): short proxied connections, refused connections, sequential latency, one
-//! long connection's throughput, and UDP forwarding. Beside the rates, the proxy's CPU time per
-//! operation is read from `/proc` ([`cpu`]): the load generator shares the two cores and
-//! saturates first, so CPU per operation is the figure that compares the proxies. Each
-//! scenario runs `--repeat` times per column, interleaved, and the table ([`report`]) shows
-//! medians.
+//! upstreams (echo, TCP sink, UDP sink) run inside this tool
+//! ([`tollgate_benches::upstream`]); each proxy is a child process with one worker thread and a
+//! generated config ([`peers`]). Five scenarios ([`scenarios`]): short proxied connections,
+//! refused connections, sequential latency, one long connection's throughput, and UDP
+//! forwarding. Beside the rates, the proxy's CPU time per operation is read from `/proc`
+//! ([`tollgate_benches::cpu`]): the load generator shares the two cores and saturates first, so
+//! CPU per operation is the figure that compares the proxies. Each scenario runs `--repeat`
+//! times per column, interleaved, and the table ([`report`]) shows medians.
 
 mod cli;
-mod cpu;
 mod peers;
 mod report;
 mod scenarios;
-mod upstream;
 
 use std::error::Error;
-use std::fs;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
 use serde_json::json;
+use tollgate_benches::exit::exit_code;
+use tollgate_benches::kind::Kind;
+use tollgate_benches::launch;
+use tollgate_benches::machine;
+use tollgate_benches::process::WorkDir;
+use tollgate_benches::upstream::Upstreams;
 
 use cli::Options;
-use peers::{Kind, Peer};
+use peers::Peer;
 use report::Report;
 use scenarios::Context;
-use upstream::Upstreams;
 
 fn main() -> ExitCode {
     let options = Options::parse();
-    match run(&options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            let mut source = err.source();
-            while let Some(cause) = source {
-                eprintln!("  caused by: {cause}");
-                source = cause.source();
-            }
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(run(&options))
 }
 
 fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     let started = Instant::now();
     let sizes = options.sizes();
-    let tollgate = match &options.tollgate {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .map(|dir| dir.join("tollgate"))
-            .ok_or("cannot locate this executable's directory")?,
-    };
+    let tollgate = launch::tollgate_binary(options.tollgate.as_deref())?;
     let command: Vec<String> = std::env::args().collect();
-    let machine = machine();
+    let machine = machine::describe();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(options.client_threads.clamp(1, 64))
         .thread_name("load")
         .enable_all()
         .build()?;
-    let dir = WorkDir::create()?;
+    let dir = WorkDir::create("load")?;
     let upstreams = Upstreams::start(&runtime)?;
 
     let mut columns: Vec<Kind> = options.only.clone();
@@ -80,7 +64,7 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     let mut peers = Vec::new();
     let mut skipped = Vec::new();
     for kind in columns {
-        match Peer::start(kind, &upstreams, &dir.0, &tollgate) {
+        match Peer::start(kind, &upstreams, &dir, &tollgate) {
             Ok(peer) => peers.push(peer),
             Err(err) => {
                 eprintln!("{kind}: {err}");
@@ -169,39 +153,4 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         print!("{}", report.table());
     }
     Ok(())
-}
-
-/// nproc, kernel and CPU model.
-fn machine() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let model = fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    format!("{cores} cores (nproc), Linux {}, {model}", kernel.trim())
-}
-
-/// A scratch directory for configs and logs, removed on drop.
-#[derive(Debug)]
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn create() -> std::io::Result<WorkDir> {
-        let path = std::env::temp_dir().join(format!("tollgate-load-{}", std::process::id()));
-        fs::create_dir_all(&path)?;
-        Ok(WorkDir(path))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if Path::new(&self.0).exists() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
 }

@@ -4,57 +4,19 @@
 //! bulk (into the TCP sink) and UDP (into the UDP sink; HAProxy has none). A [`Process`] stops
 //! its proxy when dropped, on error and panic paths too.
 
-use std::fmt;
-use std::fs::{self, File};
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
 
-use clap::ValueEnum;
+use tollgate_benches::cpu;
+use tollgate_benches::kind::Kind;
+use tollgate_benches::launch::{self, free_tcp_ports, free_udp_ports, nginx_head};
+use tollgate_benches::process::{Process, WorkDir};
+use tollgate_benches::upstream::Upstreams;
 
-use crate::cpu;
-use crate::upstream::Upstreams;
-
-/// How long a proxy may take to accept on its ports.
-const START_LIMIT: Duration = Duration::from_secs(10);
-/// How long a proxy may take to exit after SIGTERM before it is killed.
-const STOP_LIMIT: Duration = Duration::from_secs(3);
 /// Sources the proxies refuse (the rejected scenario connects from here).
 pub(crate) const BLOCKED: &str = "127.9.0.0/16";
-
-/// Which column.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
-pub(crate) enum Kind {
-    /// Straight to the upstreams: the baseline.
-    Direct,
-    /// tollgate, the release binary.
-    Tollgate,
-    /// HAProxy in `mode tcp`.
-    Haproxy,
-    /// nginx's `stream` module.
-    Nginx,
-}
-
-impl Kind {
-    /// The column's name.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::Direct => "direct",
-            Kind::Tollgate => "tollgate",
-            Kind::Haproxy => "haproxy",
-            Kind::Nginx => "nginx",
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Where a column's clients connect.
 #[derive(Clone, Copy, Debug)]
@@ -86,11 +48,11 @@ impl Peer {
     pub(crate) fn start(
         kind: Kind,
         upstreams: &Upstreams,
-        dir: &Path,
+        dir: &WorkDir,
         tollgate: &Path,
     ) -> Result<Peer, String> {
         let ports = Ports::free().map_err(|e| format!("no free port: {e}"))?;
-        let (command, endpoints) = match kind {
+        let (config, endpoints) = match kind {
             Kind::Direct => {
                 return Ok(Peer {
                     kind,
@@ -103,46 +65,18 @@ impl Peer {
                     process: None,
                 });
             }
-            Kind::Tollgate => {
-                if !tollgate.is_file() {
-                    return Err(format!(
-                        "{} not found: run `cargo build --release -p tollgate` first (or pass --tollgate PATH)",
-                        tollgate.display()
-                    ));
-                }
-                let file = write(dir, "tollgate.toml", &tollgate_config(&ports, upstreams))?;
-                let mut command = Command::new(tollgate);
-                command.arg("run").arg("--config").arg(file);
-                (command, ports.endpoints(true))
-            }
+            Kind::Tollgate => (tollgate_config(&ports, upstreams), ports.endpoints(true)),
             Kind::Haproxy => {
-                let binary = installed("haproxy")
-                    .ok_or("not installed (apt-get install haproxy); column skipped".to_owned())?;
-                let file = write(dir, "haproxy.cfg", &haproxy_config(&ports, upstreams))?;
-                let mut command = Command::new(binary);
-                command.arg("-db").arg("-f").arg(file);
                 let mut endpoints = ports.endpoints(true);
                 endpoints.udp = None;
-                (command, endpoints)
+                (haproxy_config(&ports, upstreams), endpoints)
             }
-            Kind::Nginx => {
-                let binary = installed("nginx").ok_or(
-                    "not installed (apt-get install nginx libnginx-mod-stream); column skipped"
-                        .to_owned(),
-                )?;
-                let file = write(dir, "nginx.conf", &nginx_config(&ports, upstreams, dir))?;
-                let mut command = Command::new(binary);
-                command
-                    .arg("-p")
-                    .arg(dir)
-                    .arg("-c")
-                    .arg(file)
-                    .arg("-e")
-                    .arg(dir.join("nginx-error.log"));
-                (command, ports.endpoints(true))
-            }
+            Kind::Nginx => (
+                nginx_config(&ports, upstreams, dir.path()),
+                ports.endpoints(true),
+            ),
         };
-        let mut process = Process::spawn(kind.name(), command, dir)?;
+        let mut process = launch::start(kind, &config, dir, tollgate)?;
         process.wait_ready(&[endpoints.echo, endpoints.bulk])?;
         Ok(Peer {
             kind,
@@ -156,7 +90,7 @@ impl Peer {
     /// # Errors
     /// The proxy has exited.
     pub(crate) fn cpu(&self) -> Option<io::Result<Duration>> {
-        self.process.as_ref().map(|p| cpu::tree_time(p.child.id()))
+        self.process.as_ref().map(|p| cpu::tree_time(p.pid()))
     }
 
     /// An error if the proxy has exited (with the end of its log).
@@ -179,13 +113,12 @@ struct Ports {
 
 impl Ports {
     fn free() -> io::Result<Ports> {
-        let echo = TcpListener::bind("127.0.0.1:0")?;
-        let bulk = TcpListener::bind("127.0.0.1:0")?;
-        let udp = UdpSocket::bind("127.0.0.1:0")?;
+        let tcp = free_tcp_ports(2)?;
+        let udp = free_udp_ports(1)?;
         Ok(Ports {
-            echo: echo.local_addr()?.port(),
-            bulk: bulk.local_addr()?.port(),
-            udp: udp.local_addr()?.port(),
+            echo: tcp[0],
+            bulk: tcp[1],
+            udp: udp[0],
         })
     }
 
@@ -286,27 +219,9 @@ backend bulk
     )
 }
 
-/// The stream module ships as a dynamic module in Debian's packages (libnginx-mod-stream).
-const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
-
 fn nginx_config(ports: &Ports, up: &Upstreams, dir: &Path) -> String {
-    let load = if Path::new(NGINX_STREAM_MODULE).exists() {
-        format!("load_module {NGINX_STREAM_MODULE};")
-    } else {
-        String::new()
-    };
     format!(
-        r#"# Generated by the load benchmark.
-{load}
-worker_processes 1;
-daemon off;
-pid {dir}/nginx.pid;
-error_log {dir}/nginx-error.log warn;
-
-events {{
-    worker_connections 4000;
-}}
-
+        r#"{head}
 stream {{
     server {{
         listen 127.0.0.1:{echo};
@@ -326,7 +241,7 @@ stream {{
     }}
 }}
 "#,
-        dir = dir.display(),
+        head = nginx_head("load benchmark", dir, 4_000),
         echo = ports.echo,
         bulk = ports.bulk,
         udp = ports.udp,
@@ -334,129 +249,4 @@ stream {{
         sink = up.sink,
         udp_up = up.udp,
     )
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, String> {
-    let path = dir.join(name);
-    fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
-}
-
-/// The path of `program` if it is on `PATH` (or in the sbin directories, where the Debian
-/// packages put the proxies and which a non-root `PATH` may lack).
-fn installed(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-}
-
-/// A proxy running as a child process, its output in a log file. Dropping it stops the proxy
-/// and its children: SIGTERM, then SIGKILL after [`STOP_LIMIT`].
-#[derive(Debug)]
-struct Process {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Process {
-    fn spawn(name: &'static str, mut command: Command, dir: &Path) -> Result<Process, String> {
-        let log = dir.join(format!("{name}.log"));
-        let file =
-            File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let err = file
-            .try_clone()
-            .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
-        Ok(Process { name, child, log })
-    }
-
-    /// Waits until every address accepts a connection, or the process exits, or
-    /// [`START_LIMIT`] passes.
-    fn wait_ready(&mut self, addresses: &[SocketAddr]) -> Result<(), String> {
-        let deadline = Instant::now() + START_LIMIT;
-        for address in addresses {
-            loop {
-                self.check_alive()?;
-                if TcpStream::connect_timeout(address, Duration::from_millis(200)).is_ok() {
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    return Err(format!(
-                        "{} did not accept on {address} within {START_LIMIT:?}{}",
-                        self.name,
-                        self.log_tail()
-                    ));
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-        }
-        Ok(())
-    }
-
-    fn check_alive(&mut self) -> Result<(), String> {
-        match self.child.try_wait() {
-            Ok(None) => Ok(()),
-            Ok(Some(status)) => Err(format!(
-                "{} exited ({status}){}",
-                self.name,
-                self.log_tail()
-            )),
-            Err(err) => Err(format!("{}: cannot wait: {err}", self.name)),
-        }
-    }
-
-    /// The last lines of the log, to say why a proxy failed.
-    fn log_tail(&self) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().rev().take(5).collect();
-        if lines.is_empty() {
-            return String::new();
-        }
-        let tail: Vec<&str> = lines.into_iter().rev().collect();
-        format!(": {}", tail.join(" | "))
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let pid = self.child.id();
-        let children = cpu::descendants(pid);
-        // Without unsafe code there is no kill(2) but SIGKILL (`Child::kill`); kill(1) sends
-        // SIGTERM, so nginx's master stops its workers and tollgate drains.
-        let _ = signal("TERM", pid);
-        let deadline = Instant::now() + STOP_LIMIT;
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                break;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        for child in children {
-            if Path::new(&format!("/proc/{child}")).exists() {
-                let _ = signal("KILL", child);
-            }
-        }
-    }
-}
-
-fn signal(name: &str, pid: u32) -> io::Result<()> {
-    Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|_| ())
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-
-use crate::peers::Kind;
+use tollgate_benches::kind::Kind;
+use tollgate_benches::table::{number, render};
 
 /// One row of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -196,27 +196,7 @@ impl Report {
             }
             lines.push(line);
         }
-        let widths: Vec<usize> = (0..lines[0].len())
-            .map(|i| {
-                lines
-                    .iter()
-                    .map(|l| l[i].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let mut out = String::new();
-        for line in &lines {
-            for (i, cell) in line.iter().enumerate() {
-                let pad = widths[i] - cell.chars().count();
-                if i == 0 {
-                    let _ = write!(out, "{cell}{}", " ".repeat(pad));
-                } else {
-                    let _ = write!(out, "  {}{cell}", " ".repeat(pad));
-                }
-            }
-            out.push('\n');
-        }
+        let mut out = render(&lines);
         for note in &self.notes {
             let _ = writeln!(out, "note: {note}");
         }
@@ -245,46 +225,9 @@ impl Report {
     }
 }
 
-/// A figure for the table: thousands separated, decimals only where they matter.
-fn number(value: f64) -> String {
-    let decimals = if value.abs() >= 100.0 {
-        0
-    } else if value.abs() >= 10.0 {
-        1
-    } else {
-        2
-    };
-    let text = format!("{value:.decimals$}");
-    let (whole, fraction) = text
-        .split_once('.')
-        .map_or((text.as_str(), ""), |(w, f)| (w, f));
-    let (sign, digits) = whole.strip_prefix('-').map_or(("", whole), |d| ("-", d));
-    let mut grouped = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(digit);
-    }
-    if fraction.is_empty() {
-        format!("{sign}{grouped}")
-    } else {
-        format!("{sign}{grouped}.{fraction}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbers_are_grouped_and_rounded_by_size() {
-        assert_eq!(number(1_234_567.4), "1,234,567");
-        assert_eq!(number(999.6), "1,000");
-        assert_eq!(number(42.25), "42.2");
-        assert_eq!(number(4.256), "4.26");
-        assert_eq!(number(-119.0), "-119");
-    }
 
     #[test]
     fn medians_and_the_derived_added_latency() {

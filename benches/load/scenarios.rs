@@ -9,15 +9,16 @@ mod connections;
 mod latency;
 mod udp;
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
+pub(crate) use tollgate_benches::sources::source;
+use tollgate_benches::upstream::Upstreams;
+
 use crate::cli::{Scenario, Sizes};
 use crate::peers::Peer;
 use crate::report::Metric;
-use crate::upstream::Upstreams;
 
 /// What the scenarios run with.
 #[derive(Debug)]
@@ -65,17 +66,6 @@ pub(crate) fn applies(scenario: Scenario, peer: &Peer) -> Result<(), &'static st
         Scenario::Udp if peer.endpoints.udp.is_none() => Err("has no UDP proxying"),
         _ => Ok(()),
     }
-}
-
-/// Source address `i` of a rotation over `count` addresses of 127.`net`.0.0/16, from
-/// 127.`net`.0.1: 250 per /24, so no address ends in .0 or .255. All of 127.0.0.0/8 is
-/// loopback on Linux, so each is a distinct client to the proxy.
-pub(crate) fn source(net: u8, i: u64, count: u64) -> IpAddr {
-    let j = i % count.clamp(1, 250 * 256);
-    // Both fit a byte: j < 64_000, so j / 250 < 256 and j % 250 + 1 <= 250.
-    let third = u8::try_from(j / 250).unwrap_or(u8::MAX);
-    let fourth = u8::try_from(j % 250 + 1).unwrap_or(u8::MAX);
-    IpAddr::V4(Ipv4Addr::new(127, net, third, fourth))
 }
 
 /// The proxy CPU time `body` took (`None` for the direct column), with `body`'s result.
@@ -135,20 +125,5 @@ impl Failures {
                 self.first.as_deref().unwrap_or("?")
             )
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sources_rotate_within_the_range_and_skip_0_and_255() {
-        assert_eq!(source(1, 0, 10_000).to_string(), "127.1.0.1");
-        assert_eq!(source(1, 249, 10_000).to_string(), "127.1.0.250");
-        assert_eq!(source(1, 250, 10_000).to_string(), "127.1.1.1");
-        assert_eq!(source(1, 9_999, 10_000).to_string(), "127.1.39.250");
-        assert_eq!(source(1, 10_000, 10_000), source(1, 0, 10_000));
-        assert_eq!(source(9, 63_999, u64::MAX).to_string(), "127.9.255.250");
     }
 }

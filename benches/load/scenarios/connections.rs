@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tollgate_benches::sources::connect_from as connect;
 
 use super::{Context, Failures, Outcome, micros_per, source, with_cpu};
 use crate::peers::Peer;
@@ -137,15 +137,6 @@ where
         ));
     }
     (done, failures, start.elapsed())
-}
-
-/// A socket from `source`, connected to `target`.
-async fn connect(source: IpAddr, target: SocketAddr) -> io::Result<TcpStream> {
-    let socket = TcpSocket::new_v4()?;
-    socket.bind(SocketAddr::new(source, 0))?;
-    let stream = socket.connect(target).await?;
-    stream.set_nodelay(true)?;
-    Ok(stream)
 }
 
 /// One proxied connection: connect, write [`PAYLOAD`], read it back, close.

@@ -12,10 +12,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tollgate_benches::upstream::Upstreams;
+
 use super::{Context, Outcome, micros_per, with_cpu};
 use crate::peers::Peer;
 use crate::report::Metric;
-use crate::upstream::Upstreams;
 
 /// The datagram.
 const PAYLOAD: [u8; 64] = [b'u'; 64];

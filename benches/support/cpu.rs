@@ -18,7 +18,7 @@ const TICKS_PER_SECOND: u64 = 100;
 ///
 /// A process that exits between listing and reading is skipped; an error only if `pid` itself
 /// cannot be read (it has exited).
-pub(crate) fn tree_time(pid: u32) -> io::Result<Duration> {
+pub fn tree_time(pid: u32) -> io::Result<Duration> {
     let mut total = process_time(pid)?;
     for child in descendants(pid) {
         total += process_time(child).unwrap_or_default();
@@ -66,7 +66,7 @@ fn stat_fields(stat: &str) -> Vec<&str> {
 }
 
 /// Every descendant of `pid`, found by parent pid in one pass over `/proc`.
-pub(crate) fn descendants(pid: u32) -> Vec<u32> {
+pub fn descendants(pid: u32) -> Vec<u32> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
