@@ -6,9 +6,10 @@
 //! - **forwarding**: `max_connections` in all, `max_connections_per_source` per source (IPv4
 //!   address, IPv6 /64) and `max_connections_per_prefix` per network (IPv4 /24, IPv6 /48);
 //!   taken by a connection that goes to an upstream;
-//! - **header waits**: `max_header_waits` in all; taken by a trusted peer's connection while
-//!   its PROXY header is read (at most `proxy_header_timeout`), so a peer trickling headers
-//!   cannot fill the listener (the attack tool's `proxy-trickle` did, before);
+//! - **header waits**: `max_header_waits` in all and a quarter of it per trusted peer; taken by
+//!   a trusted peer's connection while its PROXY header is read (at most
+//!   `proxy_header_timeout`), so a peer trickling headers can neither fill the listener (the
+//!   attack tool's `proxy-trickle` did, before) nor starve the other trusted peers;
 //! - **held**: `max_held`, `max_held_per_source`, `max_held_per_prefix`, the same networks;
 //!   taken by a rejection that keeps its connection for a while (`delay` up to the rule's bound,
 //!   `close` lingering up to 1 s, `reply` up to 3 s).
@@ -134,17 +135,21 @@ impl Budget {
                 ],
                 gauge: held,
             },
-            // Claimed with no source (the header has not named one): only the total counts.
+            // Claimed for the peer (the header has not named the source yet): a balancer's
+            // header arrives with its connection, so a quarter of the waits is room enough
+            // for any one peer, and one that trickles cannot starve the others.
             header: Caps {
                 total: config.max_header_waits,
                 all: Arc::new(Semaphore::new(config.max_header_waits)),
-                per_source: u32::MAX,
+                per_source: u32::try_from(config.max_header_waits / 4)
+                    .unwrap_or(u32::MAX)
+                    .max(1),
                 per_network: u32::MAX,
                 source_scope: scope("header"),
                 network_scope: scope("header/network"),
                 refusals: [
                     Refusal::HeaderWaitsFull,
-                    Refusal::HeaderWaitsFull,
+                    Refusal::HeaderWaitsPerPeer,
                     Refusal::HeaderWaitsFull,
                 ],
                 gauge: header_waits,
@@ -160,8 +165,8 @@ impl Budget {
         }
     }
 
-    /// A claim on budget `use_` for `source` (`None`: the budget's total only, for a trusted
-    /// peer's header wait), or the refusal saying which
+    /// A claim on budget `use_` for `source` (`None`: the budget's total only), or the
+    /// refusal saying which
     /// cap is reached. Cheap enough for the accept path: a semaphore and at most two sketch
     /// updates, no await.
     ///

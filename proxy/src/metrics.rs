@@ -84,6 +84,8 @@ pub enum Refusal {
     /// The listener holds its cap of trusted peers' connections waiting for their PROXY
     /// header (`max_header_waits`).
     HeaderWaitsFull,
+    /// The trusted peer holds its share (a quarter) of `max_header_waits`.
+    HeaderWaitsPerPeer,
     /// The source holds its cap of held rejections (the rejection became a reset).
     HeldPerSource,
     /// The source's network holds its cap of held rejections (the rejection became a reset).
@@ -114,6 +116,7 @@ impl Refusal {
             Refusal::PrefixCap => "prefix_cap",
             Refusal::HeldFull => "held_full",
             Refusal::HeaderWaitsFull => "header_waits_full",
+            Refusal::HeaderWaitsPerPeer => "header_waits_per_peer",
             Refusal::HeldPerSource => "held_per_source",
             Refusal::HeldPerPrefix => "held_per_prefix",
             Refusal::UntrustedHeader => "untrusted_proxy_header",

@@ -94,7 +94,10 @@ impl Frontend {
         shared.metrics.refused(&self.metrics, refusal);
         if !matches!(
             refusal,
-            Refusal::ListenerFull | Refusal::HeldFull | Refusal::HeaderWaitsFull
+            Refusal::ListenerFull
+                | Refusal::HeldFull
+                | Refusal::HeaderWaitsFull
+                | Refusal::HeaderWaitsPerPeer
         ) {
             shared.rejected(&self.metrics, source, refusal.as_str());
         }
@@ -165,9 +168,13 @@ fn arrive(
     peer: SocketAddr,
 ) {
     let (decided, ticket) = if frontend.trusts(peer.ip()) {
-        // Its header names the source later; until then it waits in a budget of its own, so
-        // that slow headers cannot take the forwarding slots.
-        (None, frontend.budget.claim(shared, Use::Header, None))
+        // Its header names the source later; until then it waits in a budget of its own,
+        // counted for the peer, so that slow headers cannot take the forwarding slots.
+        let peer_source = Some(Source::new(peer.ip()));
+        (
+            None,
+            frontend.budget.claim(shared, Use::Header, peer_source),
+        )
     } else {
         let source = Source::new(peer.ip());
         let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);

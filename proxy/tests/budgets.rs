@@ -182,12 +182,12 @@ async fn a_slash_24_of_idle_connections_leaves_other_networks_served() {
 async fn trickling_proxy_headers_wait_apart_and_cannot_fill_the_listener() {
     use tokio::io::AsyncWriteExt;
     let upstream = echo_upstream().await;
-    // Header waits of 3, a forwarding budget of 2. Before they had a budget of their own, the
-    // trickling connections held forwarding slots and every other client was reset as
-    // `listener_full` (the attack tool's `proxy-trickle`).
+    // Header waits of 4 (1 per trusted peer), a forwarding budget of 2. Before they had a
+    // budget of their own, trickling connections held forwarding slots and every other client
+    // was reset as `listener_full` (the attack tool's `proxy-trickle`).
     let server = start(&config(
         upstream,
-        "max_connections = 2\nmax_header_waits = 3\ntrusted_proxies = [\"127.0.9.9/32\"]\n\
+        "max_connections = 2\nmax_header_waits = 4\ntrusted_proxies = [\"127.0.9.0/24\"]\n\
          proxy_header_timeout = \"60s\"",
         "limits = [{ rate = \"100/60s\" }]",
     ))
@@ -195,14 +195,18 @@ async fn trickling_proxy_headers_wait_apart_and_cannot_fill_the_listener() {
     let front = server.local_addr("front").unwrap();
     let waits = || metric(&server, "tollgate_header_waits{listener=\"front\"}");
     let mut trickling = Vec::new();
-    for count in 1..=3 {
-        let mut stream = connect_from("127.0.9.9", front).await.unwrap();
+    for (count, peer) in (1..).zip(["127.0.9.1", "127.0.9.2", "127.0.9.3", "127.0.9.4"]) {
+        let mut stream = connect_from(peer, front).await.unwrap();
         // A v1 header's first bytes, never finished.
         stream.write_all(b"PROXY TCP4 203.0.1").await.unwrap();
         trickling.push(stream);
         eventually(|| waits() == f64::from(count)).await;
+        if count == 1 {
+            assert_eq!(attempt(peer, front).await, Wire::Reset, "per peer");
+        }
     }
-    assert_eq!(attempt("127.0.9.9", front).await, Wire::Reset, "in all");
+    assert_eq!(attempt("127.0.9.5", front).await, Wire::Reset, "in all");
+    assert_eq!(refused(&server, "header_waits_per_peer"), 1.0);
     assert_eq!(refused(&server, "header_waits_full"), 1.0);
     // The forwarding budget is whole: two other clients at once.
     let first = connect_from("127.0.10.1", front).await.unwrap();
