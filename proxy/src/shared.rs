@@ -111,11 +111,7 @@ impl Shared {
         config: ProxyConfig,
         path: Option<PathBuf>,
     ) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
-        let metrics = if config.cluster.is_some() {
-            Metrics::with_cluster()
-        } else {
-            Metrics::new()
-        };
+        let metrics = Metrics::for_sections(config.cluster.is_some(), config.kernel.is_some());
         let clock = MonotonicClock::new();
         let cluster = config
             .cluster

@@ -1,0 +1,185 @@
+//! The text of nft's input for each transaction: the table at start, the elements each
+//! update, the table's removal at stop. Pure text, so tests read exactly what the kernel gets.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use crate::config::{KernelAction, KernelConfig};
+
+use super::element::Element;
+
+/// What the proxy's table holds: its name, the action, and the listeners' ports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ruleset {
+    table: String,
+    action: KernelAction,
+    size: usize,
+    tcp: BTreeSet<u16>,
+    udp: BTreeSet<u16>,
+}
+
+impl Ruleset {
+    /// The ruleset of `config` guarding the listeners bound to `tcp` and `udp` ports.
+    #[must_use]
+    pub fn new(
+        config: &KernelConfig,
+        tcp: impl IntoIterator<Item = u16>,
+        udp: impl IntoIterator<Item = u16>,
+    ) -> Ruleset {
+        Ruleset {
+            table: config.table.clone(),
+            action: config.action,
+            size: config.max_elements,
+            tcp: tcp.into_iter().collect(),
+            udp: udp.into_iter().collect(),
+        }
+    }
+
+    /// The table's name.
+    #[must_use]
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// One transaction that replaces any table of that name with an empty one: two sets and
+    /// the input chain. The chain sits at the raw priority (-300), before conntrack, so a
+    /// dropped SYN costs no connection-tracking entry; TCP matches the bare SYN only, so
+    /// connections open before a source was listed are left alone.
+    #[must_use]
+    pub fn create(&self) -> String {
+        let t = &self.table;
+        let size = self.size;
+        let mut text = format!(
+            "table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n\
+             \tset v4 {{ type ipv4_addr; flags interval, timeout; size {size}; }}\n\
+             \tset v6 {{ type ipv6_addr; flags interval, timeout; size {size}; }}\n\
+             \tchain input {{\n\t\ttype filter hook input priority -300; policy accept;\n"
+        );
+        let verdict = match self.action {
+            KernelAction::Drop => "drop",
+            KernelAction::Reset => "reject with tcp reset",
+        };
+        let syn = "tcp flags & (fin | syn | rst | ack) == syn";
+        for (family, set) in [("ip", "v4"), ("ip6", "v6")] {
+            if !self.tcp.is_empty() {
+                let ports = ports(&self.tcp);
+                let _ = writeln!(
+                    text,
+                    "\t\ttcp dport {ports} {syn} {family} saddr @{set} {verdict}"
+                );
+            }
+            if !self.udp.is_empty() {
+                let ports = ports(&self.udp);
+                let _ = writeln!(text, "\t\tudp dport {ports} {family} saddr @{set} drop");
+            }
+        }
+        text.push_str("\t}\n}\n");
+        text
+    }
+
+    /// One transaction adding `elements` (to the set of each one's family). `flush` empties
+    /// both sets first, in the same transaction (to start over after a failed one). Empty
+    /// when there is nothing to do.
+    #[must_use]
+    pub fn add(&self, elements: &[Element], flush: bool) -> String {
+        let t = &self.table;
+        let mut text = String::new();
+        if flush {
+            let _ = writeln!(text, "flush set inet {t} v4\nflush set inet {t} v6");
+        }
+        for set in ["v4", "v6"] {
+            let mut listed = elements.iter().filter(|e| e.set() == set).peekable();
+            if listed.peek().is_none() {
+                continue;
+            }
+            let _ = write!(text, "add element inet {t} {set} {{ ");
+            for (i, element) in listed.enumerate() {
+                let comma = if i == 0 { "" } else { ", " };
+                let _ = write!(text, "{comma}{element}");
+            }
+            text.push_str(" }\n");
+        }
+        text
+    }
+
+    /// The transaction that removes the table.
+    #[must_use]
+    pub fn delete(&self) -> String {
+        format!("delete table inet {}\n", self.table)
+    }
+}
+
+/// `{ 80, 443 }`: nft's anonymous set of ports.
+fn ports(ports: &BTreeSet<u16>) -> String {
+    let listed: Vec<String> = ports.iter().map(u16::to_string).collect();
+    format!("{{ {} }}", listed.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn ruleset(action: KernelAction) -> Ruleset {
+        let config = KernelConfig {
+            action,
+            max_elements: 100,
+            ..KernelConfig::default()
+        };
+        Ruleset::new(&config, [8080, 443], [53])
+    }
+
+    #[test]
+    fn the_table_replaces_any_old_one_and_guards_the_listeners_ports_only() {
+        let text = ruleset(KernelAction::Drop).create();
+        assert!(
+            text.starts_with(
+                "table inet tollgate\ndelete table inet tollgate\ntable inet tollgate {"
+            )
+        );
+        assert!(text.contains("set v4 { type ipv4_addr; flags interval, timeout; size 100; }"));
+        assert!(text.contains("set v6 { type ipv6_addr; flags interval, timeout; size 100; }"));
+        let syn = "tcp flags & (fin | syn | rst | ack) == syn";
+        assert!(text.contains(&format!(
+            "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4 drop"
+        )));
+        assert!(text.contains(&format!(
+            "tcp dport {{ 443, 8080 }} {syn} ip6 saddr @v6 drop"
+        )));
+        assert!(text.contains("udp dport { 53 } ip saddr @v4 drop"));
+        assert!(text.contains("udp dport { 53 } ip6 saddr @v6 drop"));
+        let reset = ruleset(KernelAction::Reset).create();
+        assert!(reset.contains("ip saddr @v4 reject with tcp reset"));
+        assert!(reset.contains("udp dport { 53 } ip saddr @v4 drop"));
+    }
+
+    #[test]
+    fn one_transaction_adds_every_element_to_its_family_set() {
+        let element = |network: &str, len| Element {
+            network: network.parse().unwrap(),
+            len,
+            timeout: Duration::from_millis(1500),
+            weight: 2.0,
+        };
+        let rules = ruleset(KernelAction::Drop);
+        let elements = [
+            element("192.0.2.1", 32),
+            element("2001:db8::", 64),
+            element("198.51.100.0", 24),
+        ];
+        assert_eq!(
+            rules.add(&elements, false),
+            "add element inet tollgate v4 { 192.0.2.1/32 timeout 1500ms, \
+             198.51.100.0/24 timeout 1500ms }\n\
+             add element inet tollgate v6 { 2001:db8::/64 timeout 1500ms }\n"
+        );
+        assert!(
+            rules
+                .add(&elements[..1], true)
+                .starts_with("flush set inet tollgate v4\nflush set inet tollgate v6\n")
+        );
+        assert_eq!(rules.add(&[], false), "");
+        assert_eq!(rules.delete(), "delete table inet tollgate\n");
+    }
+}
