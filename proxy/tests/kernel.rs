@@ -180,9 +180,11 @@ async fn flood_and_drop() {
     // One update (one transaction) put it there: the first after it crossed the factor.
     assert_eq!(proxy.metric("tollgate_kernel_updates_total"), 1.0);
     let timeout = listed()[0].1;
+    // 12 events in one 2s window fall under 5 at most 1 + 7/12 windows later (3.17s; nft's
+    // JSON truncates to whole seconds); holding for the whole 2-window horizon would be 4.
     assert!(
-        timeout <= 4,
-        "held {timeout}s, longer than the 2 periods its estimate lasts"
+        timeout <= 3,
+        "held {timeout}s, longer than its estimate stays over the limit"
     );
     eprintln!(
         "kernel: flooder listed {landed:?} after polling began ({:?} after its last connect), held {timeout}s",
