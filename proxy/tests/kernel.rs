@@ -64,11 +64,17 @@ async fn attempt(from: &str, to: SocketAddr) -> Met {
     }
 }
 
-/// The elements of set `v4` of the test's table, as nft lists them: (address, timeout in
-/// seconds).
+/// The elements of the IPv4 sets (prefixes and addresses) of the test's table, as nft lists
+/// them: (address, timeout in whole seconds).
 fn listed() -> Vec<(String, u64)> {
+    let mut found = listed_in("v4");
+    found.extend(listed_in("v4_hosts"));
+    found
+}
+
+fn listed_in(set: &str) -> Vec<(String, u64)> {
     let output = Command::new("nft")
-        .args(["-j", "list", "set", "inet", TABLE, "v4"])
+        .args(["-j", "list", "set", "inet", TABLE, set])
         .output()
         .expect("nft runs");
     assert!(output.status.success(), "nft list set: {output:?}");

@@ -1,8 +1,9 @@
 //! The kernel fast path (`[kernel]`): the heaviest offenders are dropped by nftables before
 //! they reach accept.
 //!
-//! The proxy owns one nftables table (family `inet`, named by `[kernel] table`) holding two
-//! interval sets with timeouts, `v4` and `v6`, and an input chain at the raw priority that
+//! The proxy owns one nftables table (family `inet`, named by `[kernel] table`) holding
+//! interval sets with timeouts for prefixes (`v4`, `v6`) and hash sets with timeouts for
+//! single addresses (`v4_hosts`, `v6_hosts`), and an input chain at the raw priority that
 //! drops (or answers with a TCP reset) new connections and datagrams from those sets to the
 //! listeners' ports only. Every `[kernel] interval` an [`Updater`] asks the policy where the
 //! listed offenders stand and adds those over `factor` times a limit, or serving a penalty,
@@ -20,7 +21,7 @@ mod selection;
 mod table;
 mod updater;
 
-pub use element::Element;
+pub use element::{Element, SETS, set_of};
 pub use nft::NftError;
 pub use ruleset::Ruleset;
 pub use selection::select;

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use crate::config::{KernelAction, KernelConfig};
 
-use super::element::Element;
+use super::element::{Element, SETS};
 
 /// What the proxy's table holds: its name, the action, and the listeners' ports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,26 +41,37 @@ impl Ruleset {
         &self.table
     }
 
-    /// One transaction that replaces any table of that name with an empty one: two sets and
-    /// the input chain. The chain sits at the raw priority (-300), before conntrack, so a
+    /// One transaction that replaces any table of that name with an empty one: the four
+    /// [`SETS`] and the input chain. The chain sits at the raw priority (-300), before conntrack, so a
     /// dropped SYN costs no connection-tracking entry; TCP matches the bare SYN only, so
     /// connections open before a source was listed are left alone.
     #[must_use]
     pub fn create(&self) -> String {
         let t = &self.table;
         let size = self.size;
-        let mut text = format!(
-            "table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n\
-             \tset v4 {{ type ipv4_addr; flags interval, timeout; size {size}; }}\n\
-             \tset v6 {{ type ipv6_addr; flags interval, timeout; size {size}; }}\n\
-             \tchain input {{\n\t\ttype filter hook input priority -300; policy accept;\n"
+        let mut text = format!("table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n");
+        for set in SETS {
+            let (kind, flags) = match set {
+                "v4" => ("ipv4_addr", "interval, timeout"),
+                "v6" => ("ipv6_addr", "interval, timeout"),
+                "v4_hosts" => ("ipv4_addr", "timeout"),
+                _ => ("ipv6_addr", "timeout"),
+            };
+            let _ = writeln!(
+                text,
+                "\tset {set} {{ type {kind}; flags {flags}; size {size}; }}"
+            );
+        }
+        text.push_str(
+            "\tchain input {\n\t\ttype filter hook input priority -300; policy accept;\n",
         );
         let verdict = match self.action {
             KernelAction::Drop => "drop",
             KernelAction::Reset => "reject with tcp reset",
         };
         let syn = "tcp flags & (fin | syn | rst | ack) == syn";
-        for (family, set) in [("ip", "v4"), ("ip6", "v6")] {
+        for set in SETS {
+            let family = if set.starts_with("v4") { "ip" } else { "ip6" };
             if !self.tcp.is_empty() {
                 let ports = ports(&self.tcp);
                 let _ = writeln!(
@@ -77,17 +88,19 @@ impl Ruleset {
         text
     }
 
-    /// One transaction adding `elements` (to the set of each one's family). `flush` empties
-    /// both sets first, in the same transaction (to start over after a failed one). Empty
+    /// One transaction adding `elements` (each to its [`Element::set`]). `flush` empties
+    /// every set first, in the same transaction (to start over after a failed one). Empty
     /// when there is nothing to do.
     #[must_use]
     pub fn add(&self, elements: &[Element], flush: bool) -> String {
         let t = &self.table;
         let mut text = String::new();
         if flush {
-            let _ = writeln!(text, "flush set inet {t} v4\nflush set inet {t} v6");
+            for set in SETS {
+                let _ = writeln!(text, "flush set inet {t} {set}");
+            }
         }
-        for set in ["v4", "v6"] {
+        for set in SETS {
             let mut listed = elements.iter().filter(|e| e.set() == set).peekable();
             if listed.peek().is_none() {
                 continue;
@@ -138,9 +151,15 @@ mod tests {
                 "table inet tollgate\ndelete table inet tollgate\ntable inet tollgate {"
             )
         );
+        let syn = "tcp flags & (fin | syn | rst | ack) == syn";
         assert!(text.contains("set v4 { type ipv4_addr; flags interval, timeout; size 100; }"));
         assert!(text.contains("set v6 { type ipv6_addr; flags interval, timeout; size 100; }"));
-        let syn = "tcp flags & (fin | syn | rst | ack) == syn";
+        assert!(text.contains("set v4_hosts { type ipv4_addr; flags timeout; size 100; }"));
+        assert!(text.contains("set v6_hosts { type ipv6_addr; flags timeout; size 100; }"));
+        assert!(text.contains(&format!(
+            "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4_hosts drop"
+        )));
+        assert!(text.contains("udp dport { 53 } ip6 saddr @v6_hosts drop"));
         assert!(text.contains(&format!(
             "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4 drop"
         )));
@@ -170,14 +189,14 @@ mod tests {
         ];
         assert_eq!(
             rules.add(&elements, false),
-            "add element inet tollgate v4 { 192.0.2.1/32 timeout 1500ms, \
-             198.51.100.0/24 timeout 1500ms }\n\
+            "add element inet tollgate v4 { 198.51.100.0/24 timeout 1500ms }\n\
+             add element inet tollgate v4_hosts { 192.0.2.1 timeout 1500ms }\n\
              add element inet tollgate v6 { 2001:db8::/64 timeout 1500ms }\n"
         );
         assert!(
             rules
                 .add(&elements[..1], true)
-                .starts_with("flush set inet tollgate v4\nflush set inet tollgate v6\n")
+                .starts_with("flush set inet tollgate v4\nflush set inet tollgate v4_hosts\n")
         );
         assert_eq!(rules.add(&[], false), "");
         assert_eq!(rules.delete(), "delete table inet tollgate\n");

@@ -12,7 +12,8 @@ use crate::config::KernelConfig;
 use crate::metrics::KernelMetrics;
 use crate::shared::Shared;
 
-use super::element::Element;
+use super::element::{Element, SETS, set_of};
+use super::ruleset::Ruleset;
 use super::selection::select;
 use super::table::Table;
 
@@ -55,7 +56,7 @@ impl Updater {
     /// passed are forgotten (the kernel has let them go).
     pub fn plan(
         &mut self,
-        table: &Table,
+        ruleset: &Ruleset,
         chosen: Vec<Element>,
         now: Instant,
         metrics: &KernelMetrics,
@@ -86,11 +87,11 @@ impl Updater {
                 })
                 .collect();
             all.extend_from_slice(&new);
-            table.ruleset().add(&all, true)
+            ruleset.add(&all, true)
         } else if new.is_empty() {
             return None;
         } else {
-            table.ruleset().add(&new, false)
+            ruleset.add(&new, false)
         };
         Some(Plan { text, new })
     }
@@ -108,11 +109,11 @@ impl Updater {
         self.resync = !ok;
     }
 
-    /// Held elements per set: (`v4`, `v6`).
+    /// Held elements in `set` (one of [`SETS`]).
     #[must_use]
-    pub fn counts(&self) -> (usize, usize) {
-        let v4 = self.held.keys().filter(|(n, _)| n.is_ipv4()).count();
-        (v4, self.held.len() - v4)
+    pub fn count(&self, set: &str) -> usize {
+        let in_set = |&&(network, len): &&(IpAddr, u8)| set_of(network, len) == set;
+        self.held.keys().filter(in_set).count()
     }
 
     /// Updates `table` every `[kernel] interval` until `stop` turns true.
@@ -148,7 +149,7 @@ impl Updater {
             );
             drop(policy);
             let started = Instant::now();
-            if let Some(plan) = self.plan(&table, chosen, started, &metrics) {
+            if let Some(plan) = self.plan(table.ruleset(), chosen, started, &metrics) {
                 let sent = Arc::clone(&table);
                 let text = plan.text.clone();
                 let result = tokio::task::spawn_blocking(move || sent.apply(&text)).await;
@@ -174,9 +175,121 @@ impl Updater {
                 };
                 self.committed(plan, ok, started);
             }
-            let (v4, v6) = self.counts();
-            metrics.set_elements("v4", v4);
-            metrics.set_elements("v6", v6);
+            for set in SETS {
+                metrics.set_elements(set, self.count(set));
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn element(network: &str, len: u8, ms: u64) -> Element {
+        Element {
+            network: network.parse().unwrap(),
+            len,
+            timeout: Duration::from_millis(ms),
+            weight: 1.0,
+        }
+    }
+
+    fn setup(max: usize) -> (Updater, Ruleset, KernelMetrics) {
+        let config = KernelConfig {
+            max_elements: max,
+            ..KernelConfig::default()
+        };
+        let ruleset = Ruleset::new(&config, [80], []);
+        (Updater::new(config), ruleset, KernelMetrics::new())
+    }
+
+    #[test]
+    fn only_what_is_new_is_sent_and_held_elements_are_forgotten_when_they_expire() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let first = vec![
+            element("192.0.2.1", 32, 1000),
+            element("198.51.100.0", 24, 500),
+        ];
+        let plan = updater
+            .plan(&ruleset, first.clone(), now, &metrics)
+            .unwrap();
+        assert_eq!(plan.new, first);
+        updater.committed(plan, true, now);
+        assert_eq!((updater.count("v4_hosts"), updater.count("v4")), (1, 1));
+        // The same again, and an address inside the held /24: nothing to send.
+        let again = vec![first[0], element("198.51.100.7", 32, 900)];
+        assert_eq!(updater.plan(&ruleset, again.clone(), now, &metrics), None);
+        // Once the /24 expired, the address inside it goes in.
+        let later = now + Duration::from_millis(600);
+        let plan = updater.plan(&ruleset, again, later, &metrics).unwrap();
+        assert_eq!(plan.new, [element("198.51.100.7", 32, 900)]);
+        assert_eq!(
+            plan.text,
+            "add element inet tollgate v4_hosts { 198.51.100.7 timeout 900ms }\n"
+        );
+    }
+
+    #[test]
+    fn the_sets_never_hold_more_than_max_elements() {
+        let (mut updater, ruleset, metrics) = setup(2);
+        let now = Instant::now();
+        let chosen = vec![
+            element("192.0.2.1", 32, 1000),
+            element("192.0.2.2", 32, 1000),
+            element("192.0.2.3", 32, 1000),
+        ];
+        let plan = updater
+            .plan(&ruleset, chosen.clone(), now, &metrics)
+            .unwrap();
+        assert_eq!(plan.new, chosen[..2]);
+        assert_eq!(metrics.skipped.get(), 1);
+        updater.committed(plan, true, now);
+        assert_eq!(updater.plan(&ruleset, chosen, now, &metrics), None);
+        assert_eq!(metrics.skipped.get(), 2);
+    }
+
+    #[test]
+    fn after_a_refused_transaction_the_next_starts_the_sets_over() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let plan = updater
+            .plan(
+                &ruleset,
+                vec![element("192.0.2.1", 32, 1000)],
+                now,
+                &metrics,
+            )
+            .unwrap();
+        updater.committed(plan, true, now);
+        let plan = updater
+            .plan(
+                &ruleset,
+                vec![element("192.0.2.2", 32, 1000)],
+                now,
+                &metrics,
+            )
+            .unwrap();
+        updater.committed(plan, false, now);
+        // Nothing new, yet the sets are flushed and all that is held sent again, with the
+        // time it has left.
+        let later = now + Duration::from_millis(400);
+        let plan = updater.plan(&ruleset, Vec::new(), later, &metrics).unwrap();
+        assert!(
+            plan.text.starts_with("flush set inet tollgate v4\n"),
+            "{}",
+            plan.text
+        );
+        assert!(
+            plan.text
+                .contains("add element inet tollgate v4_hosts { 192.0.2.1 timeout 600ms }"),
+            "{}",
+            plan.text
+        );
+        updater.committed(plan, true, later);
+        assert_eq!(updater.plan(&ruleset, Vec::new(), later, &metrics), None);
     }
 }
