@@ -189,6 +189,18 @@ mod tests {
         let held = select(&policy, sources, 1.0, later, 10);
         assert!(!held.is_empty(), "the penalty should still hold them");
         assert!(held.iter().all(|e| e.len == 32), "{held:?}");
-        assert!(held.iter().all(|e| e.timeout <= Duration::from_secs(120)));
+        // Marked at `now` for 1m, read 25s later: 35s left (to the bisection's 30ms).
+        let left = Duration::from_secs(35);
+        assert!(
+            held.iter()
+                .all(|e| e.timeout >= left && e.timeout - left < Duration::from_millis(30)),
+            "{held:?}"
+        );
+        // The /24's estimate (60 events, limit 10 per 10s) is under 10 once the previous
+        // window's share, ceil(60 x remaining / 10s), is 9: 1.5s before the next window ends.
+        let exact = Duration::from_millis(18_500);
+        assert!(
+            chosen[0].timeout >= exact && chosen[0].timeout - exact < Duration::from_millis(10)
+        );
     }
 }
