@@ -328,10 +328,11 @@ impl Shared {
             || loaded.admin != config.admin
             || loaded.settings != config.settings
             || loaded.cluster != config.cluster
+            || loaded.kernel != config.kernel
         {
             tracing::warn!(
-                "listener, admin, [proxy] or [cluster] settings changed: they take effect on \
-                 restart; the policy is reloaded now"
+                "listener, admin, [proxy], [cluster] or [kernel] settings changed: they take \
+                 effect on restart; the policy is reloaded now"
             );
         }
         *loaded = config;

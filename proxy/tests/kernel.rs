@@ -93,6 +93,23 @@ fn listed_in(set: &str) -> Vec<(String, u64)> {
     found
 }
 
+/// Packets the table's rules refused so far (their counters).
+fn refused_by_kernel() -> u64 {
+    let output = Command::new("nft")
+        .args(["-j", "list", "chain", "inet", TABLE, "input"])
+        .output()
+        .expect("nft runs");
+    assert!(output.status.success(), "nft list chain: {output:?}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("nft's JSON");
+    let mut packets = 0;
+    for item in json["nftables"].as_array().into_iter().flatten() {
+        for expr in item["rule"]["expr"].as_array().into_iter().flatten() {
+            packets += expr["counter"]["packets"].as_u64().unwrap_or(0);
+        }
+    }
+    packets
+}
+
 fn table_exists() -> bool {
     Command::new("nft")
         .args(["list", "table", "inet", TABLE])
@@ -199,10 +216,16 @@ async fn flood_and_drop() {
 
     // Its further connections never reach accept: refused by the kernel, no decision made.
     let before = decisions(&proxy);
+    let refused = refused_by_kernel();
     for _ in 0..10 {
         assert_eq!(attempt(FLOODER, front).await, Met::RefusedBeforeAccept);
     }
     assert_eq!(decisions(&proxy), before, "a held source reached accept");
+    assert_eq!(
+        refused_by_kernel(),
+        refused + 10,
+        "the rule counts each SYN it refused"
+    );
     // A legitimate source is served, and counted.
     assert_eq!(attempt(LEGIT, front).await, Met::Served);
     assert_eq!(decisions(&proxy), before + 1.0);
@@ -212,6 +235,89 @@ async fn flood_and_drop() {
     eprintln!("kernel: element gone {expired:?} later");
     assert_eq!(attempt(FLOODER, front).await, Met::Served);
     assert_eq!(proxy.metric("tollgate_kernel_errors_total"), 0.0);
+
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().success(), "{}", proxy.log());
+    assert!(!table_exists(), "the table outlived SIGTERM");
+}
+
+#[test]
+#[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
+fn a_flooding_udp_source_is_dropped_in_the_kernel() {
+    if std::env::var_os(INSIDE).is_none() {
+        in_namespace("a_flooding_udp_source_is_dropped_in_the_kernel");
+        return;
+    }
+    let up = Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .expect("ip runs (iproute2)");
+    assert!(up.success(), "cannot bring lo up in the namespace");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(flood_udp());
+}
+
+async fn flood_udp() {
+    let upstream = common::udp_echo_upstream().await;
+    let mut proxy = Proxy::launch(
+        "kernel-udp",
+        &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
+        &format!(
+            "[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"5/2s\" }}]\n\n\
+             [kernel]\ntable = \"{TABLE}\"\nfactor = 2.0\nrequired = true\n"
+        ),
+        "",
+        true,
+    );
+    let front = proxy.front;
+    let flooder = tokio::net::UdpSocket::bind(format!("{FLOODER}:0"))
+        .await
+        .unwrap();
+    for i in 0..12 {
+        flooder
+            .send_to(format!("d{i}").as_bytes(), front)
+            .await
+            .unwrap();
+    }
+    poll("the flood's 12 decisions", || decisions(&proxy) == 12.0);
+    poll("the flooder in the kernel's set", || {
+        listed().iter().any(|(a, _)| a == FLOODER)
+    });
+    assert_eq!(proxy.metric("tollgate_kernel_updates_total"), 1.0);
+
+    // Its further datagrams die in the kernel: the rules count them, the proxy never sees them.
+    let before = decisions(&proxy);
+    let refused = refused_by_kernel();
+    for i in 0..10 {
+        flooder
+            .send_to(format!("x{i}").as_bytes(), front)
+            .await
+            .unwrap();
+    }
+    poll("10 datagrams counted by the kernel", || {
+        refused_by_kernel() == refused + 10
+    });
+    assert_eq!(
+        decisions(&proxy),
+        before,
+        "a held source's datagram reached the proxy"
+    );
+    // A legitimate source is served.
+    let legit = tokio::net::UdpSocket::bind(format!("{LEGIT}:0"))
+        .await
+        .unwrap();
+    legit.send_to(b"hello", front).await.unwrap();
+    let mut buf = [0u8; 64];
+    let (len, _) = tokio::time::timeout(BOUND, legit.recv_from(&mut buf))
+        .await
+        .expect("a reply")
+        .unwrap();
+    assert_eq!(&buf[..len], b"echo:hello");
+    assert_eq!(decisions(&proxy), before + 1.0);
 
     proxy.signal("TERM");
     assert!(proxy.wait_exit().success(), "{}", proxy.log());

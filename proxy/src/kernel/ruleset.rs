@@ -44,7 +44,8 @@ impl Ruleset {
     /// One transaction that replaces any table of that name with an empty one: the four
     /// [`SETS`] and the input chain. The chain sits at the raw priority (-300), before conntrack, so a
     /// dropped SYN costs no connection-tracking entry; TCP matches the bare SYN only, so
-    /// connections open before a source was listed are left alone.
+    /// connections open before a source was listed are left alone. Each rule counts what it
+    /// refused (`nft list chain inet TABLE input`).
     #[must_use]
     pub fn create(&self) -> String {
         let t = &self.table;
@@ -76,12 +77,15 @@ impl Ruleset {
                 let ports = ports(&self.tcp);
                 let _ = writeln!(
                     text,
-                    "\t\ttcp dport {ports} {syn} {family} saddr @{set} {verdict}"
+                    "\t\ttcp dport {ports} {syn} {family} saddr @{set} counter {verdict}"
                 );
             }
             if !self.udp.is_empty() {
                 let ports = ports(&self.udp);
-                let _ = writeln!(text, "\t\tudp dport {ports} {family} saddr @{set} drop");
+                let _ = writeln!(
+                    text,
+                    "\t\tudp dport {ports} {family} saddr @{set} counter drop"
+                );
             }
         }
         text.push_str("\t}\n}\n");
@@ -157,20 +161,20 @@ mod tests {
         assert!(text.contains("set v4_hosts { type ipv4_addr; flags timeout; size 100; }"));
         assert!(text.contains("set v6_hosts { type ipv6_addr; flags timeout; size 100; }"));
         assert!(text.contains(&format!(
-            "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4_hosts drop"
+            "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4_hosts counter drop"
         )));
-        assert!(text.contains("udp dport { 53 } ip6 saddr @v6_hosts drop"));
+        assert!(text.contains("udp dport { 53 } ip6 saddr @v6_hosts counter drop"));
         assert!(text.contains(&format!(
-            "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4 drop"
+            "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4 counter drop"
         )));
         assert!(text.contains(&format!(
-            "tcp dport {{ 443, 8080 }} {syn} ip6 saddr @v6 drop"
+            "tcp dport {{ 443, 8080 }} {syn} ip6 saddr @v6 counter drop"
         )));
-        assert!(text.contains("udp dport { 53 } ip saddr @v4 drop"));
-        assert!(text.contains("udp dport { 53 } ip6 saddr @v6 drop"));
+        assert!(text.contains("udp dport { 53 } ip saddr @v4 counter drop"));
+        assert!(text.contains("udp dport { 53 } ip6 saddr @v6 counter drop"));
         let reset = ruleset(KernelAction::Reset).create();
-        assert!(reset.contains("ip saddr @v4 reject with tcp reset"));
-        assert!(reset.contains("udp dport { 53 } ip saddr @v4 drop"));
+        assert!(reset.contains("ip saddr @v4 counter reject with tcp reset"));
+        assert!(reset.contains("udp dport { 53 } ip saddr @v4 counter drop"));
     }
 
     #[test]
