@@ -324,6 +324,48 @@ async fn flood_udp() {
     assert!(!table_exists(), "the table outlived SIGTERM");
 }
 
+#[test]
+#[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
+fn a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start() {
+    if std::env::var_os(INSIDE).is_none() {
+        in_namespace("a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start");
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let up = Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status();
+        assert!(up.expect("ip runs (iproute2)").success());
+        let upstream = echo_upstream().await;
+        let config = format!(
+            "[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"5/1m\" }}]\n\n\
+             [kernel]\ntable = \"{TABLE}\"\nrequired = true\n"
+        );
+        let body = format!("upstreams = [\"{upstream}\"]");
+        let proxy = Proxy::launch("kernel-crash", &body, &config, "", true);
+        for _ in 0..8 {
+            let _ = attempt(FLOODER, proxy.front).await;
+        }
+        poll("the flooder in the kernel's set", || {
+            listed().iter().any(|(a, _)| a == FLOODER)
+        });
+        // SIGKILL (the fixture's drop): nothing cleans up, the table and its element stay.
+        drop(proxy);
+        assert!(listed().iter().any(|(a, _)| a == FLOODER));
+        let again = Proxy::launch("kernel-restart", &body, &config, "", true);
+        assert!(
+            listed().is_empty(),
+            "the old table's elements survived a restart"
+        );
+        assert_eq!(attempt(FLOODER, again.front).await, Met::Served);
+    });
+}
+
 /// An empty directory to stand for a `PATH` without nft.
 fn no_nft_path() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tollgate-no-nft-{}", std::process::id()));
