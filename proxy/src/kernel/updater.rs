@@ -173,7 +173,9 @@ impl Updater {
                         false
                     }
                 };
-                self.committed(plan, ok, started);
+                // From when nft answered: the kernel's timeouts started at its commit, so the
+                // proxy forgets an element no earlier than the kernel lets it go.
+                self.committed(plan, ok, Instant::now());
             }
             for set in SETS {
                 metrics.set_elements(set, self.count(set));
