@@ -108,6 +108,8 @@ struct RawConfig {
     _listener: Option<IgnoredAny>,
     #[serde(default, rename = "cluster")]
     _cluster: Option<IgnoredAny>,
+    #[serde(default, rename = "kernel")]
+    _kernel: Option<IgnoredAny>,
 }
 
 #[derive(Default, Deserialize)]

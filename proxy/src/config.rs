@@ -33,6 +33,9 @@ pub struct ProxyConfig {
     /// Limits shared with other proxies through Redis (`[cluster]`); `None` without the
     /// section: no cluster, nothing changes and nothing is spent.
     pub cluster: Option<ClusterConfig>,
+    /// The kernel fast path (`[kernel]`); `None` without the section: nothing is asked of
+    /// the kernel.
+    pub kernel: Option<KernelConfig>,
     /// The policy (`[sketch]`, `[lists]`, `[[rule]]`).
     pub policy: Config,
 }
@@ -128,6 +131,66 @@ pub struct ClusterConfig {
     /// Slots in the suspects table (each of its two), a power of two: at most this many keys
     /// are shared per sync interval; more are counted as overflow and stay local.
     pub suspects: usize,
+}
+
+/// `[kernel]`: the heaviest offenders dropped by nftables before they reach accept (see
+/// [`crate::kernel`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelConfig {
+    /// The nftables table the proxy owns (family `inet`); one of that name is replaced at
+    /// start and deleted at stop.
+    pub table: String,
+    /// How often the sets are updated (one transaction per update, only when something is new).
+    pub interval: Duration,
+    /// A source goes into the kernel once its estimate reaches `factor` times a limit.
+    pub factor: f64,
+    /// What the kernel does with a new connection from a listed source.
+    pub action: KernelAction,
+    /// Elements held at most in the two sets together; the heaviest go in first.
+    pub max_elements: usize,
+    /// Refuse to start when the table cannot be set up (no nft, no CAP_NET_ADMIN); otherwise
+    /// the proxy runs without the fast path and says so.
+    pub required: bool,
+}
+
+// Never NaN: `factor` is checked to be finite and at least 1.
+impl Eq for KernelConfig {}
+
+/// The default `[kernel] table`.
+pub const DEFAULT_KERNEL_TABLE: &str = "tollgate";
+
+impl Default for KernelConfig {
+    fn default() -> KernelConfig {
+        KernelConfig {
+            table: DEFAULT_KERNEL_TABLE.to_owned(),
+            interval: Duration::from_millis(100),
+            factor: 1.0,
+            action: KernelAction::Drop,
+            max_elements: 65_536,
+            required: false,
+        }
+    }
+}
+
+/// What the kernel does with a new TCP connection from a listed source (UDP datagrams from
+/// one are always dropped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelAction {
+    /// Drop the SYN: the client's connect times out.
+    Drop,
+    /// Answer the SYN with a TCP reset: the client's connect is refused at once.
+    Reset,
+}
+
+impl KernelAction {
+    /// The config file's word for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelAction::Drop => "drop",
+            KernelAction::Reset => "reset",
+        }
+    }
 }
 
 /// The default cluster name (the Redis key namespace).
@@ -300,6 +363,7 @@ struct RawFile {
     #[serde(default)]
     listener: Vec<RawListener>,
     cluster: Option<RawCluster>,
+    kernel: Option<RawKernel>,
     // The policy's sections: checked by `Config::parse`.
     #[serde(default, rename = "sketch")]
     _sketch: Option<serde::de::IgnoredAny>,
@@ -410,6 +474,18 @@ struct RawCluster {
     suspects: Option<Spanned<usize>>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKernel {
+    table: Option<Spanned<String>>,
+    interval: Option<Spanned<String>>,
+    factor: Option<Spanned<f64>>,
+    action: Option<Spanned<String>>,
+    max_elements: Option<Spanned<usize>>,
+    #[serde(default)]
+    required: bool,
+}
+
 /// The filter's located-error checker, with what the proxy's sections need besides.
 struct Errors<'a>(Checker<'a>);
 
@@ -509,6 +585,7 @@ impl ProxyConfig {
             .collect();
         udp_refusals(text, &mut errors);
         let cluster = raw.cluster.as_ref().and_then(|c| cluster(c, &mut errors));
+        let kernel = raw.kernel.as_ref().and_then(|k| kernel(k, &mut errors));
         let own = errors.0.into_errors();
         match policy {
             Ok(policy) if own.is_empty() => Ok(ProxyConfig {
@@ -516,6 +593,7 @@ impl ProxyConfig {
                 admin,
                 listeners,
                 cluster,
+                kernel,
                 policy,
             }),
             result => {
@@ -856,6 +934,72 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
 
 /// A node or cluster name: 1 to 64 letters, digits, `.`, `_` or `-` (it goes into Redis key
 /// and client names).
+fn kernel(raw: &RawKernel, errors: &mut Errors<'_>) -> Option<KernelConfig> {
+    let defaults = KernelConfig::default();
+    // Each field is checked even after one failed, so every error is reported at once.
+    let table = match &raw.table {
+        Some(table) => errors.check(table, |t| nft_name(t)),
+        None => Some(defaults.table),
+    };
+    let factor = match &raw.factor {
+        Some(factor) => errors.check(factor, |&f| {
+            if f.is_finite() && f >= 1.0 {
+                Ok(f)
+            } else {
+                Err(format!(
+                    "factor {f} is below 1: a source goes into the kernel only once over its limit"
+                ))
+            }
+        }),
+        None => Some(defaults.factor),
+    };
+    let action = match &raw.action {
+        Some(action) => errors.check(action, |a| match a.as_str() {
+            "drop" => Ok(KernelAction::Drop),
+            "reset" => Ok(KernelAction::Reset),
+            other => Err(format!(
+                "`{other}` is not a kernel action: use \"drop\" or \"reset\""
+            )),
+        }),
+        None => Some(defaults.action),
+    };
+    let max_elements = match &raw.max_elements {
+        Some(max) => errors.check(max, |&m| {
+            if (1..=1 << 24).contains(&m) {
+                Ok(m)
+            } else {
+                Err(format!("max_elements {m} is not between 1 and 16777216"))
+            }
+        }),
+        None => Some(defaults.max_elements),
+    };
+    let interval = errors.duration(raw.interval.as_ref(), defaults.interval);
+    Some(KernelConfig {
+        table: table?,
+        interval,
+        factor: factor?,
+        action: action?,
+        max_elements: max_elements?,
+        required: raw.required,
+    })
+}
+
+/// An nftables table name: a letter, then letters, digits and `_`, at most 64 bytes (it is
+/// written into nft's input, so nothing else may pass).
+fn nft_name(text: &str) -> Result<String, String> {
+    let mut chars = text.chars();
+    let valid = text.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "`{text}` is not a table name: use a letter, then letters, digits or `_` (at most 64)"
+        ))
+    }
+}
+
 fn name(text: &str, what: &str) -> Result<String, String> {
     let fits = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if (1..=64).contains(&text.len()) && text.chars().all(fits) {
@@ -1019,6 +1163,14 @@ impl fmt::Display for ProxyConfig {
             writeln!(f, "threshold = {:?}", c.threshold.get())?;
             writeln!(f, "on_failure = {}", quoted(c.on_failure.as_str()))?;
             writeln!(f, "suspects = {}", c.suspects)?;
+        }
+        if let Some(k) = &self.kernel {
+            writeln!(f, "\n[kernel]\ntable = {}", quoted(&k.table))?;
+            writeln!(f, "interval = {}", duration(k.interval))?;
+            writeln!(f, "factor = {:?}", k.factor)?;
+            writeln!(f, "action = {}", quoted(k.action.as_str()))?;
+            writeln!(f, "max_elements = {}", k.max_elements)?;
+            writeln!(f, "required = {}", k.required)?;
         }
         writeln!(f)?;
         write!(f, "{}", self.policy)

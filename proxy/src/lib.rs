@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod descriptors;
+pub mod kernel;
 pub mod log_limit;
 pub mod metrics;
 pub mod offenders;

@@ -167,6 +167,100 @@ pub struct Metrics {
     pub open_files_limit: Gauge,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
     pub cluster: ClusterMetrics,
+    /// The kernel fast path's metrics (exported only when `[kernel]` is configured).
+    pub kernel: KernelMetrics,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SetLabel {
+    set: &'static str,
+}
+
+/// The kernel fast path's metrics (see [`crate::kernel`]).
+#[derive(Clone, Debug)]
+pub struct KernelMetrics {
+    elements: Family<SetLabel, Gauge>,
+    /// Transactions the kernel accepted (one per update that had something new).
+    pub updates: Counter,
+    /// Elements sent to the kernel in accepted transactions.
+    pub added: Counter,
+    /// Duration of each transaction, from writing it to nft's answer.
+    pub update_seconds: Histogram,
+    /// Transactions the kernel or nft refused, and set-up failures.
+    pub errors: Counter,
+    /// Sources over the factor left out because `max_elements` were held.
+    pub skipped: Counter,
+    /// 1 while the table is in place and updated, 0 without the fast path.
+    pub active: Gauge,
+}
+
+impl Default for KernelMetrics {
+    fn default() -> KernelMetrics {
+        KernelMetrics::new()
+    }
+}
+
+impl KernelMetrics {
+    /// All at zero, registered nowhere (see [`Metrics::for_sections`]).
+    #[must_use]
+    pub fn new() -> KernelMetrics {
+        KernelMetrics {
+            elements: Family::default(),
+            updates: Counter::default(),
+            added: Counter::default(),
+            // 100 us to ~3 s.
+            update_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
+            errors: Counter::default(),
+            skipped: Counter::default(),
+            active: Gauge::default(),
+        }
+    }
+
+    /// The elements the proxy holds in set `set` (`"v4"` or `"v6"`) now (expired ones left
+    /// out).
+    pub fn set_elements(&self, set: &'static str, count: usize) {
+        self.elements
+            .get_or_create(&SetLabel { set })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "kernel_elements",
+            "Elements the proxy holds in each nftables set of the kernel fast path",
+            self.elements.clone(),
+        );
+        r.register(
+            "kernel_updates",
+            "Transactions of the kernel fast path that the kernel accepted",
+            self.updates.clone(),
+        );
+        r.register(
+            "kernel_added",
+            "Elements sent to the kernel fast path's sets in accepted transactions",
+            self.added.clone(),
+        );
+        r.register(
+            "kernel_update_seconds",
+            "Duration of each kernel fast path transaction (nft run included)",
+            self.update_seconds.clone(),
+        );
+        r.register(
+            "kernel_errors",
+            "Kernel fast path transactions or set-ups that failed",
+            self.errors.clone(),
+        );
+        r.register(
+            "kernel_skipped",
+            "Sources over the kernel factor left out because max_elements were held",
+            self.skipped.clone(),
+        );
+        r.register(
+            "kernel_active",
+            "1 while the kernel fast path's table is in place, 0 otherwise",
+            self.active.clone(),
+        );
+    }
 }
 
 /// A cluster node's metrics: the sync with Redis and the suspects it shares (see
@@ -337,16 +431,23 @@ impl Metrics {
     /// exported).
     #[must_use]
     pub fn new() -> Metrics {
-        Metrics::build(false)
+        Metrics::build(false, false)
     }
 
     /// As [`Metrics::new`], and the cluster's metrics exported too.
     #[must_use]
     pub fn with_cluster() -> Metrics {
-        Metrics::build(true)
+        Metrics::build(true, false)
     }
 
-    fn build(cluster: bool) -> Metrics {
+    /// As [`Metrics::new`], with the cluster's and the kernel fast path's metrics exported
+    /// when those sections are configured.
+    #[must_use]
+    pub fn for_sections(cluster: bool, kernel: bool) -> Metrics {
+        Metrics::build(cluster, kernel)
+    }
+
+    fn build(cluster: bool, kernel: bool) -> Metrics {
         let mut registry = Registry::with_prefix("tollgate");
         let metrics = Metrics {
             registry: Registry::default(),
@@ -377,6 +478,7 @@ impl Metrics {
             admin_refused: Counter::default(),
             open_files_limit: Gauge::default(),
             cluster: ClusterMetrics::new(),
+            kernel: KernelMetrics::new(),
         };
         let r = &mut registry;
         r.register(
@@ -513,6 +615,9 @@ impl Metrics {
         );
         if cluster {
             metrics.cluster.register(r);
+        }
+        if kernel {
+            metrics.kernel.register(r);
         }
         Metrics {
             registry,

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Protocol, ProxyConfig, located};
 use crate::descriptors::{self, Budget};
+use crate::kernel::{Ruleset, Table, Updater};
 use crate::shared::Shared;
 use crate::tcp::Frontend;
 use crate::udp::UdpFrontend;
@@ -28,6 +29,8 @@ pub enum StartError {
     State(Box<dyn std::error::Error + Send + Sync>),
     /// The admin's token could not be read.
     Token(String),
+    /// `[kernel] required = true` and the kernel fast path could not be set up.
+    Kernel(crate::kernel::NftError),
     /// A listener could not be bound.
     Bind {
         /// The listener (or "admin").
@@ -46,6 +49,11 @@ impl std::fmt::Display for StartError {
             StartError::Invalid(errors) => write!(f, "{errors}"),
             StartError::State(err) => write!(f, "{err}"),
             StartError::Token(err) => write!(f, "{err}"),
+            StartError::Kernel(err) => write!(
+                f,
+                "[kernel] required = true, and the kernel fast path cannot be set up: {err} \
+                 (it needs nft and CAP_NET_ADMIN)"
+            ),
             StartError::Bind {
                 listener,
                 address,
@@ -70,6 +78,7 @@ pub struct Server {
     admin: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
     drain: Duration,
+    kernel: Option<Arc<Table>>,
 }
 
 impl Server {
@@ -88,6 +97,7 @@ impl Server {
             None => None,
         };
         let drain = config.settings.drain;
+        let kernel = config.kernel.clone();
         let shared = Arc::new(Shared::new(config, path).map_err(StartError::State)?);
         let budget = Budget::new(open_files(&shared), &listeners);
         if let Some(excess) = budget.excess(&listeners) {
@@ -112,6 +122,7 @@ impl Server {
             admin: None,
             tasks: Vec::new(),
             drain,
+            kernel: None,
         };
         if let Some(node) = &shared.cluster {
             server.tasks.push(tokio::spawn(cluster::run(
@@ -155,6 +166,14 @@ impl Server {
                 }
             }
         }
+        if let Some(config) = kernel {
+            if let Err(err) = server.start_kernel(config, &stopped) {
+                for task in &server.tasks {
+                    task.abort();
+                }
+                return Err(err);
+            }
+        }
         if let (Some(config), Some(access)) = (admin, access) {
             let address = config.listen;
             let listener = tokio::net::TcpListener::bind(address)
@@ -174,6 +193,54 @@ impl Server {
             )));
         }
         Ok(server)
+    }
+
+    /// Sets up the kernel fast path for the bound listeners and starts its updater; without
+    /// nft or CAP_NET_ADMIN, says so and goes on without it unless `required`.
+    fn start_kernel(
+        &mut self,
+        config: crate::config::KernelConfig,
+        stopped: &watch::Receiver<bool>,
+    ) -> Result<(), StartError> {
+        let tcp = self.tcp.iter().map(|(_, a)| a.port());
+        let udp = self.udp.iter().map(|(_, a)| a.port());
+        let ruleset = Ruleset::new(&config, tcp, udp);
+        let metrics = &self.shared.metrics.kernel;
+        match Table::create(ruleset) {
+            Ok(table) => {
+                tracing::info!(
+                    table = %config.table,
+                    interval = ?config.interval,
+                    factor = config.factor,
+                    action = config.action.as_str(),
+                    max_elements = config.max_elements,
+                    "kernel fast path: nftables table `inet {}` in place",
+                    config.table
+                );
+                metrics.active.set(1);
+                let table = Arc::new(table);
+                self.kernel = Some(Arc::clone(&table));
+                self.tasks.push(tokio::spawn(Updater::new(config).run(
+                    Arc::clone(&self.shared),
+                    table,
+                    stopped.clone(),
+                )));
+                Ok(())
+            }
+            Err(err) if config.required => {
+                metrics.errors.inc();
+                Err(StartError::Kernel(err))
+            }
+            Err(err) => {
+                metrics.errors.inc();
+                tracing::error!(
+                    %err,
+                    "kernel fast path unavailable (it needs nft and CAP_NET_ADMIN): running \
+                     without it, every offender is refused at accept ([kernel] required = false)"
+                );
+                Ok(())
+            }
+        }
     }
 
     /// The address listener `name` is bound to (a port 0 in the config is the real port here).
@@ -221,6 +288,17 @@ impl Server {
         let _ = self.stop.send(true);
         for task in &self.tasks {
             task.abort();
+        }
+        if let Some(table) = self.kernel.clone() {
+            let name = table.ruleset().table().to_owned();
+            match tokio::task::spawn_blocking(move || table.delete()).await {
+                Ok(Ok(())) => tracing::info!(table = %name, "kernel fast path: table deleted"),
+                Ok(Err(err)) => {
+                    tracing::warn!(%err, table = %name, "cannot delete the kernel table")
+                }
+                Err(err) => tracing::warn!(%err, table = %name, "cannot delete the kernel table"),
+            }
+            self.shared.metrics.kernel.active.set(0);
         }
         let deadline = tokio::time::Instant::now() + self.drain;
         while self.open_connections() > 0 && tokio::time::Instant::now() < deadline {

@@ -111,11 +111,7 @@ impl Shared {
         config: ProxyConfig,
         path: Option<PathBuf>,
     ) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
-        let metrics = if config.cluster.is_some() {
-            Metrics::with_cluster()
-        } else {
-            Metrics::new()
-        };
+        let metrics = Metrics::for_sections(config.cluster.is_some(), config.kernel.is_some());
         let clock = MonotonicClock::new();
         let cluster = config
             .cluster
@@ -332,10 +328,11 @@ impl Shared {
             || loaded.admin != config.admin
             || loaded.settings != config.settings
             || loaded.cluster != config.cluster
+            || loaded.kernel != config.kernel
         {
             tracing::warn!(
-                "listener, admin, [proxy] or [cluster] settings changed: they take effect on \
-                 restart; the policy is reloaded now"
+                "listener, admin, [proxy], [cluster] or [kernel] settings changed: they take \
+                 effect on restart; the policy is reloaded now"
             );
         }
         *loaded = config;

@@ -1,0 +1,29 @@
+//! The kernel fast path (`[kernel]`): the heaviest offenders are dropped by nftables before
+//! they reach accept.
+//!
+//! The proxy owns one nftables table (family `inet`, named by `[kernel] table`) holding
+//! interval sets with timeouts for prefixes (`v4`, `v6`) and hash sets with timeouts for
+//! single addresses (`v4_hosts`, `v6_hosts`), and an input chain at the raw priority that
+//! drops (or answers with a TCP reset) new connections and datagrams from those sets to the
+//! listeners' ports only. Every `[kernel] interval` an [`Updater`] asks the policy where the
+//! listed offenders stand and adds those over `factor` times a limit, or serving a penalty,
+//! in one atomic transaction, each with a timeout equal to the time left until its estimate
+//! falls back under the limit (or its penalty ends); at most `max_elements`, heaviest first.
+//! `shadow` rules never put anything into the kernel.
+//!
+//! The transactions go through one `nft -f -` process each (nft's own parser and its
+//! netlink batch: the whole update commits or none of it does), never one per element.
+
+mod element;
+mod nft;
+mod ruleset;
+mod selection;
+mod table;
+mod updater;
+
+pub use element::{Element, SETS, set_of};
+pub use nft::NftError;
+pub use ruleset::Ruleset;
+pub use selection::select;
+pub use table::Table;
+pub use updater::Updater;

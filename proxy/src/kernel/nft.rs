@@ -1,0 +1,57 @@
+//! Running one nft transaction: the text goes to `nft -f -` on its standard input, so a
+//! whole update is one process and one netlink batch, committed whole or not at all.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// Why a transaction did not commit.
+#[derive(Debug)]
+pub enum NftError {
+    /// `nft` could not be started (not installed, not on `PATH`).
+    Spawn(std::io::Error),
+    /// nft ran and refused the transaction (no CAP_NET_ADMIN, a kernel without nftables,
+    /// a refused element); what it printed.
+    Refused(String),
+}
+
+impl std::fmt::Display for NftError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NftError::Spawn(err) => write!(f, "cannot run `nft` (is nftables installed?): {err}"),
+            NftError::Refused(said) => write!(f, "nft refused the transaction: {said}"),
+        }
+    }
+}
+
+impl std::error::Error for NftError {}
+
+/// Runs `text` as one nft transaction.
+///
+/// # Errors
+/// [`NftError`] saying whether nft could not run or what it refused.
+pub(crate) fn run(text: &str) -> Result<(), NftError> {
+    let mut child = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(NftError::Spawn)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A write error means nft exited early; its status and stderr below say why.
+        let _ = stdin.write_all(text.as_bytes());
+    }
+    let output = child.wait_with_output().map_err(NftError::Spawn)?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        let said = String::from_utf8_lossy(&output.stderr);
+        let said = said.trim();
+        Err(NftError::Refused(if said.is_empty() {
+            format!("exit status {}", output.status)
+        } else {
+            // The first lines say it; a refused batch of 100k elements echoes them all.
+            said.lines().take(4).collect::<Vec<_>>().join(" | ")
+        }))
+    }
+}

@@ -1,0 +1,208 @@
+//! The text of nft's input for each transaction: the table at start, the elements each
+//! update, the table's removal at stop. Pure text, so tests read exactly what the kernel gets.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use crate::config::{KernelAction, KernelConfig};
+
+use super::element::{Element, SETS};
+
+/// What the proxy's table holds: its name, the action, and the listeners' ports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ruleset {
+    table: String,
+    action: KernelAction,
+    size: usize,
+    tcp: BTreeSet<u16>,
+    udp: BTreeSet<u16>,
+}
+
+impl Ruleset {
+    /// The ruleset of `config` guarding the listeners bound to `tcp` and `udp` ports.
+    #[must_use]
+    pub fn new(
+        config: &KernelConfig,
+        tcp: impl IntoIterator<Item = u16>,
+        udp: impl IntoIterator<Item = u16>,
+    ) -> Ruleset {
+        Ruleset {
+            table: config.table.clone(),
+            action: config.action,
+            size: config.max_elements,
+            tcp: tcp.into_iter().collect(),
+            udp: udp.into_iter().collect(),
+        }
+    }
+
+    /// The table's name.
+    #[must_use]
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// One transaction that replaces any table of that name with an empty one: the four
+    /// [`SETS`] and the input chain. The chain sits at the raw priority (-300), before conntrack, so a
+    /// dropped SYN costs no connection-tracking entry; TCP matches the bare SYN only, so
+    /// connections open before a source was listed are left alone. Each rule counts what it
+    /// refused (`nft list chain inet TABLE input`).
+    #[must_use]
+    pub fn create(&self) -> String {
+        let t = &self.table;
+        let size = self.size;
+        let mut text = format!("table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n");
+        for set in SETS {
+            let (kind, flags) = match set {
+                "v4" => ("ipv4_addr", "interval, timeout"),
+                "v6" => ("ipv6_addr", "interval, timeout"),
+                "v4_hosts" => ("ipv4_addr", "timeout"),
+                _ => ("ipv6_addr", "timeout"),
+            };
+            let _ = writeln!(
+                text,
+                "\tset {set} {{ type {kind}; flags {flags}; size {size}; }}"
+            );
+        }
+        text.push_str(
+            "\tchain input {\n\t\ttype filter hook input priority -300; policy accept;\n",
+        );
+        let verdict = match self.action {
+            KernelAction::Drop => "drop",
+            KernelAction::Reset => "reject with tcp reset",
+        };
+        let syn = "tcp flags & (fin | syn | rst | ack) == syn";
+        for set in SETS {
+            let family = if set.starts_with("v4") { "ip" } else { "ip6" };
+            if !self.tcp.is_empty() {
+                let ports = ports(&self.tcp);
+                let _ = writeln!(
+                    text,
+                    "\t\ttcp dport {ports} {syn} {family} saddr @{set} counter {verdict}"
+                );
+            }
+            if !self.udp.is_empty() {
+                let ports = ports(&self.udp);
+                let _ = writeln!(
+                    text,
+                    "\t\tudp dport {ports} {family} saddr @{set} counter drop"
+                );
+            }
+        }
+        text.push_str("\t}\n}\n");
+        text
+    }
+
+    /// One transaction adding `elements` (each to its [`Element::set`]). `flush` empties
+    /// every set first, in the same transaction (to start over after a failed one). Empty
+    /// when there is nothing to do.
+    #[must_use]
+    pub fn add(&self, elements: &[Element], flush: bool) -> String {
+        let t = &self.table;
+        let mut text = String::new();
+        if flush {
+            for set in SETS {
+                let _ = writeln!(text, "flush set inet {t} {set}");
+            }
+        }
+        for set in SETS {
+            let mut listed = elements.iter().filter(|e| e.set() == set).peekable();
+            if listed.peek().is_none() {
+                continue;
+            }
+            let _ = write!(text, "add element inet {t} {set} {{ ");
+            for (i, element) in listed.enumerate() {
+                let comma = if i == 0 { "" } else { ", " };
+                let _ = write!(text, "{comma}{element}");
+            }
+            text.push_str(" }\n");
+        }
+        text
+    }
+
+    /// The transaction that removes the table.
+    #[must_use]
+    pub fn delete(&self) -> String {
+        format!("delete table inet {}\n", self.table)
+    }
+}
+
+/// `{ 80, 443 }`: nft's anonymous set of ports.
+fn ports(ports: &BTreeSet<u16>) -> String {
+    let listed: Vec<String> = ports.iter().map(u16::to_string).collect();
+    format!("{{ {} }}", listed.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn ruleset(action: KernelAction) -> Ruleset {
+        let config = KernelConfig {
+            action,
+            max_elements: 100,
+            ..KernelConfig::default()
+        };
+        Ruleset::new(&config, [8080, 443], [53])
+    }
+
+    #[test]
+    fn the_table_replaces_any_old_one_and_guards_the_listeners_ports_only() {
+        let text = ruleset(KernelAction::Drop).create();
+        assert!(
+            text.starts_with(
+                "table inet tollgate\ndelete table inet tollgate\ntable inet tollgate {"
+            )
+        );
+        let syn = "tcp flags & (fin | syn | rst | ack) == syn";
+        assert!(text.contains("set v4 { type ipv4_addr; flags interval, timeout; size 100; }"));
+        assert!(text.contains("set v6 { type ipv6_addr; flags interval, timeout; size 100; }"));
+        assert!(text.contains("set v4_hosts { type ipv4_addr; flags timeout; size 100; }"));
+        assert!(text.contains("set v6_hosts { type ipv6_addr; flags timeout; size 100; }"));
+        assert!(text.contains(&format!(
+            "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4_hosts counter drop"
+        )));
+        assert!(text.contains("udp dport { 53 } ip6 saddr @v6_hosts counter drop"));
+        assert!(text.contains(&format!(
+            "tcp dport {{ 443, 8080 }} {syn} ip saddr @v4 counter drop"
+        )));
+        assert!(text.contains(&format!(
+            "tcp dport {{ 443, 8080 }} {syn} ip6 saddr @v6 counter drop"
+        )));
+        assert!(text.contains("udp dport { 53 } ip saddr @v4 counter drop"));
+        assert!(text.contains("udp dport { 53 } ip6 saddr @v6 counter drop"));
+        let reset = ruleset(KernelAction::Reset).create();
+        assert!(reset.contains("ip saddr @v4 counter reject with tcp reset"));
+        assert!(reset.contains("udp dport { 53 } ip saddr @v4 counter drop"));
+    }
+
+    #[test]
+    fn one_transaction_adds_every_element_to_its_family_set() {
+        let element = |network: &str, len| Element {
+            network: network.parse().unwrap(),
+            len,
+            timeout: Duration::from_millis(1500),
+            weight: 2.0,
+        };
+        let rules = ruleset(KernelAction::Drop);
+        let elements = [
+            element("192.0.2.1", 32),
+            element("2001:db8::", 64),
+            element("198.51.100.0", 24),
+        ];
+        assert_eq!(
+            rules.add(&elements, false),
+            "add element inet tollgate v4 { 198.51.100.0/24 timeout 1500ms }\n\
+             add element inet tollgate v4_hosts { 192.0.2.1 timeout 1500ms }\n\
+             add element inet tollgate v6 { 2001:db8::/64 timeout 1500ms }\n"
+        );
+        assert!(
+            rules
+                .add(&elements[..1], true)
+                .starts_with("flush set inet tollgate v4\nflush set inet tollgate v4_hosts\n")
+        );
+        assert_eq!(rules.add(&[], false), "");
+        assert_eq!(rules.delete(), "delete table inet tollgate\n");
+    }
+}

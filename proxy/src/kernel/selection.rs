@@ -1,0 +1,206 @@
+//! Which sources go into the kernel, and for how long: asked of the policy without counting
+//! anything (the admin's point queries), for the sources the offender list names.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use tollgate_filter::{Policy, Prefix, Source};
+use tollgate_sketch::Tick;
+
+use super::element::Element;
+
+/// Bisection steps for a timeout: the answer is within `2 * period / 2^STEPS` above the
+/// exact instant (about 0.05% of a period).
+const STEPS: u32 = 12;
+
+/// The elements for `sources` at `now`, heaviest first, at most `max`, no two overlapping.
+///
+/// A source is in when, under a rule that is not `shadow`, its estimate has reached `factor`
+/// times a limit (the element is the source's network at that limit's prefix, held until the
+/// estimate would fall back under the limit with no further event: the kernel lets nothing
+/// through to count meanwhile), or when it serves a penalty (the address itself, held until
+/// the penalty ends).
+#[must_use]
+pub fn select(
+    policy: &Policy,
+    sources: impl IntoIterator<Item = IpAddr>,
+    factor: f64,
+    now: Tick,
+    max: usize,
+) -> Vec<Element> {
+    let mut found = Vec::new();
+    for addr in sources {
+        let source = Source::new(addr);
+        for estimate in policy.estimates(source, now) {
+            if policy.rule(estimate.at.rule).is_none_or(|r| r.shadow) {
+                continue;
+            }
+            let limit = estimate.limit.rate.count;
+            // Limits are at most MAX_LIMIT (well under 2^53): exact as f64.
+            #[allow(clippy::cast_precision_loss)]
+            let weight = estimate.estimate as f64 / limit as f64;
+            if weight < factor {
+                continue;
+            }
+            let period = estimate.limit.rate.per;
+            let over = |at: Tick| {
+                policy
+                    .estimates(source, at)
+                    .iter()
+                    .find(|e| e.at == estimate.at)
+                    .is_some_and(|e| e.estimate >= limit)
+            };
+            found.push(Element {
+                network: source.masked(estimate.prefix),
+                len: estimate.prefix.len(),
+                timeout: until(now, 2 * period, over),
+                weight,
+            });
+        }
+        for rule in policy.penalties(source, now) {
+            let Some(length) = policy.rule(rule).and_then(|r| r.penalty) else {
+                continue;
+            };
+            let serving = |at: Tick| policy.penalties(source, at).contains(&rule);
+            let host = source.pick(Prefix::V4(32), Prefix::V6(128));
+            found.push(Element {
+                network: source.masked(host),
+                len: host.len(),
+                timeout: until(now, 2 * length, serving),
+                weight: factor,
+            });
+        }
+    }
+    found.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+    let mut chosen: Vec<Element> = Vec::new();
+    for element in found {
+        if chosen.len() == max {
+            break;
+        }
+        if !chosen
+            .iter()
+            .any(|c| c.overlaps(element.network, element.len))
+        {
+            chosen.push(element);
+        }
+    }
+    chosen
+}
+
+/// The least `d` in `(0, horizon]` with `holds(now + d)` false, by bisection (so `holds` must
+/// turn false once and stay false, as an estimate with no further events does); `horizon` if
+/// it never does before then.
+fn until(now: Tick, horizon: Duration, holds: impl Fn(Tick) -> bool) -> Duration {
+    let (mut low, mut high) = (Duration::ZERO, horizon);
+    if holds(now + high) {
+        return horizon;
+    }
+    for _ in 0..STEPS {
+        let middle = (low + high) / 2;
+        if holds(now + middle) {
+            low = middle;
+        } else {
+            high = middle;
+        }
+    }
+    high
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_filter::{Config, Event, Transport};
+
+    use super::*;
+
+    fn policy(rules: &str) -> Policy {
+        let text = format!("[sketch]\nmemory = \"1MiB\"\n{rules}");
+        Policy::compile(Config::parse(&text).unwrap(), None).unwrap()
+    }
+
+    fn flood(policy: &Policy, addr: &str, events: u32, now: Tick) {
+        let event = Event {
+            source: Source::new(addr.parse().unwrap()),
+            transport: Transport::Tcp,
+            bytes: 0,
+        };
+        for _ in 0..events {
+            let _ = policy.decide(&event, now);
+        }
+    }
+
+    const RULE: &str = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/10s\" }]\n";
+
+    #[test]
+    fn a_source_over_the_factor_is_held_until_its_estimate_is_back_under_the_limit() {
+        let policy = policy(RULE);
+        let now = Tick::from_duration(Duration::from_secs(100));
+        flood(&policy, "192.0.2.1", 40, now);
+        flood(&policy, "192.0.2.2", 15, now);
+        flood(&policy, "192.0.2.3", 5, now);
+        let sources = ["192.0.2.1", "192.0.2.2", "192.0.2.3"].map(|s| s.parse().unwrap());
+        let chosen = select(&policy, sources, 2.0, now, 10);
+        assert_eq!(chosen.len(), 1, "{chosen:?}");
+        let element = chosen[0];
+        assert_eq!(element.network, "192.0.2.1".parse::<IpAddr>().unwrap());
+        assert_eq!(element.len, 32);
+        // Exactly the instant the estimate falls under the limit: over just before, under at it.
+        let at = |d: Duration| {
+            policy
+                .estimates(Source::new(element.network), now + d)
+                .first()
+                .map_or(0, |e| e.estimate)
+        };
+        assert!(at(element.timeout) < 10, "{element:?}");
+        assert!(at(element.timeout - Duration::from_millis(10)) >= 10);
+        assert!(element.timeout <= Duration::from_secs(20));
+        // With factor 1 both over the limit go in, the heavier first.
+        let both = select(&policy, sources, 1.0, now, 10);
+        assert_eq!(both.len(), 2);
+        assert!(both[0].weight > both[1].weight);
+        // Bounded: the heaviest only.
+        assert_eq!(select(&policy, sources, 1.0, now, 1), both[..1]);
+    }
+
+    #[test]
+    fn shadow_rules_never_reach_the_kernel() {
+        let policy = policy(&format!("{RULE}shadow = true\n"));
+        let now = Tick::from_duration(Duration::from_secs(100));
+        flood(&policy, "192.0.2.1", 100, now);
+        assert!(select(&policy, ["192.0.2.1".parse().unwrap()], 1.0, now, 10).is_empty());
+    }
+
+    #[test]
+    fn a_prefix_limit_holds_the_network_once_and_penalties_hold_the_address() {
+        let policy = policy(
+            "[[rule]]\nname = \"net\"\nlimits = [{ rate = \"10/10s\", ipv4_prefix = 24 }]\n\
+             penalty = \"1m\"\n",
+        );
+        let now = Tick::from_duration(Duration::from_secs(100));
+        flood(&policy, "198.51.100.1", 30, now);
+        flood(&policy, "198.51.100.2", 30, now);
+        let sources = ["198.51.100.1", "198.51.100.2"].map(|s| s.parse().unwrap());
+        let chosen = select(&policy, sources, 1.0, now, 10);
+        // The /24 covers both addresses and their penalties: one element.
+        assert_eq!(chosen.len(), 1, "{chosen:?}");
+        assert_eq!(chosen[0].network, "198.51.100.0".parse::<IpAddr>().unwrap());
+        assert_eq!(chosen[0].len, 24);
+        // Later, the estimate is back under but the penalty still runs: the address alone.
+        let later = now + Duration::from_secs(25);
+        let held = select(&policy, sources, 1.0, later, 10);
+        assert!(!held.is_empty(), "the penalty should still hold them");
+        assert!(held.iter().all(|e| e.len == 32), "{held:?}");
+        // Marked at `now` for 1m, read 25s later: 35s left (to the bisection's 30ms).
+        let left = Duration::from_secs(35);
+        assert!(
+            held.iter()
+                .all(|e| e.timeout >= left && e.timeout - left < Duration::from_millis(30)),
+            "{held:?}"
+        );
+        // The /24's estimate (60 events, limit 10 per 10s) is under 10 once the previous
+        // window's share, ceil(60 x remaining / 10s), is 9: 1.5s before the next window ends.
+        let exact = Duration::from_millis(18_500);
+        assert!(
+            chosen[0].timeout >= exact && chosen[0].timeout - exact < Duration::from_millis(10)
+        );
+    }
+}
