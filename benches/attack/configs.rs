@@ -68,6 +68,7 @@ drain = "1s"
 
 [admin]
 listen = "127.0.0.1:{admin}"
+header_timeout = "{admin_header}s"
 
 [[listener]]
 name = "front"
@@ -75,6 +76,7 @@ listen = "127.0.0.1:{front}"
 upstreams = ["{echo}"]
 max_connections = {open}
 max_connections_per_source = {per_source}
+idle_timeout = "{idle}s"
 
 [[listener]]
 name = "balanced"
@@ -82,6 +84,7 @@ listen = "127.0.0.1:{balanced}"
 upstreams = ["{echo}"]
 max_connections = {open}
 max_connections_per_source = {per_source}
+idle_timeout = "{idle}s"
 trusted_proxies = ["{balancers}"]
 proxy_header_timeout = "{header}s"
 
@@ -116,6 +119,8 @@ action = "reset"
         per_source = limits.open_per_source,
         balancers = Limits::BALANCERS,
         header = secs(limits.proxy_header_timeout),
+        idle = secs(limits.idle_timeout),
+        admin_header = secs(limits.admin_header_timeout),
         session = secs(limits.udp_session_timeout),
         tarpit_sources = Limits::TARPIT_SOURCES,
         tarpit = secs(limits.tarpit),
@@ -295,7 +300,7 @@ mod tests {
         let config = ProxyConfig::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
         let front = &config.listeners[0];
         assert_eq!(front.max_connections, 500);
-        assert_eq!(front.max_connections_per_source, Some(20));
+        assert_eq!(front.max_connections_per_source, 20);
         assert_eq!(config.listeners[1].trusted_proxies.len(), 1);
         assert_eq!(config.policy.rules.len(), 2);
     }

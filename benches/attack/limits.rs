@@ -64,10 +64,7 @@ impl Limits {
     /// What `kind` cannot express of these limits (today's configuration language).
     pub(crate) fn unexpressed(kind: Kind) -> &'static [&'static str] {
         match kind {
-            Kind::Tollgate => &[
-                "no idle timeout for relayed connections",
-                "no admin header timeout",
-            ],
+            Kind::Tollgate => &[],
             Kind::Haproxy => &[
                 "no UDP",
                 "PROXY header wait bounded by `timeout client`, not a header timeout",

@@ -1,12 +1,14 @@
 //! A TCP listener's connection budgets: what one source, one network and everyone together
 //! may hold open.
 //!
-//! Two budgets, apart, so that rejections cannot crowd out service:
+//! Three budgets, apart, so that neither rejections nor slow headers can crowd out service:
 //!
 //! - **forwarding**: `max_connections` in all, `max_connections_per_source` per source (IPv4
 //!   address, IPv6 /64) and `max_connections_per_prefix` per network (IPv4 /24, IPv6 /48);
-//!   taken by a connection that goes to an upstream (and by a trusted peer's connection while
-//!   its PROXY header is read);
+//!   taken by a connection that goes to an upstream;
+//! - **header waits**: `max_header_waits` in all; taken by a trusted peer's connection while
+//!   its PROXY header is read (at most `proxy_header_timeout`), so a peer trickling headers
+//!   cannot fill the listener (the attack tool's `proxy-trickle` did, before);
 //! - **held**: `max_held`, `max_held_per_source`, `max_held_per_prefix`, the same networks;
 //!   taken by a rejection that keeps its connection for a while (`delay` up to the rule's bound,
 //!   `close` lingering up to 1 s, `reply` up to 3 s).
@@ -38,6 +40,8 @@ pub enum Use {
     Forward,
     /// Held by a rejecting action.
     Held,
+    /// A trusted peer's connection whose PROXY header has not named the source yet.
+    Header,
 }
 
 /// One budget: a total, and caps per source and per network.
@@ -60,11 +64,12 @@ impl Caps {
     }
 }
 
-/// A listener's two budgets.
+/// A listener's three budgets.
 #[derive(Debug)]
 pub struct Budget {
     forward: Caps,
     held: Caps,
+    header: Caps,
 }
 
 /// A connection's claim on one budget; dropping it gives everything back.
@@ -96,9 +101,9 @@ impl Drop for Slot {
 }
 
 impl Budget {
-    /// The budgets of listener `config`; `open` and `held` are its gauges.
+    /// The budgets of listener `config`; `open`, `held` and `header_waits` are its gauges.
     #[must_use]
-    pub fn new(config: &Listener, open: Gauge, held: Gauge) -> Budget {
+    pub fn new(config: &Listener, open: Gauge, held: Gauge, header_waits: Gauge) -> Budget {
         let scope = |what: &str| RuleId::from_name(&format!("{what}:{}", config.name));
         Budget {
             forward: Caps {
@@ -129,6 +134,21 @@ impl Budget {
                 ],
                 gauge: held,
             },
+            // Claimed with no source (the header has not named one): only the total counts.
+            header: Caps {
+                total: config.max_header_waits,
+                all: Arc::new(Semaphore::new(config.max_header_waits)),
+                per_source: u32::MAX,
+                per_network: u32::MAX,
+                source_scope: scope("header"),
+                network_scope: scope("header/network"),
+                refusals: [
+                    Refusal::HeaderWaitsFull,
+                    Refusal::HeaderWaitsFull,
+                    Refusal::HeaderWaitsFull,
+                ],
+                gauge: header_waits,
+            },
         }
     }
 
@@ -136,11 +156,12 @@ impl Budget {
         match use_ {
             Use::Forward => &self.forward,
             Use::Held => &self.held,
+            Use::Header => &self.header,
         }
     }
 
-    /// A claim on budget `use_` for `source` (`None`: the listener's total only, for a
-    /// trusted peer whose header has not named the source yet), or the refusal saying which
+    /// A claim on budget `use_` for `source` (`None`: the budget's total only, for a trusted
+    /// peer's header wait), or the refusal saying which
     /// cap is reached. Cheap enough for the accept path: a semaphore and at most two sketch
     /// updates, no await.
     ///
@@ -183,37 +204,6 @@ impl Budget {
         Ok(ticket)
     }
 
-    /// Adds the per-source and per-network counts of `source` to a forwarding claim made
-    /// without them (a trusted peer's connection, once its header names the source).
-    ///
-    /// # Errors
-    /// The [`Refusal`] of the cap that is reached (the ticket is given back whole).
-    pub fn name_source(
-        &self,
-        shared: &Arc<Shared>,
-        mut ticket: Ticket,
-        source: Source,
-    ) -> Result<Ticket, Refusal> {
-        let caps = &self.forward;
-        if ticket.source.is_none() {
-            ticket.source = Some(
-                claim_slot(shared, caps.source_scope, source, SOURCE, caps.per_source)
-                    .ok_or(caps.refusals[1])?,
-            );
-            ticket.network = Some(
-                claim_slot(
-                    shared,
-                    caps.network_scope,
-                    source,
-                    NETWORK,
-                    caps.per_network,
-                )
-                .ok_or(caps.refusals[2])?,
-            );
-        }
-        Ok(ticket)
-    }
-
     /// Connections holding a forwarding claim now.
     #[must_use]
     pub fn forwarding(&self) -> usize {
@@ -224,6 +214,12 @@ impl Budget {
     #[must_use]
     pub fn held(&self) -> usize {
         self.held.in_use()
+    }
+
+    /// Trusted peers' connections waiting for their PROXY header now.
+    #[must_use]
+    pub fn header_waits(&self) -> usize {
+        self.header.in_use()
     }
 }
 
@@ -255,7 +251,12 @@ mod tests {
         let shared = Arc::new(Shared::new(config, None).unwrap());
         (
             shared,
-            Budget::new(&listener, Gauge::default(), Gauge::default()),
+            Budget::new(
+                &listener,
+                Gauge::default(),
+                Gauge::default(),
+                Gauge::default(),
+            ),
         )
     }
 

@@ -262,6 +262,10 @@ pub struct Listener {
     pub max_held_per_source: u32,
     /// Held rejections one network (IPv4 /24, IPv6 /48) may have at once.
     pub max_held_per_prefix: u32,
+    /// Connections from trusted peers still waiting for their PROXY header, at most; apart
+    /// from `max_connections`, so a peer trickling headers cannot take the forwarding slots;
+    /// one more is reset (`header_waits_full`). Default: a quarter of `max_connections`.
+    pub max_header_waits: usize,
     /// A relayed connection that moves no byte either way for this long is closed (also the
     /// bound on waiting for the first byte of either side).
     pub idle_timeout: Duration,
@@ -352,6 +356,7 @@ struct RawListener {
     max_held: Option<usize>,
     max_held_per_source: Option<u32>,
     max_held_per_prefix: Option<u32>,
+    max_header_waits: Option<usize>,
     idle_timeout: Option<Spanned<String>>,
     #[serde(default)]
     trusted_proxies: Vec<Spanned<String>>,
@@ -379,6 +384,7 @@ struct RawTcpOnly {
     max_held: Option<Spanned<IgnoredAny>>,
     max_held_per_source: Option<Spanned<IgnoredAny>>,
     max_held_per_prefix: Option<Spanned<IgnoredAny>>,
+    max_header_waits: Option<Spanned<IgnoredAny>>,
     idle_timeout: Option<Spanned<IgnoredAny>>,
     trusted_proxies: Option<Spanned<Vec<IgnoredAny>>>,
     proxy_header_timeout: Option<Spanned<IgnoredAny>>,
@@ -680,6 +686,7 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         max_held: raw.max_held.unwrap_or(DEFAULT_HELD.0),
         max_held_per_source: raw.max_held_per_source.unwrap_or(DEFAULT_HELD.1),
         max_held_per_prefix: raw.max_held_per_prefix.unwrap_or(DEFAULT_HELD.2),
+        max_header_waits: raw.max_header_waits.unwrap_or((max_connections / 4).max(1)),
         idle_timeout: errors.duration(raw.idle_timeout.as_ref(), DEFAULT_IDLE_TIMEOUT),
         trusted_proxies,
         proxy_header_timeout: errors
@@ -760,6 +767,7 @@ fn udp_refusals(text: &str, errors: &mut Errors<'_>) {
             ("max_held", &raw.max_held),
             ("max_held_per_source", &raw.max_held_per_source),
             ("max_held_per_prefix", &raw.max_held_per_prefix),
+            ("max_header_waits", &raw.max_header_waits),
             ("idle_timeout", &raw.idle_timeout),
             ("proxy_header_timeout", &raw.proxy_header_timeout),
         ];
@@ -982,6 +990,7 @@ impl fmt::Display for ProxyConfig {
             writeln!(f, "max_held = {}", l.max_held)?;
             writeln!(f, "max_held_per_source = {}", l.max_held_per_source)?;
             writeln!(f, "max_held_per_prefix = {}", l.max_held_per_prefix)?;
+            writeln!(f, "max_header_waits = {}", l.max_header_waits)?;
             writeln!(f, "idle_timeout = {}", duration(l.idle_timeout))?;
             writeln!(
                 f,

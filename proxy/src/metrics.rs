@@ -81,6 +81,9 @@ pub enum Refusal {
     PrefixCap,
     /// The listener holds its cap of held rejections (the rejection became a reset).
     HeldFull,
+    /// The listener holds its cap of trusted peers' connections waiting for their PROXY
+    /// header (`max_header_waits`).
+    HeaderWaitsFull,
     /// The source holds its cap of held rejections (the rejection became a reset).
     HeldPerSource,
     /// The source's network holds its cap of held rejections (the rejection became a reset).
@@ -110,6 +113,7 @@ impl Refusal {
             Refusal::ListenerFull => "listener_full",
             Refusal::PrefixCap => "prefix_cap",
             Refusal::HeldFull => "held_full",
+            Refusal::HeaderWaitsFull => "header_waits_full",
             Refusal::HeldPerSource => "held_per_source",
             Refusal::HeldPerPrefix => "held_per_prefix",
             Refusal::UntrustedHeader => "untrusted_proxy_header",
@@ -132,6 +136,7 @@ pub struct Metrics {
     refused: Family<ReasonLabels, Counter>,
     open: Family<ListenerLabel, Gauge>,
     held: Family<ListenerLabel, Gauge>,
+    header_waits: Family<ListenerLabel, Gauge>,
     idle_closed: Family<ListenerLabel, Counter>,
     sessions: Family<ListenerLabel, Gauge>,
     session_limit: Family<ListenerLabel, Gauge>,
@@ -304,6 +309,8 @@ pub struct ListenerMetrics {
     pub open: Gauge,
     /// Held rejections now (TCP).
     pub held: Gauge,
+    /// Trusted peers' connections waiting for their PROXY header now (TCP).
+    pub header_waits: Gauge,
     /// Relayed connections closed for want of traffic (TCP).
     pub idle_closed: Counter,
     /// Client sessions now (UDP).
@@ -350,6 +357,7 @@ impl Metrics {
             refused: Family::default(),
             open: Family::default(),
             held: Family::default(),
+            header_waits: Family::default(),
             idle_closed: Family::default(),
             sessions: Family::default(),
             session_limit: Family::default(),
@@ -402,6 +410,12 @@ impl Metrics {
             "held_connections",
             "TCP rejections held now (delay, close, reply), apart from open_connections",
             metrics.held.clone(),
+        );
+        r.register(
+            "header_waits",
+            "TCP connections from trusted peers waiting for their PROXY header now, apart from \
+             open_connections",
+            metrics.header_waits.clone(),
         );
         r.register(
             "idle_closed",
@@ -533,6 +547,7 @@ impl Metrics {
             denied: verdict("denied"),
             open: self.open.get_or_create_owned(&label),
             held: self.held.get_or_create_owned(&label),
+            header_waits: self.header_waits.get_or_create_owned(&label),
             idle_closed: self.idle_closed.get_or_create_owned(&label),
             sessions: self.sessions.get_or_create_owned(&label),
             session_limit: self.session_limit.get_or_create_owned(&label),

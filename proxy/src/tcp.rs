@@ -61,7 +61,12 @@ impl Frontend {
         Frontend {
             pool: Pool::new(&config),
             trusted,
-            budget: Budget::new(&config, metrics.open.clone(), metrics.held.clone()),
+            budget: Budget::new(
+                &config,
+                metrics.open.clone(),
+                metrics.held.clone(),
+                metrics.header_waits.clone(),
+            ),
             metrics,
             config,
         }
@@ -71,10 +76,10 @@ impl Frontend {
         !self.trusted.is_empty() && self.trusted.longest_match(Source::new(peer)).is_some()
     }
 
-    /// Connections open now: forwarded (or reading a trusted peer's header) and held.
+    /// Connections open now: forwarded, reading a trusted peer's header, and held.
     #[must_use]
     pub fn open(&self) -> usize {
-        self.budget.forwarding() + self.budget.held()
+        self.budget.forwarding() + self.budget.header_waits() + self.budget.held()
     }
 
     /// Rejections held now (`delay`, `close`, `reply`).
@@ -87,7 +92,10 @@ impl Frontend {
     /// source or network, records the source as an offender).
     fn refuse(&self, shared: &Shared, refusal: Refusal, source: IpAddr) {
         shared.metrics.refused(&self.metrics, refusal);
-        if !matches!(refusal, Refusal::ListenerFull | Refusal::HeldFull) {
+        if !matches!(
+            refusal,
+            Refusal::ListenerFull | Refusal::HeldFull | Refusal::HeaderWaitsFull
+        ) {
             shared.rejected(&self.metrics, source, refusal.as_str());
         }
     }
@@ -157,8 +165,9 @@ fn arrive(
     peer: SocketAddr,
 ) {
     let (decided, ticket) = if frontend.trusts(peer.ip()) {
-        // Its header names the source later; until then only the listener's total counts.
-        (None, frontend.budget.claim(shared, Use::Forward, None))
+        // Its header names the source later; until then it waits in a budget of its own, so
+        // that slow headers cannot take the forwarding slots.
+        (None, frontend.budget.claim(shared, Use::Header, None))
     } else {
         let source = Source::new(peer.ip());
         let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
@@ -266,14 +275,12 @@ async fn connection(
                 actions::reset(client);
                 return;
             }
-            // The header named the source: its own caps count from here on.
-            let ticket = match budget_for(&decided) {
-                Use::Forward => frontend.budget.name_source(&shared, ticket, source),
-                Use::Held => {
-                    drop(ticket);
-                    frontend.budget.claim(&shared, Use::Held, Some(source))
-                }
-            };
+            // The header named the source: from the header wait to the budget its decision
+            // draws on, where its own caps count.
+            drop(ticket);
+            let ticket = frontend
+                .budget
+                .claim(&shared, budget_for(&decided), Some(source));
             match ticket {
                 Ok(ticket) => (origin, decided, ticket),
                 Err(refusal) => {

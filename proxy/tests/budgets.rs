@@ -177,3 +177,38 @@ async fn a_slash_24_of_idle_connections_leaves_other_networks_served() {
         assert_eq!(attempt(&from, front).await, Wire::Echoed, "{from}");
     }
 }
+
+#[tokio::test]
+async fn trickling_proxy_headers_wait_apart_and_cannot_fill_the_listener() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = echo_upstream().await;
+    // Header waits of 3, a forwarding budget of 2. Before they had a budget of their own, the
+    // trickling connections held forwarding slots and every other client was reset as
+    // `listener_full` (the attack tool's `proxy-trickle`).
+    let server = start(&config(
+        upstream,
+        "max_connections = 2\nmax_header_waits = 3\ntrusted_proxies = [\"127.0.9.9/32\"]\n\
+         proxy_header_timeout = \"60s\"",
+        "limits = [{ rate = \"100/60s\" }]",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    let waits = || metric(&server, "tollgate_header_waits{listener=\"front\"}");
+    let mut trickling = Vec::new();
+    for count in 1..=3 {
+        let mut stream = connect_from("127.0.9.9", front).await.unwrap();
+        // A v1 header's first bytes, never finished.
+        stream.write_all(b"PROXY TCP4 203.0.1").await.unwrap();
+        trickling.push(stream);
+        eventually(|| waits() == f64::from(count)).await;
+    }
+    assert_eq!(attempt("127.0.9.9", front).await, Wire::Reset, "in all");
+    assert_eq!(refused(&server, "header_waits_full"), 1.0);
+    // The forwarding budget is whole: two other clients at once.
+    let first = connect_from("127.0.10.1", front).await.unwrap();
+    assert_eq!(attempt("127.0.11.1", front).await, Wire::Echoed);
+    assert_eq!(exchange(first, b"one\n").await, Wire::Echoed);
+    assert_eq!(refused(&server, "listener_full"), 0.0);
+    drop(trickling);
+    eventually(|| waits() == 0.0).await;
+}
