@@ -13,7 +13,13 @@
 //!
 //! The admin port must not become a way to take descriptors from the data path:
 //!
-//! - at most `max_connections` (64) admin connections at once; more are reset at accept;
+//! - at most `max_connections` (64) admin connections at once. At the cap a newcomer evicts
+//!   the oldest connection that has not yet sent its whole request head (counted in
+//!   `tollgate_admin_evicted_total`); a connection whose request is being answered is never
+//!   evicted, and only when every open one is being answered is the newcomer reset at accept
+//!   (`tollgate_admin_refused_total`). A scraper's request arrives in one packet, so it is
+//!   answered unless `max_connections` more connections arrive within its round trip;
+//!   attackers holding connections open with nothing or a trickle only evict each other;
 //! - a request's headers must arrive within `header_timeout` (5 s; hyper enforces it only
 //!   with a timer, [`TokioTimer`]);
 //! - a connection that moves no byte either way for `idle_timeout` (30 s) is closed;
@@ -44,6 +50,10 @@ use crate::config::{Admin, TokenSource};
 use crate::relay;
 use crate::shared::Shared;
 use crate::socket;
+
+mod waiting;
+
+use waiting::Waiting;
 
 /// The admin's bearer token, as read at start.
 #[derive(Clone)]
@@ -160,6 +170,7 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(config.max_connections));
+    let waiting = Arc::new(Waiting::default());
     let access = Arc::new(access);
     loop {
         let accepted = tokio::select! {
@@ -171,19 +182,51 @@ pub async fn serve(
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            shared.metrics.admin_refused.inc();
-            socket::reset_on_close(&stream);
-            continue;
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if !waiting.evict_oldest() {
+                    // Every open connection is being answered: they end soon by themselves.
+                    shared.metrics.admin_refused.inc();
+                    socket::reset_on_close(&stream);
+                    continue;
+                }
+                shared.metrics.admin_evicted.inc();
+                // The evicted connection's task closes it at its next poll and frees its
+                // slot; waiting for that keeps the descriptors within the cap. Bounded, in
+                // case it were ever slow: the newcomer is then reset as at a full cap.
+                let freed = tokio::select! {
+                    _ = stop.changed() => return,
+                    freed = tokio::time::timeout(
+                        config.header_timeout,
+                        Arc::clone(&slots).acquire_owned(),
+                    ) => freed,
+                };
+                // `Err` inside: the semaphore was closed, which this function never does.
+                let Ok(Ok(slot)) = freed else {
+                    shared.metrics.admin_refused.inc();
+                    socket::reset_on_close(&stream);
+                    continue;
+                };
+                slot
+            }
         };
+        let ticket = waiting.enter();
         let shared = Arc::clone(&shared);
         let access = Arc::clone(&access);
         let (header_timeout, idle) = (config.header_timeout, config.idle_timeout);
         tokio::spawn(async move {
+            // Dropped last, after the stream is closed and the ticket taken out.
             let _slot = slot;
+            let ticket = ticket;
             shared.metrics.admin_connections.inc();
             let metrics = shared.metrics.admin_connections.clone();
+            let state = ticket.connection();
             let service = hyper::service::service_fn(move |request| {
+                // hyper calls this once the whole request head is in: from here the
+                // connection is answered, never evicted. Evicted just before, it is answered
+                // anyway if its task has not yet closed it; nothing is lost by that.
+                state.answer();
                 let shared = Arc::clone(&shared);
                 let access = Arc::clone(&access);
                 async move {
@@ -201,7 +244,10 @@ pub async fn serve(
                 .header_read_timeout(header_timeout)
                 .keep_alive(false)
                 .serve_connection(TokioIo::new(counted), service);
-            let _ = relay::until_idle(connection, idle, &moved).await;
+            tokio::select! {
+                () = ticket.evicted() => {}
+                _ = relay::until_idle(connection, idle, &moved) => {}
+            }
             metrics.dec();
         });
     }

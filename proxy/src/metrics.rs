@@ -161,8 +161,12 @@ pub struct Metrics {
     pub connection_memory: Gauge,
     /// Admin connections open now.
     pub admin_connections: Gauge,
-    /// Admin connections reset at accept because `[admin] max_connections` were open.
+    /// Admin connections reset at accept because `[admin] max_connections` were open, every
+    /// one being answered.
     pub admin_refused: Counter,
+    /// Admin connections closed at the cap, before their request head was complete, to
+    /// make room for a newcomer.
+    pub admin_evicted: Counter,
     /// The process's open-file limit (soft RLIMIT_NOFILE, after raising it at start).
     pub open_files_limit: Gauge,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
@@ -476,6 +480,7 @@ impl Metrics {
             connection_memory: Gauge::default(),
             admin_connections: Gauge::default(),
             admin_refused: Counter::default(),
+            admin_evicted: Counter::default(),
             open_files_limit: Gauge::default(),
             cluster: ClusterMetrics::new(),
             kernel: KernelMetrics::new(),
@@ -605,8 +610,14 @@ impl Metrics {
         );
         r.register(
             "admin_refused",
-            "Admin connections reset at accept: [admin] max_connections were open",
+            "Admin connections reset at accept: [admin] max_connections were open, all being answered",
             metrics.admin_refused.clone(),
+        );
+        r.register(
+            "admin_evicted",
+            "Admin connections closed at [admin] max_connections, their request head \
+             incomplete, to make room for a newcomer",
+            metrics.admin_evicted.clone(),
         );
         r.register(
             "open_files_limit",

@@ -1,5 +1,6 @@
 //! The admin endpoint under attack: silent and slow connections are cut by its header and
-//! idle timeouts, its connections are capped, and a bearer token guards what changes state.
+//! idle timeouts, its connections are capped (at the cap a newcomer evicts the oldest one
+//! still waiting for its request head), and a bearer token guards what changes state.
 
 mod common;
 
@@ -79,17 +80,33 @@ async fn the_idle_timeout_closes_a_silent_connection() {
 }
 
 #[tokio::test]
-async fn admin_connections_are_capped() {
-    let server = start(&config("max_connections = 2")).await;
-    let held = [open(&server).await, open(&server).await];
-    eventually(|| admin_open(&server) == 2.0).await;
-    let third = closed_by_proxy(open(&server).await).await;
-    assert!(third.is_empty(), "{third:?}");
-    assert_eq!(metric(&server, "tollgate_admin_refused_total "), 1.0);
-    drop(held);
-    eventually(|| admin_open(&server) == 0.0).await;
+async fn at_the_cap_a_request_evicts_the_oldest_connection_still_waiting() {
+    let server = start(&config(
+        "max_connections = 4\nheader_timeout = \"1h\"\nidle_timeout = \"1h\"",
+    ))
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(open(&server).await);
+        // One at a time, so that the proxy sees them in this order.
+        eventually(|| admin_open(&server) == held.len() as f64).await;
+    }
     let (status, _) = admin(&server, "GET", "/metrics").await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "the scrape is answered at the cap");
+    let oldest = closed_by_proxy(held.remove(0)).await;
+    assert!(oldest.is_empty(), "{oldest:?}");
+    assert_eq!(metric(&server, "tollgate_admin_evicted_total "), 1.0);
+    assert_eq!(metric(&server, "tollgate_admin_refused_total "), 0.0);
+    // The other three stay: exactly one was closed, and the cap still holds.
+    eventually(|| admin_open(&server) == 3.0).await;
+    held.push(open(&server).await);
+    eventually(|| admin_open(&server) == 4.0).await;
+    // A fifth connection, silent too, evicts the next oldest, the second opened.
+    let _fifth = open(&server).await;
+    closed_by_proxy(held.remove(0)).await;
+    assert_eq!(metric(&server, "tollgate_admin_evicted_total "), 2.0);
+    eventually(|| admin_open(&server) == 4.0).await;
+    drop(held);
 }
 
 #[tokio::test]
