@@ -6,8 +6,8 @@
 //! - **forwarding**: `max_connections` in all, `max_connections_per_source` per source (IPv4
 //!   address, IPv6 /64) and `max_connections_per_prefix` per network (IPv4 /24, IPv6 /48);
 //!   taken by a connection that goes to an upstream;
-//! - **header waits**: `max_header_waits` in all and a quarter of it per trusted peer; taken by
-//!   a trusted peer's connection while its PROXY header is read (at most
+//! - **header waits**: `max_header_waits` in all and a quarter of it (at least 64) per trusted
+//!   peer; taken by a trusted peer's connection while its PROXY header is read (at most
 //!   `proxy_header_timeout`), so a peer trickling headers can neither fill the listener (the
 //!   attack tool's `proxy-trickle` did, before) nor starve the other trusted peers;
 //! - **held**: `max_held`, `max_held_per_source`, `max_held_per_prefix`, the same networks;
@@ -141,9 +141,7 @@ impl Budget {
             header: Caps {
                 total: config.max_header_waits,
                 all: Arc::new(Semaphore::new(config.max_header_waits)),
-                per_source: u32::try_from(config.max_header_waits / 4)
-                    .unwrap_or(u32::MAX)
-                    .max(1),
+                per_source: header_waits_per_peer(config.max_header_waits),
                 per_network: u32::MAX,
                 source_scope: scope("header"),
                 network_scope: scope("header/network"),
@@ -226,6 +224,13 @@ impl Budget {
     pub fn header_waits(&self) -> usize {
         self.header.in_use()
     }
+}
+
+/// A trusted peer's share of `max_header_waits` (`total`): a quarter, but at least 64 (or all
+/// of it when the total is smaller), so a small listener's only balancer is never refused for
+/// a burst of connections whose headers are on their way.
+fn header_waits_per_peer(total: usize) -> u32 {
+    u32::try_from((total / 4).max(total.min(64))).unwrap_or(u32::MAX)
 }
 
 fn claim_slot(

@@ -327,7 +327,8 @@ pub struct Listener {
     pub max_held_per_prefix: u32,
     /// Connections from trusted peers still waiting for their PROXY header, at most; apart
     /// from `max_connections`, so a peer trickling headers cannot take the forwarding slots;
-    /// one more is reset (`header_waits_full`). Default: a quarter of `max_connections`.
+    /// one more is reset (`header_waits_full`). Default: a quarter of `max_connections`, at
+    /// least 64. One trusted peer may hold a quarter of them (at least 64, or all when fewer).
     pub max_header_waits: usize,
     /// A relayed connection that moves no byte either way for this long is closed (also the
     /// bound on waiting for the first byte of either side).
@@ -764,7 +765,9 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
         max_held: raw.max_held.unwrap_or(DEFAULT_HELD.0),
         max_held_per_source: raw.max_held_per_source.unwrap_or(DEFAULT_HELD.1),
         max_held_per_prefix: raw.max_held_per_prefix.unwrap_or(DEFAULT_HELD.2),
-        max_header_waits: raw.max_header_waits.unwrap_or((max_connections / 4).max(1)),
+        max_header_waits: raw
+            .max_header_waits
+            .unwrap_or((max_connections / 4).max(64)),
         idle_timeout: errors.duration(raw.idle_timeout.as_ref(), DEFAULT_IDLE_TIMEOUT),
         trusted_proxies,
         proxy_header_timeout: errors

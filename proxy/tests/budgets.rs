@@ -178,13 +178,25 @@ async fn a_slash_24_of_idle_connections_leaves_other_networks_served() {
     }
 }
 
+/// Opens a connection from `peer` that sends the first bytes of a PROXY v1 header and never
+/// finishes it.
+async fn trickle(peer: &str, front: SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = connect_from(peer, front).await.unwrap();
+    stream.write_all(b"PROXY TCP4 203.0.1").await.unwrap();
+    stream
+}
+
+fn header_waits(server: &tollgate::server::Server) -> f64 {
+    metric(server, "tollgate_header_waits{listener=\"front\"}")
+}
+
 #[tokio::test]
 async fn trickling_proxy_headers_wait_apart_and_cannot_fill_the_listener() {
-    use tokio::io::AsyncWriteExt;
     let upstream = echo_upstream().await;
-    // Header waits of 4 (1 per trusted peer), a forwarding budget of 2. Before they had a
-    // budget of their own, trickling connections held forwarding slots and every other client
-    // was reset as `listener_full` (the attack tool's `proxy-trickle`).
+    // Header waits of 4, a forwarding budget of 2. Before they had a budget of their own,
+    // trickling connections held forwarding slots and every other client was reset as
+    // `listener_full` (the attack tool's `proxy-trickle`).
     let server = start(&config(
         upstream,
         "max_connections = 2\nmax_header_waits = 4\ntrusted_proxies = [\"127.0.9.0/24\"]\n\
@@ -193,20 +205,12 @@ async fn trickling_proxy_headers_wait_apart_and_cannot_fill_the_listener() {
     ))
     .await;
     let front = server.local_addr("front").unwrap();
-    let waits = || metric(&server, "tollgate_header_waits{listener=\"front\"}");
     let mut trickling = Vec::new();
-    for (count, peer) in (1..).zip(["127.0.9.1", "127.0.9.2", "127.0.9.3", "127.0.9.4"]) {
-        let mut stream = connect_from(peer, front).await.unwrap();
-        // A v1 header's first bytes, never finished.
-        stream.write_all(b"PROXY TCP4 203.0.1").await.unwrap();
-        trickling.push(stream);
-        eventually(|| waits() == f64::from(count)).await;
-        if count == 1 {
-            assert_eq!(attempt(peer, front).await, Wire::Reset, "per peer");
-        }
+    for count in 1..=4 {
+        trickling.push(trickle("127.0.9.1", front).await);
+        eventually(|| header_waits(&server) == f64::from(count)).await;
     }
-    assert_eq!(attempt("127.0.9.5", front).await, Wire::Reset, "in all");
-    assert_eq!(refused(&server, "header_waits_per_peer"), 1.0);
+    assert_eq!(attempt("127.0.9.2", front).await, Wire::Reset, "in all");
     assert_eq!(refused(&server, "header_waits_full"), 1.0);
     // The forwarding budget is whole: two other clients at once.
     let first = connect_from("127.0.10.1", front).await.unwrap();
@@ -214,5 +218,38 @@ async fn trickling_proxy_headers_wait_apart_and_cannot_fill_the_listener() {
     assert_eq!(exchange(first, b"one\n").await, Wire::Echoed);
     assert_eq!(refused(&server, "listener_full"), 0.0);
     drop(trickling);
-    eventually(|| waits() == 0.0).await;
+    eventually(|| header_waits(&server) == 0.0).await;
+}
+
+#[tokio::test]
+async fn one_trickling_peer_cannot_take_the_other_peers_header_waits() {
+    let upstream = echo_upstream().await;
+    // 260 header waits: a quarter, 65, per trusted peer.
+    let server = start(&config(
+        upstream,
+        "max_header_waits = 260\ntrusted_proxies = [\"127.0.9.0/24\"]\n\
+         proxy_header_timeout = \"60s\"",
+        "limits = [{ rate = \"100/60s\" }]",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    let mut trickling = Vec::new();
+    for _ in 0..65 {
+        trickling.push(trickle("127.0.9.1", front).await);
+    }
+    eventually(|| header_waits(&server) == 65.0).await;
+    assert_eq!(attempt("127.0.9.1", front).await, Wire::Reset, "per peer");
+    assert_eq!(refused(&server, "header_waits_per_peer"), 1.0);
+    // Another balancer still gets its clients through.
+    let mut other = connect_from("127.0.9.2", front).await.unwrap();
+    let client: SocketAddr = "198.51.100.7:4000".parse().unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut other,
+        &tollgate::proxy_protocol::encode_v1(client, front),
+    )
+    .await
+    .unwrap();
+    assert_eq!(exchange(other, b"two\n").await, Wire::Echoed);
+    drop(trickling);
+    eventually(|| header_waits(&server) == 0.0).await;
 }
