@@ -1,0 +1,152 @@
+//! Writes the binary seed corpus: frames from the benchmarks' synthetic builder and a few
+//! hand-built ones, PROXY v1/v2 headers, and a tiny pcap and pcapng of those frames.
+//! The config seeds are the README's blocks and `benches/replay-policy.toml`, copied by hand.
+//!
+//! ```text
+//! cargo run -p tollgate-fuzz --example seeds    # rewrites tests/fuzz/corpus/*/seed-*
+//! ```
+
+#[path = "../../../benches/workload.rs"]
+mod workload;
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::time::Duration;
+
+use etherparse::PacketBuilder;
+use pcap_file::DataLink;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+use tollgate::proxy_protocol::{V2Transport, encode_v1, encode_v2};
+
+fn write(target: &str, name: &str, bytes: &[u8]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(target);
+    std::fs::create_dir_all(&dir).expect("the corpus directory");
+    std::fs::write(dir.join(format!("seed-{name}")), bytes).expect("a seed file");
+}
+
+/// Frames the synthetic builder does not make: VLAN tags, an ARP frame, a cut one.
+fn hand_built() -> Vec<(&'static str, Vec<u8>)> {
+    let mut vlan = Vec::new();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .single_vlan(7.try_into().expect("a VLAN id"))
+        .ipv4([10, 1, 2, 3], [192, 0, 2, 1], 64)
+        .udp(5353, 53)
+        .write(&mut vlan, b"query")
+        .expect("a VLAN frame");
+    let mut qinq = Vec::new();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .double_vlan(
+            100.try_into().expect("a VLAN id"),
+            200.try_into().expect("a VLAN id"),
+        )
+        .ipv6(
+            [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7],
+            [0xfe; 16],
+            64,
+        )
+        .tcp(40_000, 443, 9, 1024)
+        .syn()
+        .write(&mut qinq, &[])
+        .expect("a QinQ frame");
+    let arp = [[0xff; 12].as_slice(), &[0x08, 0x06], &[0; 28]].concat();
+    let cut = workload::synthetic_frame(0)[..30].to_vec();
+    vec![("vlan", vlan), ("qinq", qinq), ("arp", arp), ("cut", cut)]
+}
+
+fn main() {
+    let frames: Vec<Vec<u8>> = (0..12).map(workload::synthetic_frame).collect();
+    for (id, frame) in frames.iter().enumerate() {
+        write("frame", &format!("synthetic-{id}"), frame);
+    }
+    for (name, frame) in hand_built() {
+        write("frame", name, &frame);
+    }
+
+    let v4 = (
+        "203.0.113.7:51234".parse().unwrap(),
+        "192.0.2.1:443".parse().unwrap(),
+    );
+    let v6 = (
+        "[2001:db8::7]:51234".parse().unwrap(),
+        "[2001:db8::1]:443".parse().unwrap(),
+    );
+    write(
+        "proxy_header",
+        "v1-tcp4",
+        &[encode_v1(v4.0, v4.1), b"GET / HTTP/1.1\r\n".to_vec()].concat(),
+    );
+    write("proxy_header", "v1-tcp6", &encode_v1(v6.0, v6.1));
+    write("proxy_header", "v1-unknown", b"PROXY UNKNOWN\r\n");
+    write(
+        "proxy_header",
+        "v2-tcp4",
+        &encode_v2(v4.0, v4.1, V2Transport::Stream),
+    );
+    write(
+        "proxy_header",
+        "v2-udp6",
+        &encode_v2(v6.0, v6.1, V2Transport::Datagram),
+    );
+    let signature = b"\r\n\r\n\0\r\nQUIT\n";
+    write(
+        "proxy_header",
+        "v2-local",
+        &[signature.as_slice(), &[0x20, 0x00, 0, 0]].concat(),
+    );
+    // IPv4 STREAM with one TLV (PP2_TYPE_AUTHORITY, "a.example").
+    let tlv = [[0x02, 0, 9].as_slice(), b"a.example"].concat();
+    let with_tlv = [
+        signature.as_slice(),
+        &[0x21, 0x11, 0, 12 + 12],
+        &[203, 0, 113, 7, 192, 0, 2, 1, 0xc8, 0x22, 0x01, 0xbb],
+        &tlv,
+    ]
+    .concat();
+    write("proxy_header", "v2-tlv", &with_tlv);
+    let unix = [signature.as_slice(), &[0x21, 0x31, 0, 216], &[b'/'; 216]].concat();
+    write("proxy_header", "v2-unix", &unix);
+
+    let at = |i: usize| Duration::from_secs(1_700_000_000) + Duration::from_micros(10 * i as u64);
+    let mut pcap = PcapWriter::new(Vec::new()).expect("a pcap header");
+    for (i, frame) in frames.iter().take(3).enumerate() {
+        let len = u32::try_from(frame.len()).expect("a small frame");
+        pcap.write_packet(&PcapPacket::new(at(i), len, frame))
+            .expect("a pcap record");
+    }
+    write("capture", "pcap", &pcap.into_writer());
+    let header = PcapHeader {
+        endianness: pcap_file::Endianness::Big,
+        ts_resolution: pcap_file::TsResolution::NanoSecond,
+        ..PcapHeader::default()
+    };
+    let mut nano = PcapWriter::with_header(Vec::new(), header).expect("a pcap header");
+    let len = u32::try_from(frames[3].len()).expect("a small frame");
+    nano.write_packet(&PcapPacket::new(at(0), len, &frames[3]))
+        .expect("a pcap record");
+    write("capture", "pcap-nano-big-endian", &nano.into_writer());
+    let mut pcapng = PcapNgWriter::new(Vec::new()).expect("a pcapng section");
+    pcapng
+        .write_pcapng_block(InterfaceDescriptionBlock {
+            linktype: DataLink::ETHERNET,
+            snaplen: 0,
+            options: Vec::new(),
+        })
+        .expect("an interface block");
+    for (i, frame) in frames.iter().take(3).enumerate() {
+        pcapng
+            .write_pcapng_block(EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: at(i),
+                original_len: u32::try_from(frame.len()).expect("a small frame"),
+                data: Cow::Borrowed(frame),
+                options: Vec::new(),
+            })
+            .expect("a packet block");
+    }
+    write("capture", "pcapng", &pcapng.into_inner());
+}
