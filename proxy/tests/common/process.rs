@@ -73,8 +73,16 @@ impl Proxy {
             admin,
             path,
         };
-        let deadline = Instant::now() + super::BOUND;
+        // A guard against a hang, not a timing assertion: a debug build starting while the
+        // rest of the suite runs can take seconds.
+        let deadline = Instant::now() + 3 * super::BOUND;
+        let mut proxy = proxy;
         while std::net::TcpStream::connect(proxy.admin).is_err() {
+            if let Ok(Some(status)) = proxy.child.try_wait() {
+                let log = std::fs::read_to_string(proxy.path.with_file_name("stderr.log"))
+                    .unwrap_or_default();
+                panic!("the proxy exited before it came up ({status}):\n{log}");
+            }
             assert!(Instant::now() < deadline, "the proxy did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
