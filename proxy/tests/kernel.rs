@@ -39,6 +39,26 @@ fn in_namespace(name: &str) {
     );
 }
 
+/// Runs test `name`'s body `test` inside a network namespace of its own: outside, re-runs
+/// this test there and checks it passed; inside, brings `lo` up and runs `test` on a runtime.
+fn isolated<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce() -> F) {
+    if std::env::var_os(INSIDE).is_none() {
+        in_namespace(name);
+        return;
+    }
+    let up = Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .expect("ip runs (iproute2)");
+    assert!(up.success(), "cannot bring lo up in the namespace");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(test());
+}
+
 /// What a connection attempt from a source met.
 #[derive(Debug, PartialEq, Eq)]
 enum Met {
@@ -145,21 +165,10 @@ fn poll(what: &str, mut done: impl FnMut() -> bool) -> Duration {
 #[test]
 #[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
 fn a_flooding_source_is_dropped_in_the_kernel_until_its_estimate_falls() {
-    if std::env::var_os(INSIDE).is_none() {
-        in_namespace("a_flooding_source_is_dropped_in_the_kernel_until_its_estimate_falls");
-        return;
-    }
-    let up = Command::new("ip")
-        .args(["link", "set", "lo", "up"])
-        .status()
-        .expect("ip runs (iproute2)");
-    assert!(up.success(), "cannot bring lo up in the namespace");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(flood_and_drop());
+    isolated(
+        "a_flooding_source_is_dropped_in_the_kernel_until_its_estimate_falls",
+        flood_and_drop,
+    );
 }
 
 async fn flood_and_drop() {
@@ -248,21 +257,7 @@ async fn flood_and_drop() {
 #[test]
 #[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
 fn a_flooding_udp_source_is_dropped_in_the_kernel() {
-    if std::env::var_os(INSIDE).is_none() {
-        in_namespace("a_flooding_udp_source_is_dropped_in_the_kernel");
-        return;
-    }
-    let up = Command::new("ip")
-        .args(["link", "set", "lo", "up"])
-        .status()
-        .expect("ip runs (iproute2)");
-    assert!(up.success(), "cannot bring lo up in the namespace");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(flood_udp());
+    isolated("a_flooding_udp_source_is_dropped_in_the_kernel", flood_udp);
 }
 
 async fn flood_udp() {
@@ -334,43 +329,33 @@ async fn flood_udp() {
 #[test]
 #[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
 fn a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start() {
-    if std::env::var_os(INSIDE).is_none() {
-        in_namespace("a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start");
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let up = Command::new("ip")
-            .args(["link", "set", "lo", "up"])
-            .status();
-        assert!(up.expect("ip runs (iproute2)").success());
-        let upstream = echo_upstream().await;
-        let config = format!(
-            "[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"5/1m\" }}]\n\n\
+    isolated(
+        "a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start",
+        || async {
+            let upstream = echo_upstream().await;
+            let config = format!(
+                "[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"5/1m\" }}]\n\n\
              [kernel]\ntable = \"{TABLE}\"\nrequired = true\n"
-        );
-        let body = format!("upstreams = [\"{upstream}\"]");
-        let proxy = Proxy::launch("kernel-crash", &body, &config, "", true);
-        for _ in 0..8 {
-            let _ = attempt(FLOODER, proxy.front).await;
-        }
-        poll("the flooder in the kernel's set", || {
-            listed().iter().any(|(a, _)| a == FLOODER)
-        });
-        // SIGKILL (the fixture's drop): nothing cleans up, the table and its element stay.
-        drop(proxy);
-        assert!(listed().iter().any(|(a, _)| a == FLOODER));
-        let again = Proxy::launch("kernel-restart", &body, &config, "", true);
-        assert!(
-            listed().is_empty(),
-            "the old table's elements survived a restart"
-        );
-        assert_eq!(attempt(FLOODER, again.front).await, Met::Served);
-    });
+            );
+            let body = format!("upstreams = [\"{upstream}\"]");
+            let proxy = Proxy::launch("kernel-crash", &body, &config, "", true);
+            for _ in 0..8 {
+                let _ = attempt(FLOODER, proxy.front).await;
+            }
+            poll("the flooder in the kernel's set", || {
+                listed().iter().any(|(a, _)| a == FLOODER)
+            });
+            // SIGKILL (the fixture's drop): nothing cleans up, the table and its element stay.
+            drop(proxy);
+            assert!(listed().iter().any(|(a, _)| a == FLOODER));
+            let again = Proxy::launch("kernel-restart", &body, &config, "", true);
+            assert!(
+                listed().is_empty(),
+                "the old table's elements survived a restart"
+            );
+            assert_eq!(attempt(FLOODER, again.front).await, Met::Served);
+        },
+    );
 }
 
 /// An empty directory to stand for a `PATH` without nft.
