@@ -76,21 +76,36 @@ fn capture() -> Vec<Vec<u8>> {
     frames
 }
 
+/// Writes `frames` spread evenly over two seconds of capture time.
 fn write_pcap(path: &PathBuf, frames: &[Vec<u8>]) {
+    let step = Duration::from_secs(2) / frames.len() as u32;
+    let timed: Vec<(Duration, Vec<u8>)> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, frame)| (step * i as u32, frame.clone()))
+        .collect();
+    write_timed_pcap(path, &timed);
+}
+
+/// Writes `frames`, each at its offset from the capture's start.
+fn write_timed_pcap(path: &PathBuf, frames: &[(Duration, Vec<u8>)]) {
     let file = std::fs::File::create(path).expect("created");
     let mut writer = PcapWriter::new(file).expect("a pcap writer");
-    let step = Duration::from_secs(2) / frames.len() as u32;
-    for (i, frame) in frames.iter().enumerate() {
-        let at = Duration::from_secs(1_700_000_000) + step * i as u32;
+    for (offset, frame) in frames {
+        let at = Duration::from_secs(1_700_000_000) + *offset;
         let packet = PcapPacket::new(at, frame.len() as u32, frame);
         writer.write_packet(&packet).expect("written");
     }
 }
 
 fn replay(capture: &PathBuf, json: bool) -> (bool, String) {
+    replay_under(POLICY, capture, json)
+}
+
+fn replay_under(policy_text: &str, capture: &PathBuf, json: bool) -> (bool, String) {
     // One policy file per capture: tests run in parallel.
     let policy = capture.with_extension("toml");
-    std::fs::write(&policy, POLICY).expect("written");
+    std::fs::write(&policy, policy_text).expect("written");
     let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     command
         .args(["replay", "--config"])
@@ -159,4 +174,43 @@ fn a_cut_capture_reports_what_it_read_then_fails() {
     assert!(out.contains("the capture is unreadable at byte"), "{out}");
     let (ok, out) = replay(&dir().join("missing.pcap"), false);
     assert!(!ok && out.contains("cannot read the capture"), "{out}");
+}
+
+/// Replays `frames` (each at its offset from the capture's start) under `policy`; the JSON
+/// report's totals.
+fn totals(name: &str, policy: &str, frames: &[(Duration, Vec<u8>)]) -> serde_json::Value {
+    let capture = dir().join(format!("counters-{name}.pcap"));
+    write_timed_pcap(&capture, frames);
+    let (ok, out) = replay_under(policy, &capture, true);
+    assert!(ok, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    report["totals"].clone()
+}
+
+/// Issue 9 item 1: 7 SYNs from 3 sources, 1 s apart, under `100/1m` with a penalty: none is
+/// near its limit, so none is refused (before: 3 allowed, 4 denied_penalty).
+#[test]
+fn a_penalty_falls_on_no_source_under_its_limit() {
+    let policy = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"100/1m\" }]\npenalty = \"1m\"\n";
+    let frames: Vec<(Duration, Vec<u8>)> = [1u8, 2, 3, 1, 2, 3, 1]
+        .into_iter()
+        .enumerate()
+        .map(|(i, last)| (Duration::from_secs(i as u64), v4_frame([203, 0, 113, last])))
+        .collect();
+    let totals = totals("penalty", policy, &frames);
+    assert_eq!(totals["allowed"], 7, "{totals}");
+    assert_eq!(totals["denied_penalty"], 0, "{totals}");
+}
+
+/// Issue 9 item 6: two limits with one period and prefix count each of 60 SYNs once (before:
+/// 50 allowed, 10 throttled).
+#[test]
+fn two_limits_of_one_period_and_prefix_count_each_syn_once() {
+    let policy = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"100/10s\", ipv4_prefix = 32 }, { rate = \"500/10s\", ipv4_prefix = 32 }]\n";
+    let frames: Vec<(Duration, Vec<u8>)> = (0..60u64)
+        .map(|i| (Duration::from_millis(i * 10), v4_frame([203, 0, 113, 9])))
+        .collect();
+    let totals = totals("limits", policy, &frames);
+    assert_eq!(totals["allowed"], 60, "{totals}");
+    assert_eq!(totals["throttled"], 0, "{totals}");
 }
