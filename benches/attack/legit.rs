@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
-use tollgate::proxy_protocol::{V2Transport, encode_v2};
+use tollgate::listeners::proxy_protocol::{V2Transport, encode_v2};
 pub(crate) use tollgate_benches::sources::connect_from as connect;
 
 use crate::cli::Sizes;

@@ -25,7 +25,7 @@ use rand::{RngExt, SeedableRng, rngs::SmallRng};
 use rand_distr::{Distribution, Zipf};
 use tollgate::cluster::{Cluster, run};
 use tollgate::config::ProxyConfig;
-use tollgate::metrics::ClusterMetrics;
+use tollgate::ops::metrics::ClusterMetrics;
 use tollgate_filter::{Event, Filter, Source, Transport, Verdict};
 use tollgate_sketch::{Clock, MonotonicClock};
 

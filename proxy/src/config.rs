@@ -343,7 +343,7 @@ pub struct Listener {
     /// UDP: how long a client session lives without traffic.
     pub session_timeout: Duration,
     /// UDP: client sessions held at most; new clients are refused while it is full. `None`:
-    /// derived at start from the open-file limit (see [`crate::descriptors`]).
+    /// derived at start from the open-file limit (see [`crate::listeners::descriptors`]).
     pub max_sessions: Option<usize>,
     /// UDP: sessions one source (IPv4 address, IPv6 /64) may hold.
     pub max_sessions_per_source: u32,

@@ -6,29 +6,15 @@
 
 #![warn(missing_docs)]
 
-pub mod actions;
-pub mod admin;
-pub mod budget;
-pub mod capture;
-pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod config;
-pub mod demo;
-pub mod descriptors;
 pub mod kernel;
-pub mod log_limit;
-pub mod metrics;
-pub mod offenders;
-pub mod proxy_protocol;
-pub mod relay;
-pub mod replay;
+pub mod listeners;
+pub mod ops;
 pub mod server;
 pub mod shared;
-pub mod socket;
-pub mod tcp;
-pub mod udp;
-pub mod upstream;
+pub mod tools;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -41,10 +27,10 @@ use cli::{Cli, Command};
 /// When the report cannot be written.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match cli.command {
-        Command::Check { config } => Ok(check::check(&config, out)?),
+        Command::Check { config } => Ok(tools::check::check(&config, out)?),
         Command::Run { config } => server::run(&config),
         Command::Demo => {
-            demo::demo(out)?;
+            tools::demo::demo(out)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Replay {
@@ -52,6 +38,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode, Box<dyn std::error
             capture,
             top,
             json,
-        } => Ok(replay::replay(&config, &capture, top, json, out)?),
+        } => Ok(tools::replay::replay(&config, &capture, top, json, out)?),
     }
 }

@@ -10,13 +10,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::cluster;
 use crate::config::{Protocol, ProxyConfig, located};
-use crate::descriptors::{self, Budget};
 use crate::kernel::{Ruleset, Table, Updater};
+use crate::listeners::descriptors::{self, Budget};
+use crate::listeners::tcp::Frontend;
+use crate::listeners::udp::UdpFrontend;
+use crate::listeners::{socket, tcp, udp};
+use crate::ops::admin;
 use crate::shared::Shared;
-use crate::tcp::Frontend;
-use crate::udp::UdpFrontend;
-use crate::{admin, cluster, socket, tcp, udp};
 
 /// Why the proxy could not start.
 #[derive(Debug)]

@@ -15,9 +15,9 @@ use tollgate_sketch::{Clock, ConcurrencySketch, MonotonicClock, Tick};
 
 use crate::cluster::Cluster;
 use crate::config::{ProxyConfig, Settings, located};
-use crate::log_limit::LogLimit;
-use crate::metrics::{ListenerMetrics, Metrics, Refusal};
-use crate::offenders::Offenders;
+use crate::ops::log_limit::LogLimit;
+use crate::ops::metrics::{ListenerMetrics, Metrics, Refusal};
+use crate::ops::offenders::Offenders;
 
 /// How many sources the offender list keeps.
 const OFFENDERS: usize = 256;

@@ -245,7 +245,7 @@ async fn one_trickling_peer_cannot_take_the_other_peers_header_waits() {
     let client: SocketAddr = "198.51.100.7:4000".parse().unwrap();
     tokio::io::AsyncWriteExt::write_all(
         &mut other,
-        &tollgate::proxy_protocol::encode_v1(client, front),
+        &tollgate::listeners::proxy_protocol::encode_v1(client, front),
     )
     .await
     .unwrap();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use common::process::Proxy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tollgate::proxy_protocol::{V2Transport, encode_v2};
+use tollgate::listeners::proxy_protocol::{V2Transport, encode_v2};
 
 /// An upstream that echoes the first chunk and closes, so the proxy sees the close first from
 /// the upstream and the client side's ephemeral ports are not held in TIME_WAIT.

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use common::{Wire, attempt, connect_from, echo_upstream, exchange, metric, start};
 use tokio::io::AsyncWriteExt;
-use tollgate::proxy_protocol::{V2Transport, encode_v1, encode_v2};
+use tollgate::listeners::proxy_protocol::{V2Transport, encode_v1, encode_v2};
 
 fn config(upstream: SocketAddr) -> String {
     format!(

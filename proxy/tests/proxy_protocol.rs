@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use proptest::prelude::*;
 use tokio::io::{AsyncRead, ReadBuf};
-use tollgate::proxy_protocol::*;
+use tollgate::listeners::proxy_protocol::*;
 
 const V2_SIGNATURE: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
 

@@ -43,7 +43,7 @@ fn every_toml_block_of_the_readme_passes_check() {
         let path = dir.join(format!("readme-line-{line}.toml"));
         std::fs::write(&path, &body).expect("written");
         let mut out = Vec::new();
-        let code = tollgate::check::check(&path, &mut out).expect("output is written");
+        let code = tollgate::tools::check::check(&path, &mut out).expect("output is written");
         if code != ExitCode::SUCCESS {
             refused.push(format!(
                 "README.md:{line}: the ```toml block starting here is refused by check:\n{}",

@@ -434,10 +434,10 @@ async fn send_proxy_v2_puts_a_header_naming_the_client_before_each_datagram() {
             .expect("a datagram upstream")
             .unwrap();
         let expected = [
-            tollgate::proxy_protocol::encode_v2(
+            tollgate::listeners::proxy_protocol::encode_v2(
                 from,
                 front,
-                tollgate::proxy_protocol::V2Transport::Datagram,
+                tollgate::listeners::proxy_protocol::V2Transport::Datagram,
             )
             .as_slice(),
             payload,

@@ -111,7 +111,7 @@ use tollgate_sketch::{Clock, MonotonicClock, Tick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::config::ClusterConfig;
-use crate::metrics::ClusterMetrics;
+use crate::ops::metrics::ClusterMetrics;
 use tollgate_filter::SuspectTable;
 use view::View;
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use crate::config::KernelConfig;
-use crate::metrics::KernelMetrics;
+use crate::ops::metrics::KernelMetrics;
 use crate::shared::Shared;
 
 use super::element::{Element, SETS, set_of};

@@ -19,7 +19,7 @@ use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
-use tollgate::proxy_protocol::{V2Transport, encode_v1, encode_v2};
+use tollgate::listeners::proxy_protocol::{V2Transport, encode_v1, encode_v2};
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))

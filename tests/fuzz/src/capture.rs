@@ -1,6 +1,6 @@
 //! Capture files: [`for_each_frame`] on any bytes, pcap or pcapng.
 
-use tollgate::capture::for_each_frame;
+use tollgate::tools::capture::for_each_frame;
 use tollgate_filter::parse_frame;
 
 /// Reads `data` as a capture and parses every frame in it.

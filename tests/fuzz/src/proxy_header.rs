@@ -8,7 +8,7 @@ use std::pin::{Pin, pin};
 use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, ReadBuf};
-use tollgate::proxy_protocol::{
+use tollgate::listeners::proxy_protocol::{
     Header, HeaderError, MAX_V1_LEN, MAX_V2_LEN, V2Transport, encode_v1, encode_v2, read_header,
 };
 

@@ -8,8 +8,8 @@
 //! limit, must not be able to take the descriptors the rest of the process needs. Sessions are
 //! capped per source (IPv4 address, IPv6 /64), per prefix (IPv4 /24, IPv6 /48) and per
 //! listener ([`Caps`]; the listener's default derives from the open-file limit, see
-//! [`crate::descriptors`]). A datagram from a client without a session that would exceed a cap
-//! is dropped and counted as `refused{reason=...}` (`source_sessions`, `prefix_sessions`,
+//! [`crate::listeners::descriptors`]). A datagram from a client without a session that would
+//! exceed a cap is dropped and counted as `refused{reason=...}` (`source_sessions`, `prefix_sessions`,
 //! `sessions_full`; `session_socket` when the socket itself cannot be opened), and logged
 //! within the rejection log budget; established clients keep their sessions. At the
 //! listener's cap a new client may take the place of the oldest session that has seen a
@@ -35,10 +35,10 @@ use tokio::sync::watch;
 use tollgate_filter::{Source, Transport, Verdict};
 
 use crate::config::{Listener, SendProxy};
-use crate::metrics::{ListenerMetrics, Refusal};
-use crate::proxy_protocol::{V2Transport, encode_v2};
+use crate::listeners::proxy_protocol::{V2Transport, encode_v2};
+use crate::listeners::upstream::Pool;
+use crate::ops::metrics::{ListenerMetrics, Refusal};
 use crate::shared::Shared;
-use crate::upstream::Pool;
 use session::{HEADER_ROOM, Session};
 use table::SessionTable;
 

@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::config::ProxyConfig;
-use crate::proxy_protocol::{V2Transport, encode_v2};
+use crate::listeners::proxy_protocol::{V2Transport, encode_v2};
 use crate::server::Server;
 
 /// How long the traffic runs.

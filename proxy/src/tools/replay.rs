@@ -11,7 +11,7 @@ use serde::Serialize;
 use tollgate_filter::{Config, DenyReason, Event, Policy, Throttle, Verdict, parse_frame};
 use tollgate_sketch::Tick;
 
-use crate::capture::for_each_frame;
+use crate::tools::capture::for_each_frame;
 
 /// Buckets in the allowed/throttled timeline (the width grows with the capture's length).
 const TIMELINE_BUCKETS: u64 = 60;

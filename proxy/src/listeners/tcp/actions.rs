@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::socket;
+use crate::listeners::socket;
 
 /// How long a closing connection's input is read and discarded, at most.
 const LINGER: Duration = Duration::from_secs(1);

@@ -47,9 +47,9 @@ use tokio::sync::{Semaphore, watch};
 use tollgate_filter::{DurationText, Source};
 
 use crate::config::{Admin, TokenSource};
-use crate::relay;
+use crate::listeners::socket;
+use crate::listeners::tcp::relay;
 use crate::shared::Shared;
-use crate::socket;
 
 mod waiting;
 

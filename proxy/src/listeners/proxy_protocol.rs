@@ -154,7 +154,7 @@ impl From<std::io::Error> for HeaderError {
 ///
 /// # Examples
 /// ```
-/// use tollgate::proxy_protocol::{read_header, Header};
+/// use tollgate::listeners::proxy_protocol::{read_header, Header};
 ///
 /// let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// let mut stream: &[u8] = b"PROXY TCP4 203.0.113.7 192.0.2.1 51234 443\r\nGET / HTTP/1.1\r\n";
@@ -194,7 +194,7 @@ pub async fn read_header<R: AsyncRead + Unpin>(
 ///
 /// # Examples
 /// ```
-/// use tollgate::proxy_protocol::looks_like_header;
+/// use tollgate::listeners::proxy_protocol::looks_like_header;
 ///
 /// assert!(looks_like_header(b"PROXY TCP4 "));
 /// assert!(looks_like_header(b"\r\n\r\n\0\r"));
@@ -215,7 +215,7 @@ pub fn looks_like_header(first: &[u8]) -> bool {
 ///
 /// # Examples
 /// ```
-/// use tollgate::proxy_protocol::encode_v1;
+/// use tollgate::listeners::proxy_protocol::encode_v1;
 ///
 /// let line = encode_v1("203.0.113.7:51234".parse().unwrap(), "192.0.2.1:443".parse().unwrap());
 /// assert_eq!(line, b"PROXY TCP4 203.0.113.7 192.0.2.1 51234 443\r\n");
@@ -246,7 +246,7 @@ pub fn encode_v1(source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
 ///
 /// # Examples
 /// ```
-/// use tollgate::proxy_protocol::{encode_v2, V2Transport};
+/// use tollgate::listeners::proxy_protocol::{encode_v2, V2Transport};
 ///
 /// let header = encode_v2(
 ///     "203.0.113.7:51234".parse().unwrap(),

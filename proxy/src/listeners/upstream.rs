@@ -10,8 +10,8 @@ use rand::RngExt;
 use tokio::net::TcpStream;
 
 use crate::config::Listener;
-use crate::metrics::{ListenerMetrics, Metrics};
-use crate::socket;
+use crate::listeners::socket;
+use crate::ops::metrics::{ListenerMetrics, Metrics};
 
 /// A listener's upstream pool.
 #[derive(Debug)]

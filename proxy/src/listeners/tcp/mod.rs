@@ -1,6 +1,10 @@
 //! TCP listeners: accept, learn the source (from a trusted peer's PROXY header, or the peer
 //! address), decide, then forward to an upstream or carry out the verdict.
 
+pub mod actions;
+pub mod budget;
+pub mod relay;
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,15 +15,15 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tollgate_filter::{Action, DenyReason, PrefixMap, Source, Transport, Verdict};
 
-use crate::actions::{self, ReplyValues};
-use crate::budget::{Budget, Ticket, Use};
 use crate::config::{Listener, SendProxy};
-use crate::metrics::{ListenerMetrics, Refusal};
-use crate::proxy_protocol::{self, Header, V2Transport};
-use crate::relay::{self, Ended};
+use crate::listeners::proxy_protocol::{self, Header, V2Transport};
+use crate::listeners::socket;
+use crate::listeners::upstream::Pool;
+use crate::ops::metrics::{ListenerMetrics, Refusal};
 use crate::shared::{Decided, Shared};
-use crate::socket;
-use crate::upstream::Pool;
+use actions::ReplyValues;
+use budget::{Budget, Ticket, Use};
+use relay::Ended;
 
 /// The shortest and longest pause after an accept that failed for lack of a resource.
 const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));

@@ -1,0 +1,8 @@
+//! Operating a running proxy: the admin endpoint ([`admin`]), the metrics it serves
+//! ([`metrics`]), the list of top offenders ([`offenders`]), and the budget that keeps rejection
+//! logs from flooding the log ([`log_limit`]).
+
+pub mod admin;
+pub mod log_limit;
+pub mod metrics;
+pub mod offenders;
