@@ -434,10 +434,11 @@ struct RawListener {
     max_sessions_per_prefix: Option<Spanned<u32>>,
 }
 
-/// The fields of a `[[listener]]` that only TCP honours, with their places: read apart from
-/// [`RawListener`] so that a UDP listener naming one is refused at the field.
+/// The fields of a `[[listener]]` that only one transport honours, with their places: read
+/// apart from [`RawListener`] so that a listener of the other transport naming one is refused at
+/// the field.
 #[derive(Deserialize)]
-struct RawTcpOnly {
+struct RawTransportOnly {
     protocol: Option<String>,
     backlog: Option<Spanned<IgnoredAny>>,
     connect_timeout: Option<Spanned<IgnoredAny>>,
@@ -454,12 +455,16 @@ struct RawTcpOnly {
     trusted_proxies: Option<Spanned<Vec<IgnoredAny>>>,
     proxy_header_timeout: Option<Spanned<IgnoredAny>>,
     send_proxy: Option<Spanned<SendProxy>>,
+    session_timeout: Option<Spanned<IgnoredAny>>,
+    max_sessions: Option<Spanned<IgnoredAny>>,
+    max_sessions_per_source: Option<Spanned<IgnoredAny>>,
+    max_sessions_per_prefix: Option<Spanned<IgnoredAny>>,
 }
 
 #[derive(Deserialize)]
-struct RawTcpOnlyFile {
+struct RawTransportOnlyFile {
     #[serde(default)]
-    listener: Vec<RawTcpOnly>,
+    listener: Vec<RawTransportOnly>,
 }
 
 #[derive(Deserialize)]
@@ -584,7 +589,7 @@ impl ProxyConfig {
                 listener(raw, &mut errors)
             })
             .collect();
-        udp_refusals(text, &mut errors);
+        transport_refusals(text, &mut errors);
         let cluster = raw.cluster.as_ref().and_then(|c| cluster(c, &mut errors));
         let kernel = raw.kernel.as_ref().and_then(|k| kernel(k, &mut errors));
         let own = errors.0.into_errors();
@@ -810,72 +815,101 @@ fn connection_memory(text: &str) -> Result<usize, String> {
     Ok(size)
 }
 
-/// Refuses, at the field, what a UDP listener would otherwise ignore: the TCP connection caps,
-/// the PROXY header settings for clients (`trusted_proxies`, `proxy_header_timeout`: datagrams
-/// from a balancer are not read for headers), a v1 header to upstreams (it has no UDP form;
-/// v2 is sent, one header per datagram) and the TCP connect settings. Silence here would leave
-/// an operator believing in a limit that is not there.
-fn udp_refusals(text: &str, errors: &mut Errors<'_>) {
-    let Ok(file) = toml::from_str::<RawTcpOnlyFile>(text) else {
+/// Refuses, at the field, what a listener would otherwise ignore. A UDP listener cannot honour
+/// the TCP connection caps, the PROXY header settings for clients (`trusted_proxies`,
+/// `proxy_header_timeout`: datagrams from a balancer are not read for headers), a v1 header to
+/// upstreams (it has no UDP form; v2 is sent, one header per datagram) or the TCP connect
+/// settings; a TCP listener cannot honour the UDP session settings. Silence here would leave an
+/// operator believing in a limit that is not there.
+fn transport_refusals(text: &str, errors: &mut Errors<'_>) {
+    let Ok(file) = toml::from_str::<RawTransportOnlyFile>(text) else {
         // A shape error: already reported, located, by the main parse.
         return;
     };
-    for raw in file
-        .listener
-        .iter()
-        .filter(|l| l.protocol.as_deref() == Some("udp"))
+    for raw in &file.listener {
+        match raw.protocol.as_deref() {
+            Some("udp") => udp_refusals(raw, errors),
+            // Any other protocol is refused, located, by the main parse.
+            None | Some("tcp") => tcp_refusals(raw, errors),
+            Some(_) => {}
+        }
+    }
+}
+
+/// Refuses the UDP session settings on a TCP listener.
+fn tcp_refusals(raw: &RawTransportOnly, errors: &mut Errors<'_>) {
+    let udp_only = [
+        ("session_timeout", &raw.session_timeout),
+        ("max_sessions", &raw.max_sessions),
+        ("max_sessions_per_source", &raw.max_sessions_per_source),
+        ("max_sessions_per_prefix", &raw.max_sessions_per_prefix),
+    ];
+    for (field, value) in udp_only {
+        if let Some(value) = value {
+            errors.0.error(
+                value.span(),
+                format!(
+                    "`{field}` is a UDP setting: a TCP listener cannot honour it; remove it \
+                     (TCP connections are capped by `max_connections` and its per-source and \
+                     per-prefix shares)"
+                ),
+            );
+        }
+    }
+}
+
+/// Refuses the TCP settings on a UDP listener.
+fn udp_refusals(raw: &RawTransportOnly, errors: &mut Errors<'_>) {
+    let mut refuse = |span: std::ops::Range<usize>, field: &str| {
+        errors.0.error(
+            span,
+            format!("`{field}` is a TCP setting: a UDP listener cannot honour it; remove it"),
+        );
+    };
+    let plain = [
+        ("backlog", &raw.backlog),
+        ("connect_timeout", &raw.connect_timeout),
+        ("retries", &raw.retries),
+        ("backoff", &raw.backoff),
+        ("max_connections", &raw.max_connections),
+        (
+            "max_connections_per_source",
+            &raw.max_connections_per_source,
+        ),
+        (
+            "max_connections_per_prefix",
+            &raw.max_connections_per_prefix,
+        ),
+        ("max_held", &raw.max_held),
+        ("max_held_per_source", &raw.max_held_per_source),
+        ("max_held_per_prefix", &raw.max_held_per_prefix),
+        ("max_header_waits", &raw.max_header_waits),
+        ("idle_timeout", &raw.idle_timeout),
+        ("proxy_header_timeout", &raw.proxy_header_timeout),
+    ];
+    for (field, value) in plain {
+        if let Some(value) = value {
+            refuse(value.span(), field);
+        }
+    }
+    if let Some(trusted) = raw
+        .trusted_proxies
+        .as_ref()
+        .filter(|t| !t.get_ref().is_empty())
     {
-        let mut refuse = |span: std::ops::Range<usize>, field: &str| {
-            errors.0.error(
-                span,
-                format!("`{field}` is a TCP setting: a UDP listener cannot honour it; remove it"),
-            );
-        };
-        let plain = [
-            ("backlog", &raw.backlog),
-            ("connect_timeout", &raw.connect_timeout),
-            ("retries", &raw.retries),
-            ("backoff", &raw.backoff),
-            ("max_connections", &raw.max_connections),
-            (
-                "max_connections_per_source",
-                &raw.max_connections_per_source,
-            ),
-            (
-                "max_connections_per_prefix",
-                &raw.max_connections_per_prefix,
-            ),
-            ("max_held", &raw.max_held),
-            ("max_held_per_source", &raw.max_held_per_source),
-            ("max_held_per_prefix", &raw.max_held_per_prefix),
-            ("max_header_waits", &raw.max_header_waits),
-            ("idle_timeout", &raw.idle_timeout),
-            ("proxy_header_timeout", &raw.proxy_header_timeout),
-        ];
-        for (field, value) in plain {
-            if let Some(value) = value {
-                refuse(value.span(), field);
-            }
-        }
-        if let Some(trusted) = raw
-            .trusted_proxies
-            .as_ref()
-            .filter(|t| !t.get_ref().is_empty())
-        {
-            refuse(trusted.span(), "trusted_proxies");
-        }
-        if let Some(send) = raw
-            .send_proxy
-            .as_ref()
-            .filter(|s| *s.get_ref() == SendProxy::V1)
-        {
-            errors.0.error(
-                send.span(),
-                "`send_proxy = \"v1\"`: the v1 header has no UDP form; a UDP listener sends \
+        refuse(trusted.span(), "trusted_proxies");
+    }
+    if let Some(send) = raw
+        .send_proxy
+        .as_ref()
+        .filter(|s| *s.get_ref() == SendProxy::V1)
+    {
+        errors.0.error(
+            send.span(),
+            "`send_proxy = \"v1\"`: the v1 header has no UDP form; a UDP listener sends \
                  v2 (one header per datagram) or none"
-                    .to_owned(),
-            );
-        }
+                .to_owned(),
+        );
     }
 }
 

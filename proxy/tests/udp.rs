@@ -256,6 +256,38 @@ send_proxy = "v2"
     }
 }
 
+#[test]
+fn a_tcp_listener_refuses_what_only_udp_honours_at_the_field() {
+    let text = r#"[[listener]]
+name = "web"
+listen = "127.0.0.1:8080"
+upstreams = ["127.0.0.1:80"]
+session_timeout = "10s"
+max_sessions = 100
+
+[[listener]]
+name = "api"
+protocol = "tcp"
+listen = "127.0.0.1:8081"
+upstreams = ["127.0.0.1:81"]
+max_sessions_per_source = 4
+max_sessions_per_prefix = 8
+"#;
+    let errors = tollgate::config::ProxyConfig::parse(text).expect_err("refused");
+    let located = tollgate::config::located(std::path::Path::new("t.toml"), &errors);
+    let expected = [
+        "t.toml:5:19: `session_timeout` is a UDP setting",
+        "t.toml:6:16: `max_sessions` is a UDP setting",
+        "t.toml:13:27: `max_sessions_per_source` is a UDP setting",
+        "t.toml:14:27: `max_sessions_per_prefix` is a UDP setting",
+    ];
+    let lines: Vec<&str> = located.lines().collect();
+    assert_eq!(lines.len(), expected.len(), "{located}");
+    for (line, expected) in lines.iter().zip(expected) {
+        assert!(line.starts_with(expected), "{line}\nexpected {expected}");
+    }
+}
+
 /// The soft and hard "Max open files" of process `pid`.
 fn open_files(pid: u32) -> (u64, u64) {
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
