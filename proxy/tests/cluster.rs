@@ -425,12 +425,9 @@ async fn without_a_cluster_section_nothing_of_it_runs_or_is_exported() {
     let server = start(&config(upstream, None, LIMIT)).await;
     assert!(server.shared().cluster.is_none());
     assert_eq!(common::metric(&server, "tollgate_cluster_"), 0.0);
-    let text = server.shared().metrics.render(
-        &server
-            .shared()
-            .filter
-            .policy()
-            .sketch_stats(server.shared().now()),
-    );
+    let text = server
+        .shared()
+        .metrics
+        .render(&server.shared().filter.policy(), server.shared().now());
     assert!(!text.contains("tollgate_cluster_"), "{text}");
 }

@@ -100,6 +100,30 @@ async fn a_reload_changes_limits_and_keeps_counters_and_a_bad_one_changes_nothin
 }
 
 #[tokio::test]
+async fn the_penalty_sketches_report_themselves_in_metrics() {
+    let upstream = echo_upstream().await;
+    let text = config(upstream, "2/60s").replace(
+        "limits = [{ rate = \"2/60s\" }]",
+        "limits = [{ rate = \"2/60s\" }]\npenalty = \"5m\"",
+    );
+    assert!(text.contains("penalty = \"5m\""), "{text}");
+    let server = start_from(&file("penalty-metrics", &text)).await;
+    let front = server.local_addr("front").unwrap();
+    let bound = "tollgate_penalty_sketch_overcount_bound{length=\"5m\"}";
+    assert!(metric(&server, "tollgate_penalty_sketch_memory_bytes{length=\"5m\"}") > 0.0);
+    assert_eq!(metric(&server, "tollgate_penalty_sketch_events{length=\"5m\"}"), 0.0);
+    assert!(metric(&server, bound) >= 1.0, "a bound is stated before any mark");
+    for _ in 0..4 {
+        let _ = attempt("127.0.0.8", front).await;
+    }
+    // The third connection went over the limit and marked a penalty: one mark of 65,536.
+    assert!(
+        metric(&server, "tollgate_penalty_sketch_events{length=\"5m\"}") >= 65_536.0,
+        "the penalty's mark is counted"
+    );
+}
+
+#[tokio::test]
 async fn the_admin_endpoint_reports_metrics_offenders_and_estimates() {
     let upstream = echo_upstream().await;
     let path = file("admin", &config(upstream, "2/60s"));

@@ -274,10 +274,7 @@ fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => {
             let policy = shared.filter.policy();
-            text(
-                StatusCode::OK,
-                shared.metrics.render(&policy.sketch_stats(shared.now())),
-            )
+            text(StatusCode::OK, shared.metrics.render(&policy, shared.now()))
         }
         (&Method::GET, "/top") => {
             let n = query(request, "n")

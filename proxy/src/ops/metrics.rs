@@ -12,8 +12,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tollgate_filter::DurationText;
-use tollgate_sketch::Stats;
+use tollgate_filter::{DurationText, Policy};
+use tollgate_sketch::{Stats, Tick};
 
 /// A shared name as a label value (listener and rule names), cloned without copying.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -62,6 +62,11 @@ struct ResultLabel {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct WindowLabel {
     window: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PenaltyLabel {
+    length: String,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -157,6 +162,9 @@ pub struct Metrics {
     sketch_events: Family<WindowLabel, Gauge>,
     sketch_fill: Family<WindowLabel, FloatGauge>,
     sketch_bound: Family<WindowLabel, Gauge>,
+    penalty_memory: Family<PenaltyLabel, Gauge>,
+    penalty_events: Family<PenaltyLabel, Gauge>,
+    penalty_bound: Family<PenaltyLabel, Gauge>,
     /// Bytes held for per-source open-connection counts.
     pub connection_memory: Gauge,
     /// Admin connections open now.
@@ -477,6 +485,9 @@ impl Metrics {
             sketch_events: Family::default(),
             sketch_fill: Family::default(),
             sketch_bound: Family::default(),
+            penalty_memory: Family::default(),
+            penalty_events: Family::default(),
+            penalty_bound: Family::default(),
             connection_memory: Gauge::default(),
             admin_connections: Gauge::default(),
             admin_refused: Counter::default(),
@@ -599,6 +610,23 @@ impl Metrics {
             metrics.sketch_bound.clone(),
         );
         r.register(
+            "penalty_sketch_memory_bytes",
+            "Bytes held by the penalty sketches of each penalty length (two per length)",
+            metrics.penalty_memory.clone(),
+        );
+        r.register(
+            "penalty_sketch_events",
+            "Penalty marks counted in the current window of each penalty length's sketches \
+             (the larger of the two)",
+            metrics.penalty_events.clone(),
+        );
+        r.register(
+            "penalty_sketch_overcount_bound",
+            "The penalty sketches' stated overcount bound (the larger of the two); a penalty \
+             needs its mark to read over 4 times this",
+            metrics.penalty_bound.clone(),
+        );
+        r.register(
             "connection_memory_bytes",
             "Bytes held for per-source open-connection counts",
             metrics.connection_memory.clone(),
@@ -718,18 +746,18 @@ impl Metrics {
             .inc();
     }
 
-    /// The exposition text, with the sketches' own reports taken now.
+    /// The exposition text, with the policy's sketches' own reports taken at `now`.
     #[must_use]
-    pub fn render(&self, sketches: &[Stats]) -> String {
+    pub fn render(&self, policy: &Policy, now: Tick) -> String {
+        let gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
         for family in [&self.sketch_memory, &self.sketch_events, &self.sketch_bound] {
             family.clear();
         }
         self.sketch_fill.clear();
-        for stats in sketches {
+        for stats in policy.sketch_stats(now) {
             let label = WindowLabel {
                 window: DurationText(stats.window).to_string(),
             };
-            let gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
             self.sketch_memory
                 .get_or_create(&label)
                 .set(gauge(stats.memory_bytes as u64));
@@ -740,6 +768,39 @@ impl Metrics {
                 .get_or_create(&label)
                 .set(gauge(stats.overcount_bound));
             self.sketch_fill.get_or_create(&label).set(stats.front_fill);
+        }
+        for family in [
+            &self.penalty_memory,
+            &self.penalty_events,
+            &self.penalty_bound,
+        ] {
+            family.clear();
+        }
+        // Two sketches per penalty length: memory adds up, the rest is the larger of the two.
+        // Summed here, then set: two renders at once each set the whole value.
+        let mut lengths: Vec<(String, Stats)> = Vec::new();
+        for stats in policy.penalty_stats(now) {
+            let length = DurationText(stats.window).to_string();
+            match lengths.iter_mut().find(|(l, _)| *l == length) {
+                Some((_, sum)) => {
+                    sum.memory_bytes += stats.memory_bytes;
+                    sum.events_current = sum.events_current.max(stats.events_current);
+                    sum.overcount_bound = sum.overcount_bound.max(stats.overcount_bound);
+                }
+                None => lengths.push((length, stats)),
+            }
+        }
+        for (length, stats) in lengths {
+            let label = PenaltyLabel { length };
+            self.penalty_memory
+                .get_or_create(&label)
+                .set(gauge(stats.memory_bytes as u64));
+            self.penalty_events
+                .get_or_create(&label)
+                .set(gauge(stats.events_current));
+            self.penalty_bound
+                .get_or_create(&label)
+                .set(gauge(stats.overcount_bound));
         }
         let mut text = String::new();
         // Writing into a String cannot fail.

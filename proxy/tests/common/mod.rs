@@ -117,9 +117,7 @@ pub async fn attempt(from: &str, to: SocketAddr) -> Wire {
 /// The value of the metric line that starts with `prefix` (name and labels), 0 if absent.
 pub fn metric(server: &Server, prefix: &str) -> f64 {
     let shared = server.shared();
-    let text = shared
-        .metrics
-        .render(&shared.filter.policy().sketch_stats(shared.now()));
+    let text = shared.metrics.render(&shared.filter.policy(), shared.now());
     text.lines()
         .find(|line| line.starts_with(prefix))
         .and_then(|line| line.rsplit(' ').next())
