@@ -844,29 +844,21 @@ fn tcp_refusals(raw: &RawTransportOnly, errors: &mut Errors<'_>) {
         ("max_sessions_per_source", &raw.max_sessions_per_source),
         ("max_sessions_per_prefix", &raw.max_sessions_per_prefix),
     ];
-    for (field, value) in udp_only {
-        if let Some(value) = value {
-            errors.0.error(
-                value.span(),
-                format!(
-                    "`{field}` is a UDP setting: a TCP listener cannot honour it; remove it \
-                     (TCP connections are capped by `max_connections` and its per-source and \
-                     per-prefix shares)"
-                ),
-            );
-        }
-    }
+    refuse_fields(&udp_only, errors, |field| {
+        format!(
+            "`{field}` is a UDP setting: a TCP listener cannot honour it; remove it (TCP \
+             connections are capped by `max_connections` and its per-source and per-prefix \
+             shares)"
+        )
+    });
 }
 
 /// Refuses the TCP settings on a UDP listener.
 fn udp_refusals(raw: &RawTransportOnly, errors: &mut Errors<'_>) {
-    let mut refuse = |span: std::ops::Range<usize>, field: &str| {
-        errors.0.error(
-            span,
-            format!("`{field}` is a TCP setting: a UDP listener cannot honour it; remove it"),
-        );
+    let refusal = |field: &str| {
+        format!("`{field}` is a TCP setting: a UDP listener cannot honour it; remove it")
     };
-    let plain = [
+    let tcp_only = [
         ("backlog", &raw.backlog),
         ("connect_timeout", &raw.connect_timeout),
         ("retries", &raw.retries),
@@ -887,17 +879,13 @@ fn udp_refusals(raw: &RawTransportOnly, errors: &mut Errors<'_>) {
         ("idle_timeout", &raw.idle_timeout),
         ("proxy_header_timeout", &raw.proxy_header_timeout),
     ];
-    for (field, value) in plain {
-        if let Some(value) = value {
-            refuse(value.span(), field);
-        }
-    }
+    refuse_fields(&tcp_only, errors, refusal);
     if let Some(trusted) = raw
         .trusted_proxies
         .as_ref()
         .filter(|t| !t.get_ref().is_empty())
     {
-        refuse(trusted.span(), "trusted_proxies");
+        errors.0.error(trusted.span(), refusal("trusted_proxies"));
     }
     if let Some(send) = raw
         .send_proxy
@@ -910,6 +898,20 @@ fn udp_refusals(raw: &RawTransportOnly, errors: &mut Errors<'_>) {
                  v2 (one header per datagram) or none"
                 .to_owned(),
         );
+    }
+}
+
+/// Refuses, at its place, each of `fields` that the file sets, with `refusal(field)` as the
+/// message.
+fn refuse_fields(
+    fields: &[(&str, &Option<Spanned<IgnoredAny>>)],
+    errors: &mut Errors<'_>,
+    refusal: impl Fn(&str) -> String,
+) {
+    for (field, value) in fields {
+        if let Some(value) = value {
+            errors.0.error(value.span(), refusal(field));
+        }
     }
 }
 

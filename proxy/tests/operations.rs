@@ -110,9 +110,20 @@ async fn the_penalty_sketches_report_themselves_in_metrics() {
     let server = start_from(&file("penalty-metrics", &text)).await;
     let front = server.local_addr("front").unwrap();
     let bound = "tollgate_penalty_sketch_overcount_bound{length=\"5m\"}";
-    assert!(metric(&server, "tollgate_penalty_sketch_memory_bytes{length=\"5m\"}") > 0.0);
-    assert_eq!(metric(&server, "tollgate_penalty_sketch_events{length=\"5m\"}"), 0.0);
-    assert!(metric(&server, bound) >= 1.0, "a bound is stated before any mark");
+    assert!(
+        metric(
+            &server,
+            "tollgate_penalty_sketch_memory_bytes{length=\"5m\"}"
+        ) > 0.0
+    );
+    assert_eq!(
+        metric(&server, "tollgate_penalty_sketch_events{length=\"5m\"}"),
+        0.0
+    );
+    assert!(
+        metric(&server, bound) >= 1.0,
+        "a bound is stated before any mark"
+    );
     for _ in 0..4 {
         let _ = attempt("127.0.0.8", front).await;
     }
