@@ -323,7 +323,7 @@ impl Server {
             tokio::select! {
                 _ = hangup.recv() => {
                     tracing::info!("SIGHUP: reloading");
-                    let _ = self.shared.reload();
+                    let _ = self.shared.reload_off_runtime().await;
                 }
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,

@@ -64,6 +64,8 @@ pub enum ReloadError {
     Invalid(PathBuf, tollgate_filter::ConfigErrors),
     /// The policy could not be built (memory too small for its sketches).
     Policy(tollgate_filter::PolicyError),
+    /// The runtime shut down while the reload waited for its thread; nothing changed.
+    Cancelled,
 }
 
 impl std::fmt::Display for ReloadError {
@@ -73,6 +75,7 @@ impl std::fmt::Display for ReloadError {
             ReloadError::Read(path, err) => write!(f, "{}: cannot read: {err}", path.display()),
             ReloadError::Invalid(path, errors) => write!(f, "{}", located(path, errors)),
             ReloadError::Policy(err) => write!(f, "{err}"),
+            ReloadError::Cancelled => write!(f, "the proxy is stopping; nothing was reloaded"),
         }
     }
 }
@@ -294,6 +297,20 @@ impl Shared {
             Err(err) => tracing::error!("reload refused, the old policy stays: {err}"),
         }
         result
+    }
+
+    /// [`Shared::reload`] on a blocking thread, for callers on the runtime (SIGHUP, the admin
+    /// endpoint). Reading the file and resolving upstream host names may block for seconds (a
+    /// DNS server that does not answer, a file on a hung mount), and the runtime's few workers
+    /// serve all traffic meanwhile.
+    pub async fn reload_off_runtime(self: &Arc<Self>) -> Result<(), ReloadError> {
+        let shared = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || shared.reload()).await {
+            Ok(result) => result,
+            // A reload that panicked is a bug: let it surface where it would have inline.
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Err(ReloadError::Cancelled),
+        }
     }
 
     fn try_reload(&self) -> Result<(), ReloadError> {

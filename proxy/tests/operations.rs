@@ -4,6 +4,7 @@
 mod common;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use common::{Wire, admin, admin_as, attempt, echo_upstream, metric};
 use tollgate::config::ProxyConfig;
@@ -132,6 +133,49 @@ async fn the_penalty_sketches_report_themselves_in_metrics() {
         metric(&server, "tollgate_penalty_sketch_events{length=\"5m\"}") >= 65_536.0,
         "the penalty's mark is counted"
     );
+}
+
+/// A reload reads its file (and resolves upstream host names) off the runtime: one that blocks,
+/// as on a hung mount or a DNS server that does not answer, leaves traffic served. The test's
+/// runtime has one thread, so a reload on it would stall every connection.
+#[tokio::test]
+async fn a_reload_that_blocks_on_its_file_leaves_traffic_served() {
+    let upstream = echo_upstream().await;
+    let text = config(upstream, "100/60s");
+    let path = file("blocked-reload", &text);
+    let server = start_from(&path).await;
+    let front = server.local_addr("front").unwrap();
+    // The file becomes a FIFO: reading it blocks until a writer comes.
+    std::fs::remove_file(&path).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&path).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", path.display());
+    let (reading, read_started) = tokio::sync::oneshot::channel::<()>();
+    let (served, was_served) = std::sync::mpsc::channel::<()>();
+    let fifo = path.clone();
+    let writer = std::thread::spawn(move || {
+        // Opening for writing waits for the reload to open the FIFO for reading.
+        let mut file = std::fs::File::options().write(true).open(&fifo).unwrap();
+        let _ = reading.send(());
+        // The file is given once traffic was served, or after 30 s if it never is (the
+        // runtime is stalled then: this thread is what frees it, and the test fails).
+        let served = was_served.recv_timeout(Duration::from_secs(30)).is_ok();
+        std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
+        served
+    });
+    let traffic = async {
+        read_started.await.expect("the reload opened its file");
+        assert_eq!(attempt("127.0.0.4", front).await, Wire::Echoed);
+        let _ = served.send(());
+    };
+    let ((status, body), ()) = tokio::join!(
+        admin_as(&server, "POST", "/reload", Some(TOKEN)),
+        traffic
+    );
+    assert!(
+        writer.join().unwrap(),
+        "a connection was served while the reload waited for its file"
+    );
+    assert_eq!(status, 200, "{body}");
 }
 
 #[tokio::test]

@@ -230,9 +230,11 @@ pub async fn serve(
                 let shared = Arc::clone(&shared);
                 let access = Arc::clone(&access);
                 async move {
-                    let answer = access
-                        .refuses(request.method(), request.headers())
-                        .unwrap_or_else(|| respond(&shared, &request));
+                    let answer = match access.refuses(request.method(), request.headers()) {
+                        Some(refusal) => refusal,
+                        None if is_reload(&request) => reload(&shared).await,
+                        None => respond(&shared, &request),
+                    };
                     Ok::<_, Infallible>(answer)
                 }
             });
@@ -270,6 +272,21 @@ fn query<'a>(request: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
     })
 }
 
+/// `POST /reload`: answered apart from [`respond`] because it waits for a blocking thread.
+fn is_reload(request: &Request<Incoming>) -> bool {
+    request.method() == Method::POST && request.uri().path() == "/reload"
+}
+
+async fn reload(shared: &Arc<Shared>) -> Response<Full<Bytes>> {
+    match shared.reload_off_runtime().await {
+        Ok(()) => text(StatusCode::OK, "reloaded\n".into()),
+        Err(err) => text(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("reload refused; the old policy stays:\n{err}\n"),
+        ),
+    }
+}
+
 fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => {
@@ -297,13 +314,6 @@ fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>
             text(StatusCode::OK, body)
         }
         (&Method::GET, "/estimate") => estimate(shared, query(request, "source")),
-        (&Method::POST, "/reload") => match shared.reload() {
-            Ok(()) => text(StatusCode::OK, "reloaded\n".into()),
-            Err(err) => text(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                format!("reload refused; the old policy stays:\n{err}\n"),
-            ),
-        },
         (&Method::GET, "/") => text(
             StatusCode::OK,
             "GET /metrics\nGET /top?n=20\nGET /estimate?source=ADDRESS\nPOST /reload\n".into(),
