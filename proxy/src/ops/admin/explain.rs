@@ -166,7 +166,7 @@ fn verdict_text(policy: &Policy, verdict: &Verdict) -> String {
     match verdict {
         Verdict::Allow => "allow".into(),
         Verdict::Throttle(t) => format!(
-            "throttle by rule {} limit {} ({} over {} allowed; retry after {}; action {})",
+            "throttle by rule {} limit {} (estimate {}, {} allowed; retry after {}; action {})",
             rule_name(policy, t.at.rule),
             t.at.limit,
             t.estimate,
