@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tollgate_sketch::Tick;
 
 use crate::config::Config;
+use crate::overlay::RuntimeLists;
 use crate::policy::{Event, Policy, PolicyError};
 use crate::remote::Remote;
 use crate::sync::{Mutex, Swap};
@@ -90,6 +91,14 @@ impl Filter {
         let next = Policy::compile(config, Some((&self.policy.load(), now)))?;
         self.policy.store(Arc::new(next));
         Ok(())
+    }
+
+    /// The run-time allow/deny entries (see [`RuntimeLists`]): changes apply to the next
+    /// decision and survive reloads.
+    #[must_use]
+    pub fn lists(&self) -> Arc<RuntimeLists> {
+        self.policy
+            .with(|policy| Arc::clone(policy.runtime_lists()))
     }
 
     /// The policy in force.

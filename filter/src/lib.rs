@@ -33,6 +33,7 @@ mod config;
 mod counter;
 mod filter;
 mod key;
+mod overlay;
 mod packet;
 mod penalty;
 mod policy;
@@ -48,8 +49,12 @@ mod verdict;
 pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX_LIMIT};
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
+pub use overlay::{ListEntry, ListError, ListKind, ListStats, MAX_REASON, RuntimeLists};
 pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
-pub use policy::{Event, LimitEstimate, Policy, PolicyError};
+pub use policy::{
+    Event, Explanation, LimitEstimate, LimitExplanation, Listed, PenaltyState, Policy, PolicyError,
+    RuleExplanation,
+};
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;
 pub use remote::{Remote, Suspect};

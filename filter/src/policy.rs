@@ -11,6 +11,7 @@ use crate::budget::{self, Counts};
 use crate::config::Config;
 use crate::counter::Counter;
 use crate::key::{LimitKey, Source};
+use crate::overlay::{ListEntry, ListKind, RuntimeLists};
 use crate::packet::{PacketInfo, parse_frame};
 use crate::penalty::Penalty;
 use crate::prefix::Prefix;
@@ -18,6 +19,10 @@ use crate::prefix_map::PrefixMap;
 use crate::remote::{Remote, Suspect};
 use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
+
+mod explanation;
+
+pub use explanation::{Explanation, LimitExplanation, PenaltyState, RuleExplanation};
 
 /// One event to decide on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +112,8 @@ struct Compiled {
 pub struct Policy {
     config: Config,
     lists: PrefixMap<(bool, Cidr)>,
+    /// The run-time entries, shared with every policy built from this one.
+    runtime: Arc<RuntimeLists>,
     rules: Vec<Compiled>,
     counters: Vec<Counter>,
     /// The rest of a cluster, if this node is part of one.
@@ -126,8 +133,8 @@ impl Policy {
     /// unchanged survives, and so does every penalty in force: keys carry the rule's name, the
     /// period and the prefix, never a limit's place in the file, and a sketch whose memory share
     /// changed (a period added or removed re-splits `[sketch] memory`) is read alongside its
-    /// successor until its windows have slid out (see the crate's `counter` module). So is
-    /// `previous`'s remote.
+    /// successor until its windows have slid out (see the crate's `counter` module). So are
+    /// `previous`'s remote and its run-time list entries (one [`RuntimeLists`], shared).
     ///
     /// # Errors
     /// [`PolicyError::Memory`] if the memory is too small for the sketches needed (a config
@@ -196,6 +203,7 @@ impl Policy {
         Ok(Policy {
             config,
             lists,
+            runtime: previous.map_or_else(Arc::default, |(p, _)| Arc::clone(&p.runtime)),
             rules,
             counters,
             remote: previous.and_then(|(p, _)| p.remote.clone()),
@@ -212,6 +220,43 @@ impl Policy {
             remote: Some(Shared { remote, threshold }),
             ..self
         }
+    }
+
+    /// The run-time allow/deny entries laid over the config's lists (shared with the
+    /// policies reloads build from this one).
+    #[must_use]
+    pub fn runtime_lists(&self) -> &Arc<RuntimeLists> {
+        &self.runtime
+    }
+
+    /// The list entry deciding for `source` at `now`, from the config's lists and the run-time
+    /// entries together: the longest network holding the source decides; at one network a deny
+    /// entry wins over an allow one, and a run-time entry is reported before the file's.
+    #[must_use]
+    pub fn listed(&self, source: Source, now: Tick) -> Option<Listed> {
+        let file = self
+            .lists
+            .longest_match(source)
+            .map(|(prefix, &(deny, cidr))| (prefix, kind(deny), (cidr, None)));
+        let runtime = self
+            .runtime
+            .find(source, now)
+            .map(|entry| (entry.cidr.prefix, entry.kind, (entry.cidr, Some(entry))));
+        pick(file, runtime).map(|(kind, (cidr, entry))| Listed { kind, cidr, entry })
+    }
+
+    /// [`Policy::listed`] for the decision path: no reference count taken, and the run-time
+    /// entries looked at only when there are some.
+    #[inline]
+    fn list_verdict(&self, source: Source, now: Tick) -> Option<(ListKind, Cidr)> {
+        let file = self
+            .lists
+            .longest_match(source)
+            .map(|(prefix, &(deny, cidr))| (prefix, kind(deny), cidr));
+        let runtime = self.runtime.find_with(source, now, |prefix, entry| {
+            (prefix, entry.kind, entry.cidr)
+        });
+        pick(file, runtime)
     }
 
     /// The config this policy was built from.
@@ -265,7 +310,7 @@ impl Policy {
     /// nothing (the admin's point query). Empty if a list decides for it.
     #[must_use]
     pub fn estimates(&self, source: Source, now: Tick) -> Vec<LimitEstimate> {
-        if self.lists.longest_match(source).is_some() {
+        if self.list_verdict(source, now).is_some() {
             return Vec::new();
         }
         let mut found = Vec::new();
@@ -295,7 +340,7 @@ impl Policy {
     /// `now`, counting nothing (the admin's point query). Empty if a list decides for it.
     #[must_use]
     pub fn penalties(&self, source: Source, now: Tick) -> Vec<usize> {
-        if self.lists.longest_match(source).is_some() {
+        if self.list_verdict(source, now).is_some() {
             return Vec::new();
         }
         let mut found = Vec::new();
@@ -346,11 +391,10 @@ impl Policy {
 
     fn judge(&self, event: &Event, now: Tick, count: bool) -> Decision {
         let source = event.source;
-        if let Some((_, (deny, cidr))) = self.lists.longest_match(source) {
-            return Decision::of(if *deny {
-                Verdict::Deny(DenyReason::Listed(*cidr))
-            } else {
-                Verdict::Allow
+        if let Some((kind, cidr)) = self.list_verdict(source, now) {
+            return Decision::of(match kind {
+                ListKind::Deny => Verdict::Deny(DenyReason::Listed(cidr)),
+                ListKind::Allow => Verdict::Allow,
             });
         }
         let family = usize::from(!matches!(source.addr(), std::net::IpAddr::V4(_)));
@@ -471,6 +515,43 @@ impl Shared {
             now,
         });
         estimate.saturating_add(rest)
+    }
+}
+
+/// The list entry that decides for a source (see [`Policy::listed`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// Allow or deny.
+    pub kind: ListKind,
+    /// The network that matched, as the file wrote it or as the run-time entry holds it.
+    pub cidr: Cidr,
+    /// The run-time entry (its reason and expiry); `None`: the entry is the config file's.
+    pub entry: Option<Arc<ListEntry>>,
+}
+
+fn kind(deny: bool) -> ListKind {
+    if deny {
+        ListKind::Deny
+    } else {
+        ListKind::Allow
+    }
+}
+
+/// Of a file match and a run-time match (each with its network's prefix), the one that
+/// decides: the longer network; at equal length deny before allow, then the run-time one.
+#[inline]
+fn pick<T>(
+    file: Option<(Prefix, ListKind, T)>,
+    runtime: Option<(Prefix, ListKind, T)>,
+) -> Option<(ListKind, T)> {
+    match (file, runtime) {
+        (Some(f), Some(r)) => {
+            let runtime_wins = (r.0.len(), r.1) >= (f.0.len(), f.1);
+            let (_, kind, value) = if runtime_wins { r } else { f };
+            Some((kind, value))
+        }
+        (Some((_, kind, value)), None) | (None, Some((_, kind, value))) => Some((kind, value)),
+        (None, None) => None,
     }
 }
 

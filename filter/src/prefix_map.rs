@@ -41,9 +41,33 @@ impl<V> Family<V> {
             .find_map(|(len, nets)| nets.get(&mask(addr, *len)).map(|value| (*len, value)))
     }
 
+    fn all<'a>(
+        &'a self,
+        addr: u128,
+        mask: impl Fn(u128, u8) -> u128 + 'a,
+    ) -> impl Iterator<Item = (u8, &'a V)> + 'a {
+        self.by_len
+            .iter()
+            .filter_map(move |(len, nets)| nets.get(&mask(addr, *len)).map(|value| (*len, value)))
+    }
+
     fn len(&self) -> usize {
         self.by_len.iter().map(|(_, nets)| nets.len()).sum()
     }
+}
+
+/// The network `addr/prefix` as a map stores it: an IPv4-mapped IPv6 network folded to IPv4,
+/// a prefix of the other family taken as the whole address, host bits cleared.
+pub(crate) fn network(addr: IpAddr, prefix: Prefix) -> (IpAddr, Prefix) {
+    let source = Source::new(addr);
+    let prefix = match (source.addr(), addr, prefix) {
+        // `::ffff:a.b.c.d/len` folds to `a.b.c.d/(len - 96)`.
+        (IpAddr::V4(_), IpAddr::V6(_), Prefix::V6(len)) => Prefix::V4(len.saturating_sub(96)),
+        (IpAddr::V4(_), _, Prefix::V6(_)) => Prefix::V4(32),
+        (IpAddr::V6(_), _, Prefix::V4(_)) => Prefix::V6(128),
+        _ => prefix,
+    };
+    (source.masked(prefix), prefix)
 }
 
 /// A map from networks to values with longest-prefix lookup, for both families.
@@ -86,27 +110,12 @@ impl<V> PrefixMap<V> {
     /// returns the value it replaces. An IPv4-mapped IPv6 network is stored as IPv4. A prefix
     /// of the other family than `addr` is taken as the whole address.
     pub fn insert(&mut self, addr: IpAddr, prefix: Prefix, value: V) -> Option<V> {
-        let source = Source::new(addr);
-        let prefix = match (source.addr(), addr, prefix) {
-            // `::ffff:a.b.c.d/len` folds to `a.b.c.d/(len - 96)`.
-            (IpAddr::V4(_), IpAddr::V6(_), Prefix::V6(len)) => Prefix::V4(len.saturating_sub(96)),
-            _ => prefix,
-        };
-        match source.masked(prefix) {
-            IpAddr::V4(v4) => {
-                let len = match prefix {
-                    Prefix::V4(len) => len,
-                    Prefix::V6(_) => 32,
-                };
-                self.v4.insert(len, u128::from(u32::from(v4)), value)
+        match network(addr, prefix) {
+            (IpAddr::V4(v4), prefix) => {
+                self.v4
+                    .insert(prefix.len(), u128::from(u32::from(v4)), value)
             }
-            IpAddr::V6(v6) => {
-                let len = match prefix {
-                    Prefix::V6(len) => len,
-                    Prefix::V4(_) => 128,
-                };
-                self.v6.insert(len, u128::from(v6), value)
-            }
+            (IpAddr::V6(v6), prefix) => self.v6.insert(prefix.len(), u128::from(v6), value),
         }
     }
 
@@ -126,6 +135,32 @@ impl<V> PrefixMap<V> {
                 .longest(u128::from(v6), |bits, len| mask_u128(bits, u32::from(len)))
                 .map(|(len, value)| (Prefix::V6(len), value)),
         }
+    }
+
+    /// Every network containing `source` with its value, longest first.
+    pub fn matches(&self, source: Source) -> impl Iterator<Item = (Prefix, &V)> {
+        let (v4, v6) = match source.addr() {
+            IpAddr::V4(v4) => (
+                Some(
+                    self.v4
+                        .all(u128::from(u32::from(v4)), |bits, len| {
+                            // The IPv4 table holds 32-bit values widened to u128.
+                            u128::from(mask_u32(bits as u32, u32::from(len)))
+                        })
+                        .map(|(len, value)| (Prefix::V4(len), value)),
+                ),
+                None,
+            ),
+            IpAddr::V6(v6) => (
+                None,
+                Some(
+                    self.v6
+                        .all(u128::from(v6), |bits, len| mask_u128(bits, u32::from(len)))
+                        .map(|(len, value)| (Prefix::V6(len), value)),
+                ),
+            ),
+        };
+        v4.into_iter().flatten().chain(v6.into_iter().flatten())
     }
 
     /// Networks in the map.

@@ -1087,10 +1087,10 @@ pub fn located(path: &std::path::Path, errors: &ConfigErrors) -> String {
     lines.join("\n")
 }
 
-/// A listener's UDP session settings, as the config file writes them.
+/// A UDP listener's session settings, as the config file writes them.
 fn write_sessions(f: &mut fmt::Formatter<'_>, l: &Listener) -> fmt::Result {
     let timeout = toml::Value::String(DurationText(l.session_timeout).to_string());
-    if l.protocol == Protocol::Udp && l.send_proxy != SendProxy::None {
+    if l.send_proxy != SendProxy::None {
         writeln!(f, "send_proxy = \"{}\"", l.send_proxy.as_str())?;
     }
     writeln!(f, "session_timeout = {timeout}")?;
@@ -1185,8 +1185,8 @@ impl fmt::Display for ProxyConfig {
                 "proxy_header_timeout = {}",
                 duration(l.proxy_header_timeout)
             )?;
+            // The UDP session settings are refused on a TCP listener.
             writeln!(f, "send_proxy = {}", quoted(l.send_proxy.as_str()))?;
-            write_sessions(f, l)?;
         }
         if let Some(c) = &self.cluster {
             writeln!(f, "\n[cluster]")?;

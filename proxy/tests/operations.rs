@@ -167,10 +167,8 @@ async fn a_reload_that_blocks_on_its_file_leaves_traffic_served() {
         assert_eq!(attempt("127.0.0.4", front).await, Wire::Echoed);
         let _ = served.send(());
     };
-    let ((status, body), ()) = tokio::join!(
-        admin_as(&server, "POST", "/reload", Some(TOKEN)),
-        traffic
-    );
+    let ((status, body), ()) =
+        tokio::join!(admin_as(&server, "POST", "/reload", Some(TOKEN)), traffic);
     assert!(
         writer.join().unwrap(),
         "a connection was served while the reload waited for its file"

@@ -4,8 +4,17 @@
 //! - `GET /top?n=20`: the most rejected sources;
 //! - `GET /estimate?source=ADDRESS`: where a source stands under each limit of each rule
 //!   (counting nothing);
+//! - `GET /explain?source=ADDRESS[&transport=tcp|udp]`: why a source gets its verdict: the
+//!   list entry, rules, limits, keys, estimates with their overcount bounds, penalties
+//!   (counting nothing);
+//! - `GET /lists`, `POST /lists/allow|deny`, `DELETE /lists/allow|deny?cidr=`: the run-time
+//!   allow/deny entries: at most 10,000, each for at most 7 days, applied at once, kept
+//!   across reloads;
 //! - `POST /reload`: re-read the config file, as SIGHUP does; the answer says what was wrong if
 //!   it is refused.
+//!
+//! `/top`, `/estimate`, `/explain` and `/lists` answer in JSON with `?format=json` or
+//! `Accept: application/json`, in text otherwise; refusals say what was wrong in the same form.
 //!
 //! hyper serves it; the admin sees little traffic, so clarity matters more than speed here.
 //!
@@ -27,32 +36,34 @@
 //!   sending requests or a body slowly.
 //!
 //! A bearer token (`Authorization: Bearer TOKEN`, read at start from `token_file` or
-//! `token_env`) is required for every endpoint that changes state (`POST /reload`: without a
-//! configured token it is refused, SIGHUP still reloads), and for every endpoint when the
-//! admin listens beyond loopback (the config is refused without a token then). Tokens are
+//! `token_env`) is required for every endpoint that changes state (`POST /reload`,
+//! `POST` and `DELETE` on `/lists/...`: without a configured token they are refused, SIGHUP
+//! still reloads, and the list changes are refused even when reads are open), and for every
+//! endpoint when the admin listens beyond loopback (the config is refused without a token then). Tokens are
 //! compared in constant time.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
-use tollgate_filter::{DurationText, Source};
 
 use crate::config::{Admin, TokenSource};
 use crate::listeners::socket;
 use crate::listeners::tcp::relay;
 use crate::shared::Shared;
 
+mod answer;
+mod explain;
+mod lists;
+mod reports;
 mod waiting;
 
+use answer::{Answer, Format, query, text};
 use waiting::Waiting;
 
 /// The admin's bearer token, as read at start.
@@ -129,7 +140,7 @@ impl Access {
 
     /// `None` if a request of `method` with `headers` may be served; otherwise the answer that
     /// refuses it.
-    fn refuses(&self, method: &Method, headers: &HeaderMap) -> Option<Response<Full<Bytes>>> {
+    fn refuses(&self, method: &Method, headers: &HeaderMap) -> Option<Answer> {
         let changes_state = method != Method::GET;
         if !changes_state && !self.everything {
             return None;
@@ -231,9 +242,8 @@ pub async fn serve(
                 let access = Arc::clone(&access);
                 async move {
                     let answer = match access.refuses(request.method(), request.headers()) {
-                        Some(refusal) => refusal,
-                        None if is_reload(&request) => reload(&shared).await,
-                        None => respond(&shared, &request),
+                        Some(refused) => refused,
+                        None => respond(&shared, request).await,
                     };
                     Ok::<_, Infallible>(answer)
                 }
@@ -255,122 +265,63 @@ pub async fn serve(
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
-}
-
-fn query<'a>(request: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
-    request.uri().query()?.split('&').find_map(|pair| {
-        let (key, value) = pair.split_once('=')?;
-        (key == name).then_some(value)
-    })
-}
-
-/// `POST /reload`: answered apart from [`respond`] because it waits for a blocking thread.
-fn is_reload(request: &Request<Incoming>) -> bool {
-    request.method() == Method::POST && request.uri().path() == "/reload"
-}
-
-async fn reload(shared: &Arc<Shared>) -> Response<Full<Bytes>> {
-    match shared.reload_off_runtime().await {
-        Ok(()) => text(StatusCode::OK, "reloaded\n".into()),
-        Err(err) => text(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("reload refused; the old policy stays:\n{err}\n"),
-        ),
+async fn respond(shared: &Arc<Shared>, request: Request<Incoming>) -> Answer {
+    let format = Format::of(&request);
+    let path = request.uri().path().to_owned();
+    if let Some(kind) = lists::kind_of(&path) {
+        return match *request.method() {
+            Method::POST => lists::add(shared, format, kind, request).await,
+            Method::DELETE => lists::remove(shared, format, kind, &request),
+            _ => format.refuse(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!("{path} takes POST (add) or DELETE (remove)"),
+            ),
+        };
     }
-}
-
-fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-    match (request.method(), request.uri().path()) {
+    match (request.method(), path.as_str()) {
         (&Method::GET, "/metrics") => {
             let policy = shared.filter.policy();
-            text(StatusCode::OK, shared.metrics.render(&policy, shared.now()))
+            let now = shared.now();
+            let lists = shared.filter.lists();
+            lists.sweep(now);
+            shared.metrics.set_lists(&lists.stats());
+            text(StatusCode::OK, shared.metrics.render(&policy, now))
         }
         (&Method::GET, "/top") => {
-            let n = query(request, "n")
+            let n = query(&request, "n")
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(20);
-            let mut body = format!(
-                "{:<40} {:>10} {:>10}  last\n",
-                "source", "rejected", "error"
-            );
-            for offender in shared.offenders.top(n) {
-                let _ = writeln!(
-                    body,
-                    "{:<40} {:>10} {:>10}  {}",
-                    offender.source.to_string(),
-                    offender.count,
-                    offender.error,
-                    offender.last
-                );
-            }
-            text(StatusCode::OK, body)
+            reports::top(shared, format, n)
         }
-        (&Method::GET, "/estimate") => estimate(shared, query(request, "source")),
+        (&Method::GET, "/estimate") => {
+            reports::estimate(shared, format, query(&request, "source").as_deref())
+        }
+        (&Method::GET, "/explain") => explain::explain(
+            shared,
+            format,
+            query(&request, "source").as_deref(),
+            query(&request, "transport").as_deref(),
+        ),
+        (&Method::GET, "/lists") => lists::list(shared, format),
+        (&Method::POST, "/reload") => match shared.reload_off_runtime().await {
+            Ok(()) => text(StatusCode::OK, "reloaded\n".into()),
+            Err(err) => format.refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &format!("reload refused; the old policy stays:\n{err}"),
+            ),
+        },
         (&Method::GET, "/") => text(
             StatusCode::OK,
-            "GET /metrics\nGET /top?n=20\nGET /estimate?source=ADDRESS\nPOST /reload\n".into(),
+            "GET /metrics\nGET /top?n=20\nGET /estimate?source=ADDRESS\n\
+             GET /explain?source=ADDRESS[&transport=tcp|udp]\nGET /lists\n\
+             POST /lists/allow, POST /lists/deny  {\"cidr\": ..., \"ttl\": ..., \"reason\": ...}\n\
+             DELETE /lists/allow?cidr=NETWORK, DELETE /lists/deny?cidr=NETWORK\n\
+             POST /reload\n\
+             (?format=json or Accept: application/json for JSON)\n"
+                .into(),
         ),
-        _ => text(
-            StatusCode::NOT_FOUND,
-            "no such endpoint; see GET /\n".into(),
-        ),
+        _ => format.refuse(StatusCode::NOT_FOUND, "no such endpoint; see GET /"),
     }
-}
-
-fn estimate(shared: &Shared, source: Option<&str>) -> Response<Full<Bytes>> {
-    let Some(source) = source else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "say which source: /estimate?source=ADDRESS\n".into(),
-        );
-    };
-    let Ok(addr) = source.parse::<IpAddr>() else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            format!("`{source}` is not an IP address\n"),
-        );
-    };
-    let policy = shared.filter.policy();
-    let found = policy.estimates(Source::new(addr), shared.now());
-    if found.is_empty() {
-        return text(
-            StatusCode::OK,
-            format!("{addr}: no limit applies (a list decides for it, or no rule matches)\n"),
-        );
-    }
-    let mut body = format!(
-        "{:<24} {:>5} {:<44} {:>12} {:>12}\n",
-        "rule", "limit", "counted as", "estimate", "allowed"
-    );
-    for limit in found {
-        let rule = policy.rule(limit.at.rule).map_or("?", |r| r.name.as_str());
-        let _ = writeln!(
-            body,
-            "{:<24} {:>5} {:<44} {:>12} {:>12}",
-            rule,
-            limit.at.limit,
-            format!(
-                "{}/{}",
-                Source::new(addr).masked(limit.prefix),
-                limit.prefix.len()
-            ),
-            limit.estimate,
-            format!(
-                "{}/{}",
-                limit.limit.rate.count,
-                DurationText(limit.limit.rate.per)
-            ),
-        );
-    }
-    text(StatusCode::OK, body)
 }
 
 #[cfg(test)]
@@ -386,7 +337,7 @@ mod tests {
         headers
     }
 
-    fn status(answer: Option<Response<Full<Bytes>>>) -> u16 {
+    fn status(answer: Option<Answer>) -> u16 {
         answer.map_or(200, |a| a.status().as_u16())
     }
 

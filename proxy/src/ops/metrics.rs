@@ -4,7 +4,7 @@
 //! looked up by label only when a rule throttles.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tollgate_filter::{DurationText, Policy};
+use tollgate_filter::{DurationText, ListStats, Policy};
 use tollgate_sketch::{Stats, Tick};
 
 /// A shared name as a label value (listener and rule names), cloned without copying.
@@ -57,6 +57,11 @@ struct UpstreamLabels {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ListLabel {
+    list: &'static str,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -177,6 +182,10 @@ pub struct Metrics {
     pub admin_evicted: Counter,
     /// The process's open-file limit (soft RLIMIT_NOFILE, after raising it at start).
     pub open_files_limit: Gauge,
+    list_entries: Family<ListLabel, Gauge>,
+    list_added: Counter,
+    list_expired: Counter,
+    list_removed: Counter,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
     pub cluster: ClusterMetrics,
     /// The kernel fast path's metrics (exported only when `[kernel]` is configured).
@@ -493,6 +502,10 @@ impl Metrics {
             admin_refused: Counter::default(),
             admin_evicted: Counter::default(),
             open_files_limit: Gauge::default(),
+            list_entries: Family::default(),
+            list_added: Counter::default(),
+            list_expired: Counter::default(),
+            list_removed: Counter::default(),
             cluster: ClusterMetrics::new(),
             kernel: KernelMetrics::new(),
         };
@@ -652,6 +665,26 @@ impl Metrics {
             "The process's open-file limit (soft RLIMIT_NOFILE), raised to the hard limit at start",
             metrics.open_files_limit.clone(),
         );
+        r.register(
+            "list_entries",
+            "Run-time allow and deny entries held (added through the admin endpoint)",
+            metrics.list_entries.clone(),
+        );
+        r.register(
+            "list_added",
+            "Run-time list entries added or replaced through the admin endpoint",
+            metrics.list_added.clone(),
+        );
+        r.register(
+            "list_expired",
+            "Run-time list entries taken out because their time to live ran out",
+            metrics.list_expired.clone(),
+        );
+        r.register(
+            "list_removed",
+            "Run-time list entries removed through the admin endpoint",
+            metrics.list_removed.clone(),
+        );
         if cluster {
             metrics.cluster.register(r);
         }
@@ -744,6 +777,26 @@ impl Metrics {
                 result: if ok { "ok" } else { "error" },
             })
             .inc();
+    }
+
+    /// Copies the run-time lists' counts (kept by the filter) into the exported metrics.
+    pub fn set_lists(&self, stats: &ListStats) {
+        let gauge = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        for (list, held) in [("allow", stats.allow), ("deny", stats.deny)] {
+            self.list_entries
+                .get_or_create(&ListLabel { list })
+                .set(gauge(held));
+        }
+        // Relaxed: statistics, copied from the filter's own counts (only ever growing).
+        self.list_added
+            .inner()
+            .store(stats.added, Ordering::Relaxed);
+        self.list_expired
+            .inner()
+            .store(stats.expired, Ordering::Relaxed);
+        self.list_removed
+            .inner()
+            .store(stats.removed, Ordering::Relaxed);
     }
 
     /// The exposition text, with the policy's sketches' own reports taken at `now`.

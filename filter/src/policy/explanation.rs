@@ -1,0 +1,403 @@
+//! Why a source gets the verdict it gets: every list entry, rule, limit and penalty that
+//! applies to it, read without counting anything (the admin's `/explain`).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use tollgate_sketch::Tick;
+
+use super::{Listed, Policy, retry_after};
+use crate::Event;
+use crate::key::{LimitKey, Source};
+use crate::penalty::Penalty;
+use crate::prefix::Prefix;
+use crate::rules::{Limit, Transport};
+use crate::verdict::{Decision, LimitRef};
+
+/// Everything that decides for one source at one moment (see [`Policy::explain`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Explanation {
+    /// The source (IPv4-mapped IPv6 folded to IPv4).
+    pub source: Source,
+    /// The transport the rules were matched for.
+    pub transport: Transport,
+    /// The list entry that decides for it, if one does (the rules are then not consulted, but
+    /// are still shown).
+    pub listed: Option<Listed>,
+    /// Every rule whose sources and protocol match, in file order.
+    pub rules: Vec<RuleExplanation>,
+    /// The decision an event of `transport` would get now if it had been counted already
+    /// (as [`Policy::recheck`]: nothing counted, no penalty started).
+    pub decision: Decision,
+    /// Whether a cluster's counts are added (see [`crate::Remote`]).
+    pub cluster: bool,
+}
+
+/// One rule as it applies to a source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleExplanation {
+    /// The rule's index (as in [`LimitRef::rule`]).
+    pub rule: usize,
+    /// Its penalty, if it has one and enforces it (shadow rules do not).
+    pub penalty: Option<PenaltyState>,
+    /// Its limits, in file order.
+    pub limits: Vec<LimitExplanation>,
+}
+
+/// A rule's penalty as it stands for a source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PenaltyState {
+    /// The penalty's length.
+    pub length: Duration,
+    /// How long the source still serves it if it is serving it now (to within a millionth
+    /// of the length); `None`: it is not.
+    pub left: Option<Duration>,
+}
+
+/// One limit as it applies to a source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitExplanation {
+    /// The rule and limit.
+    pub at: LimitRef,
+    /// The limit itself.
+    pub limit: Limit,
+    /// The prefix length the source is counted at.
+    pub prefix: Prefix,
+    /// The network counted: the source with the bits past `prefix` cleared.
+    pub network: IpAddr,
+    /// This node's sliding-window estimate: never below the true count, and above it by at
+    /// most `overcount_bound` with high probability.
+    pub estimate: u64,
+    /// The sketch's stated overcount now (`e * N / width` plus what its front may hide).
+    pub overcount_bound: u64,
+    /// What the rest of the cluster counted, as added to the estimate (0 while the key is
+    /// below the cluster's suspect threshold); `None` without a cluster.
+    pub cluster: Option<u64>,
+    /// Whether the estimate (with the cluster's count) is over the limit.
+    pub over: bool,
+    /// If over: how long until it decays to the limit if the source stops.
+    pub retry_after: Option<Duration>,
+}
+
+impl Policy {
+    /// Everything that decides for `source` on `transport` at `now`, counting nothing: the
+    /// list entry that matches, and for every rule that matches, its limits' keys, estimates,
+    /// overcount bounds and verdicts, and its penalty's time left.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_filter::{Config, Filter, Source, Transport, Verdict};
+    /// use tollgate_sketch::Tick;
+    /// let filter = Filter::new(Config::parse(r#"
+    ///     [sketch]
+    ///     memory = "1MiB"
+    ///     [[rule]]
+    ///     name = "per-network"
+    ///     limits = [{ rate = "100/10s", ipv4_prefix = 24 }]
+    /// "#)?)?;
+    /// let why = filter.policy().explain(Source::new("192.0.2.7".parse()?), Transport::Tcp, Tick::ZERO);
+    /// let limit = &why.rules[0].limits[0];
+    /// assert_eq!((limit.network.to_string(), limit.prefix.len()), ("192.0.2.0".into(), 24));
+    /// assert_eq!(why.decision.verdict, Verdict::Allow);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn explain(&self, source: Source, transport: Transport, now: Tick) -> Explanation {
+        let mut rules = Vec::new();
+        for (index, (rule, compiled)) in self.config.rules.iter().zip(&self.rules).enumerate() {
+            if !rule.protocol.matches(transport)
+                || (!compiled.sources.is_empty()
+                    && compiled.sources.longest_match(source).is_none())
+            {
+                continue;
+            }
+            let penalty = compiled
+                .penalty
+                .filter(|_| !rule.shadow)
+                .map(|(length, at)| Penalty {
+                    length,
+                    sketches: [&self.counters[at[0]], &self.counters[at[1]]],
+                });
+            let mut left: Option<Duration> = None;
+            let mut limits = Vec::with_capacity(compiled.limits.len());
+            for (limit_index, bound) in compiled.limits.iter().enumerate() {
+                let limit = bound.limit;
+                let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
+                let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
+                let counter = &self.counters[bound.counter];
+                let estimate = counter.estimate(key.as_bytes(), now);
+                let cluster = self.remote.as_ref().map(|shared| {
+                    shared
+                        .with_rest(&key, &limit, estimate, 0, now)
+                        .saturating_sub(estimate)
+                });
+                let total = estimate.saturating_add(cluster.unwrap_or(0));
+                let over = total > limit.rate.count;
+                if let Some(penalty) = &penalty {
+                    let key = LimitKey::penalty(rule.id, penalty.length, source, prefix);
+                    if let Some(here) = penalty.time_left(&key, now) {
+                        left = Some(left.map_or(here, |l| l.max(here)));
+                    }
+                }
+                limits.push(LimitExplanation {
+                    at: LimitRef {
+                        rule: index,
+                        limit: limit_index,
+                    },
+                    limit,
+                    prefix,
+                    network: source.masked(prefix),
+                    estimate,
+                    overcount_bound: counter.overcount_bound(now),
+                    cluster,
+                    over,
+                    retry_after: over.then(|| retry_after(total, limit.rate.count, limit.rate.per)),
+                });
+            }
+            rules.push(RuleExplanation {
+                rule: index,
+                penalty: penalty.map(|p| PenaltyState {
+                    length: p.length,
+                    left,
+                }),
+                limits,
+            });
+        }
+        let event = Event {
+            source,
+            transport,
+            bytes: 0,
+        };
+        Explanation {
+            source,
+            transport,
+            listed: self.listed(source, now),
+            rules,
+            decision: self.judge(&event, now, false),
+            cluster: self.remote.is_some(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::overlay::ListKind;
+    use crate::rules::Cidr;
+    use crate::verdict::{DenyReason, Verdict};
+    use crate::{Config, Filter};
+
+    const CONFIG: &str = r#"
+        [sketch]
+        memory = "1MiB"
+        [lists]
+        deny = ["198.51.100.0/24"]
+        [[rule]]
+        name = "per-network"
+        limits = [{ rate = "3/10s", ipv4_prefix = 24, ipv6_prefix = 64 }]
+        [[rule]]
+        name = "udp-only"
+        protocol = "udp"
+        limits = [{ rate = "5/1s" }]
+        [[rule]]
+        name = "banned"
+        sources = ["203.0.113.0/24"]
+        penalty = "60s"
+        limits = [{ rate = "1/10s" }]
+    "#;
+
+    fn filter() -> Filter {
+        Filter::new(Config::parse(CONFIG).expect("valid")).expect("fits")
+    }
+
+    fn source(text: &str) -> Source {
+        Source::new(text.parse().expect("an address"))
+    }
+
+    fn tcp(filter: &Filter, text: &str, now: Tick) -> Verdict {
+        let event = Event {
+            source: source(text),
+            transport: Transport::Tcp,
+            bytes: 100,
+        };
+        filter.decide(&event, now).verdict
+    }
+
+    #[test]
+    fn an_allowed_source_sees_its_network_estimate_and_bound_and_explaining_counts_nothing() {
+        let filter = filter();
+        let now = Tick::ZERO;
+        for _ in 0..2 {
+            assert_eq!(tcp(&filter, "192.0.2.7", now), Verdict::Allow);
+        }
+        let policy = filter.policy();
+        let why = policy.explain(source("192.0.2.9"), Transport::Tcp, now);
+        assert_eq!(why.listed, None);
+        assert_eq!(why.decision.verdict, Verdict::Allow);
+        // The UDP rule does not apply to TCP; the third rule's sources do not match.
+        assert_eq!(why.rules.len(), 1);
+        let limit = why.rules[0].limits[0];
+        assert_eq!(limit.network, "192.0.2.0".parse::<IpAddr>().unwrap());
+        assert_eq!(limit.prefix, Prefix::V4(24));
+        assert!(limit.estimate >= 2 && limit.estimate <= 2 + limit.overcount_bound);
+        assert!(!limit.over && limit.retry_after.is_none() && limit.cluster.is_none());
+        assert_eq!(why.rules[0].penalty, None);
+        let before = policy.estimates(source("192.0.2.9"), now);
+        for _ in 0..100 {
+            let _ = policy.explain(source("192.0.2.9"), Transport::Tcp, now);
+        }
+        assert_eq!(policy.estimates(source("192.0.2.9"), now), before);
+        let udp = policy.explain(source("192.0.2.9"), Transport::Udp, now);
+        assert_eq!(udp.rules.len(), 2);
+    }
+
+    #[test]
+    fn a_throttled_ipv6_source_is_explained_by_its_64() {
+        let filter = filter();
+        let now = Tick::ZERO;
+        for host in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::3"] {
+            assert_eq!(tcp(&filter, host, now), Verdict::Allow);
+        }
+        assert!(matches!(
+            tcp(&filter, "2001:db8:1:2::4", now),
+            Verdict::Throttle(_)
+        ));
+        let why = filter
+            .policy()
+            .explain(source("2001:db8:1:2:abcd::9"), Transport::Tcp, now);
+        let limit = why.rules[0].limits[0];
+        assert_eq!(limit.network, "2001:db8:1:2::".parse::<IpAddr>().unwrap());
+        assert_eq!(limit.prefix, Prefix::V6(64));
+        assert!(limit.estimate >= 4, "{}", limit.estimate);
+        assert!(limit.over);
+        assert!(limit.retry_after.is_some_and(|r| r > Duration::ZERO));
+        let Verdict::Throttle(throttle) = why.decision.verdict else {
+            panic!("{:?}", why.decision.verdict);
+        };
+        assert_eq!(throttle.at, limit.at);
+        // Another /64 of the same /48 is untouched.
+        let other = filter
+            .policy()
+            .explain(source("2001:db8:1:3::1"), Transport::Tcp, now);
+        assert_eq!(other.decision.verdict, Verdict::Allow);
+        assert!(!other.rules[0].limits[0].over);
+    }
+
+    #[test]
+    fn a_penalised_source_sees_the_time_left() {
+        let filter = filter();
+        let start = Tick::ZERO + Duration::from_secs(100);
+        assert_eq!(tcp(&filter, "203.0.113.5", start), Verdict::Allow);
+        assert!(matches!(
+            tcp(&filter, "203.0.113.5", start),
+            Verdict::Throttle(_)
+        ));
+        let later = start + Duration::from_secs(15);
+        let why = filter
+            .policy()
+            .explain(source("203.0.113.5"), Transport::Tcp, later);
+        let banned = why.rules.iter().find(|r| r.rule == 2).expect("applies");
+        let penalty = banned.penalty.expect("the rule has a penalty");
+        assert_eq!(penalty.length, Duration::from_secs(60));
+        let left = penalty.left.expect("serving it");
+        let expected = Duration::from_secs(45);
+        assert!(
+            left >= expected && left <= expected + Duration::from_millis(10),
+            "{left:?}"
+        );
+        assert_eq!(
+            why.decision.verdict,
+            Verdict::Deny(DenyReason::Penalty { rule: 2 })
+        );
+        let after = start + Duration::from_secs(61);
+        let why = filter
+            .policy()
+            .explain(source("203.0.113.5"), Transport::Tcp, after);
+        let banned = why.rules.iter().find(|r| r.rule == 2).expect("applies");
+        assert_eq!(banned.penalty.and_then(|p| p.left), None);
+    }
+
+    #[test]
+    fn listed_sources_name_their_entry_from_the_file_or_run_time() {
+        let filter = filter();
+        let now = Tick::ZERO;
+        let why = filter
+            .policy()
+            .explain(source("198.51.100.20"), Transport::Tcp, now);
+        let listed = why.listed.expect("in the file's deny list");
+        assert_eq!(listed.kind, ListKind::Deny);
+        assert_eq!(listed.cidr, Cidr::parse("198.51.100.0/24").unwrap());
+        assert_eq!(listed.entry, None, "from the file");
+        assert_eq!(
+            why.decision.verdict,
+            Verdict::Deny(DenyReason::Listed(listed.cidr))
+        );
+        // A run-time allow of a longer network inside it wins, and says why and until when.
+        let hour = Duration::from_secs(3600);
+        let lists = filter.lists();
+        lists
+            .add(
+                Cidr::parse("198.51.100.16/28").unwrap(),
+                ListKind::Allow,
+                hour,
+                "monitoring".into(),
+                now,
+            )
+            .unwrap();
+        assert_eq!(tcp(&filter, "198.51.100.20", now), Verdict::Allow);
+        let why = filter
+            .policy()
+            .explain(source("198.51.100.20"), Transport::Tcp, now);
+        let listed = why.listed.expect("in the run-time allow list");
+        assert_eq!(listed.kind, ListKind::Allow);
+        let entry = listed.entry.expect("a run-time entry");
+        assert_eq!(
+            (entry.reason.as_str(), entry.expires),
+            ("monitoring", now + hour)
+        );
+        // It survives a reload: the new policy shares the run-time lists.
+        filter
+            .reload(Config::parse(CONFIG).expect("valid"), now)
+            .expect("reloads");
+        assert!(Arc::ptr_eq(&lists, &filter.lists()));
+        assert_eq!(tcp(&filter, "198.51.100.20", now), Verdict::Allow);
+        // And stops applying when its time to live runs out: the file's entry is back.
+        assert!(matches!(
+            tcp(&filter, "198.51.100.20", now + hour),
+            Verdict::Deny(DenyReason::Listed(_))
+        ));
+        let why = filter
+            .policy()
+            .explain(source("198.51.100.20"), Transport::Tcp, now + hour);
+        assert_eq!(why.listed.and_then(|l| l.entry), None);
+    }
+
+    #[test]
+    fn a_run_time_deny_applies_to_the_next_decision() {
+        let filter = filter();
+        let now = Tick::ZERO;
+        assert_eq!(tcp(&filter, "2001:db8:9::1", now), Verdict::Allow);
+        filter
+            .lists()
+            .add(
+                Cidr::parse("2001:db8:9::/48").unwrap(),
+                ListKind::Deny,
+                Duration::from_secs(60),
+                String::new(),
+                now,
+            )
+            .unwrap();
+        assert!(matches!(
+            tcp(&filter, "2001:db8:9::1", now),
+            Verdict::Deny(DenyReason::Listed(c)) if c == Cidr::parse("2001:db8:9::/48").unwrap()
+        ));
+        assert!(
+            filter
+                .policy()
+                .estimates(source("2001:db8:9::1"), now)
+                .is_empty()
+        );
+    }
+}

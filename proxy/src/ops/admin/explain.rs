@@ -1,0 +1,273 @@
+//! `GET /explain?source=ADDRESS[&transport=tcp|udp]`: why a source gets the verdict it gets,
+//! as text or JSON (see [`tollgate_filter::Policy::explain`]). Counts nothing.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use hyper::StatusCode;
+use serde_json::{Value, json};
+use tollgate_filter::{
+    DenyReason, DurationText, Explanation, LimitExplanation, Listed, Policy, Source, Throttle,
+    Transport, Verdict,
+};
+use tollgate_sketch::Tick;
+
+use super::answer::{Answer, Format, json, text};
+use crate::ops::saved_lists::unix_ms_now;
+use crate::shared::Shared;
+
+/// Answers `/explain` for `source` (the query's text) on `transport` (`tcp` when absent).
+pub(crate) fn explain(
+    shared: &Shared,
+    format: Format,
+    source: Option<&str>,
+    transport: Option<&str>,
+) -> Answer {
+    let addr = match source_of(source, "/explain?source=ADDRESS") {
+        Ok(addr) => addr,
+        Err(message) => return format.refuse(StatusCode::BAD_REQUEST, &message),
+    };
+    let transport = match transport {
+        None | Some("tcp") => Transport::Tcp,
+        Some("udp") => Transport::Udp,
+        Some(other) => {
+            return format.refuse(
+                StatusCode::BAD_REQUEST,
+                &format!("transport `{other}` is neither `tcp` nor `udp`"),
+            );
+        }
+    };
+    let policy = shared.filter.policy();
+    let now = shared.now();
+    let why = policy.explain(Source::new(addr), transport, now);
+    match format {
+        Format::Json => json(StatusCode::OK, &to_json(&policy, &why, now)),
+        Format::Text => text(StatusCode::OK, to_text(&policy, &why, now)),
+    }
+}
+
+/// The address in `source`, or a refusal naming what is wrong (`usage` when it is absent).
+pub(crate) fn source_of(source: Option<&str>, usage: &str) -> Result<IpAddr, String> {
+    let source = source.ok_or_else(|| format!("say which source: {usage}"))?;
+    source
+        .parse()
+        .map_err(|_| format!("source `{source}` is not an IP address"))
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn rule_name(policy: &Policy, index: usize) -> &str {
+    policy.rule(index).map_or("?", |r| r.name.as_str())
+}
+
+fn throttle_json(policy: &Policy, throttle: &Throttle) -> Value {
+    json!({
+        "rule": rule_name(policy, throttle.at.rule),
+        "limit": throttle.at.limit,
+        "estimate": throttle.estimate,
+        "allowed": throttle.allowed,
+        "retry_after_ms": millis(throttle.retry_after),
+        "action": throttle.action.as_str(),
+    })
+}
+
+fn verdict_json(policy: &Policy, verdict: &Verdict) -> Value {
+    match verdict {
+        Verdict::Allow => json!({ "verdict": "allow" }),
+        Verdict::Throttle(throttle) => {
+            let mut value = throttle_json(policy, throttle);
+            value["verdict"] = json!("throttle");
+            value
+        }
+        Verdict::Deny(DenyReason::Listed(cidr)) => {
+            json!({ "verdict": "deny", "reason": "listed", "cidr": cidr.to_string() })
+        }
+        Verdict::Deny(DenyReason::Penalty { rule }) => {
+            json!({ "verdict": "deny", "reason": "penalty", "rule": rule_name(policy, *rule) })
+        }
+        Verdict::Deny(DenyReason::Malformed(malformed)) => {
+            json!({ "verdict": "deny", "reason": "malformed", "detail": malformed.to_string() })
+        }
+    }
+}
+
+fn listed_json(listed: &Listed, now: Tick, unix_ms: u64) -> Value {
+    let mut value = json!({
+        "list": listed.kind.as_str(),
+        "cidr": listed.cidr.to_string(),
+        "origin": if listed.entry.is_some() { "runtime" } else { "file" },
+    });
+    if let Some(entry) = &listed.entry {
+        let left = millis(entry.expires.saturating_since(now));
+        value["reason"] = json!(entry.reason);
+        value["expires_in_ms"] = json!(left);
+        value["expires_unix_ms"] = json!(unix_ms.saturating_add(left));
+    }
+    value
+}
+
+fn limit_json(policy: &Policy, limit: &LimitExplanation) -> Value {
+    json!({
+        "limit": limit.at.limit,
+        "rate": limit.limit.rate.to_string(),
+        "count": limit.limit.rate.count,
+        "period_ms": millis(limit.limit.rate.per),
+        "weight": policy.rule(limit.at.rule).map_or("?", |r| r.weight.as_str()),
+        "counted_as": format!("{}/{}", limit.network, limit.prefix.len()),
+        "prefix": limit.prefix.len(),
+        "estimate": limit.estimate,
+        "overcount_bound": limit.overcount_bound,
+        "cluster": limit.cluster,
+        "over": limit.over,
+        "retry_after_ms": limit.retry_after.map(millis),
+    })
+}
+
+fn to_json(policy: &Policy, why: &Explanation, now: Tick) -> Value {
+    let unix_ms = unix_ms_now();
+    let rules: Vec<Value> = why
+        .rules
+        .iter()
+        .map(|rule| {
+            let config = policy.rule(rule.rule);
+            json!({
+                "rule": rule_name(policy, rule.rule),
+                "index": rule.rule,
+                "action": config.map(|r| r.action.as_str()),
+                "shadow": config.is_some_and(|r| r.shadow),
+                "protocol": config.map(|r| r.protocol.as_str()),
+                "penalty": rule.penalty.map(|p| json!({
+                    "length_ms": millis(p.length),
+                    "serving": p.left.is_some(),
+                    "left_ms": p.left.map(millis),
+                })),
+                "limits": rule.limits.iter().map(|l| limit_json(policy, l)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "source": why.source.addr().to_string(),
+        "transport": match why.transport {
+            Transport::Udp => "udp",
+            _ => "tcp",
+        },
+        "verdict": verdict_json(policy, &why.decision.verdict),
+        "shadow": why.decision.shadow.map(|t| throttle_json(policy, &t)),
+        "list": why.listed.as_ref().map(|l| listed_json(l, now, unix_ms)),
+        "rules": rules,
+        "cluster": why.cluster,
+    })
+}
+
+fn verdict_text(policy: &Policy, verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Allow => "allow".into(),
+        Verdict::Throttle(t) => format!(
+            "throttle by rule {} limit {} (estimate {}, {} allowed; retry after {}; action {})",
+            rule_name(policy, t.at.rule),
+            t.at.limit,
+            t.estimate,
+            t.allowed,
+            DurationText(t.retry_after),
+            t.action.as_str()
+        ),
+        Verdict::Deny(DenyReason::Listed(cidr)) => format!("deny: listed ({cidr})"),
+        Verdict::Deny(DenyReason::Penalty { rule }) => {
+            format!(
+                "deny: serving the penalty of rule {}",
+                rule_name(policy, *rule)
+            )
+        }
+        Verdict::Deny(DenyReason::Malformed(m)) => format!("deny: malformed ({m})"),
+    }
+}
+
+fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
+    let mut body = format!(
+        "source   {}\nverdict  {}\n",
+        why.source.addr(),
+        verdict_text(policy, &why.decision.verdict)
+    );
+    if let Some(shadow) = why.decision.shadow {
+        let _ = writeln!(
+            body,
+            "shadow   {}",
+            verdict_text(policy, &Verdict::Throttle(shadow))
+        );
+    }
+    match &why.listed {
+        None => body.push_str("list     no entry matches\n"),
+        Some(listed) => {
+            let _ = write!(body, "list     {} {}", listed.kind.as_str(), listed.cidr);
+            match &listed.entry {
+                None => body.push_str(" (config file)\n"),
+                Some(entry) => {
+                    let _ = writeln!(
+                        body,
+                        " (run time, expires in {}s: {:?})",
+                        entry.expires.saturating_since(now).as_secs(),
+                        entry.reason
+                    );
+                }
+            }
+            body.push_str("         a list decides first: the rules below are not consulted\n");
+        }
+    }
+    if why.rules.is_empty() {
+        body.push_str("rules    none applies\n");
+    }
+    for rule in &why.rules {
+        let config = policy.rule(rule.rule);
+        let _ = write!(
+            body,
+            "rule     {} (action {}{})",
+            rule_name(policy, rule.rule),
+            config.map_or("?", |r| r.action.as_str()),
+            if config.is_some_and(|r| r.shadow) {
+                ", shadow"
+            } else {
+                ""
+            }
+        );
+        match rule.penalty {
+            None => body.push('\n'),
+            Some(p) => match p.left {
+                None => {
+                    let _ = writeln!(body, "; penalty {}, not serving", DurationText(p.length));
+                }
+                Some(left) => {
+                    let _ = writeln!(
+                        body,
+                        "; penalty {}, serving: {} ms left",
+                        DurationText(p.length),
+                        millis(left)
+                    );
+                }
+            },
+        }
+        for limit in &rule.limits {
+            let cluster = limit
+                .cluster
+                .map_or(String::new(), |c| format!(" + {c} from the cluster"));
+            let _ = writeln!(
+                body,
+                "  limit {} {:<12} counted as {}/{}: estimate {} (overcount at most {}){} -> {}",
+                limit.at.limit,
+                limit.limit.rate.to_string(),
+                limit.network,
+                limit.prefix.len(),
+                limit.estimate,
+                limit.overcount_bound,
+                cluster,
+                match limit.retry_after {
+                    Some(retry) => format!("over, back under in {}", DurationText(retry)),
+                    None => "within".into(),
+                }
+            );
+        }
+    }
+    body
+}

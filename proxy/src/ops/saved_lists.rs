@@ -1,0 +1,151 @@
+//! The run-time list entries in a form that outlives the process: expiries as Unix time in
+//! milliseconds instead of ticks of this process's monotonic clock. The state file writes
+//! what [`save`] returns and gives it back to [`restore`] at start.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tollgate_filter::{Cidr, ListEntry, ListError, ListKind, RuntimeLists};
+use tollgate_sketch::Tick;
+
+use crate::shared::Shared;
+
+/// One run-time list entry as a state file keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedEntry {
+    /// The network (host bits cleared).
+    pub cidr: Cidr,
+    /// Allow or deny.
+    pub kind: ListKind,
+    /// When it stops applying, in milliseconds since the Unix epoch.
+    pub expires_unix_ms: u64,
+    /// Why it was added.
+    pub reason: String,
+}
+
+/// Milliseconds since the Unix epoch now (0 if the system clock is before it).
+#[must_use]
+pub fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The entries of `lists` in force at `now`, which is `unix_ms` on the system clock.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use tollgate::ops::saved_lists::{restore, save};
+/// use tollgate_filter::{Cidr, ListKind, RuntimeLists};
+/// use tollgate_sketch::Tick;
+/// let before = RuntimeLists::default();
+/// let hour = Duration::from_secs(3600);
+/// before.add(Cidr::parse("192.0.2.0/24")?, ListKind::Deny, hour, "abuse".into(), Tick::ZERO)?;
+/// let saved = save(&before, Tick::ZERO, 1_700_000_000_000);
+/// assert_eq!(saved[0].expires_unix_ms, 1_700_003_600_000);
+/// // A new process, its clock started later, ten minutes on.
+/// let after = RuntimeLists::default();
+/// let ten_minutes_on = 1_700_000_600_000;
+/// assert_eq!(restore(&after, saved, Tick::ZERO, ten_minutes_on)?, 1);
+/// assert_eq!(after.entries(Tick::ZERO)[0].expires, Tick::ZERO + Duration::from_secs(3000));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub fn save(lists: &RuntimeLists, now: Tick, unix_ms: u64) -> Vec<SavedEntry> {
+    lists
+        .entries(now)
+        .into_iter()
+        .map(|entry| {
+            let left =
+                u64::try_from(entry.expires.saturating_since(now).as_millis()).unwrap_or(u64::MAX);
+            SavedEntry {
+                cidr: entry.cidr,
+                kind: entry.kind,
+                expires_unix_ms: unix_ms.saturating_add(left),
+                reason: entry.reason,
+            }
+        })
+        .collect()
+}
+
+/// Puts `saved` entries back into `lists` at `now`, which is `unix_ms` on the system clock;
+/// entries expired by then are skipped. Returns how many were put back.
+///
+/// # Errors
+/// [`ListError`] if an entry breaks the lists' bounds (an expiry further away than the
+/// longest time to live, a reason too long, more entries than the cap); nothing is restored
+/// then.
+pub fn restore(
+    lists: &RuntimeLists,
+    saved: Vec<SavedEntry>,
+    now: Tick,
+    unix_ms: u64,
+) -> Result<usize, ListError> {
+    let entries = saved
+        .into_iter()
+        .filter(|entry| entry.expires_unix_ms > unix_ms)
+        .map(|entry| ListEntry {
+            cidr: entry.cidr,
+            kind: entry.kind,
+            expires: now + Duration::from_millis(entry.expires_unix_ms - unix_ms),
+            reason: entry.reason,
+        })
+        .collect();
+    lists.restore(entries, now)
+}
+
+impl Shared {
+    /// The run-time list entries in force now, for the state file (see [`save`]).
+    #[must_use]
+    pub fn saved_lists(&self) -> Vec<SavedEntry> {
+        save(&self.filter.lists(), self.now(), unix_ms_now())
+    }
+
+    /// Puts run-time list entries read from the state file back (see [`restore`]); they
+    /// apply at once.
+    ///
+    /// # Errors
+    /// As [`restore`]: nothing is restored then.
+    pub fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
+        restore(&self.filter.lists(), saved, self.now(), unix_ms_now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_through_unix_time_and_expired_ones_stay_out() {
+        let hour = Duration::from_secs(3600);
+        let lists = RuntimeLists::default();
+        let start = Tick::ZERO + hour;
+        for (cidr, kind, ttl) in [
+            ("2001:db8:1:2::/64", ListKind::Deny, hour),
+            ("192.0.2.0/24", ListKind::Allow, hour * 2),
+        ] {
+            lists
+                .add(Cidr::parse(cidr).unwrap(), kind, ttl, cidr.into(), start)
+                .unwrap();
+        }
+        let saved = save(&lists, start, 5_000_000);
+        assert_eq!(
+            saved
+                .iter()
+                .map(|s| (s.kind, s.expires_unix_ms))
+                .collect::<Vec<_>>(),
+            [
+                (ListKind::Allow, 5_000_000 + 7_200_000),
+                (ListKind::Deny, 5_000_000 + 3_600_000)
+            ]
+        );
+        // Restored 90 minutes later by a process whose clock started at zero.
+        let restored = RuntimeLists::default();
+        let later = 5_000_000 + 5_400_000;
+        assert_eq!(restore(&restored, saved, Tick::ZERO, later), Ok(1));
+        let entries = restored.entries(Tick::ZERO);
+        assert_eq!(entries[0].cidr, Cidr::parse("192.0.2.0/24").unwrap());
+        assert_eq!(entries[0].expires, Tick::ZERO + Duration::from_secs(1800));
+        assert_eq!(entries[0].reason, "192.0.2.0/24");
+    }
+}

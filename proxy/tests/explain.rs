@@ -1,0 +1,459 @@
+//! The admin's `/explain` and run-time lists: what decides for a source, counting nothing;
+//! entries added, seen, expired and kept across a reload; bad requests refused by name.
+
+mod common;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::{BOUND, Wire, attempt, echo_upstream, eventually};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tollgate::config::ProxyConfig;
+use tollgate::server::Server;
+use tollgate::shared::Shared;
+use tollgate_filter::{Source, Transport};
+
+const TOKEN: &str = "explain-token";
+
+/// A fresh directory per call, holding the token file and the config file.
+fn dir() -> PathBuf {
+    static DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    // Relaxed: only a distinct number per call is needed.
+    let n = DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tollgate-{}-explain-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("token"), format!("{TOKEN}\n")).unwrap();
+    dir
+}
+
+fn config(dir: &std::path::Path, upstream: &str, rate: &str) -> String {
+    format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+token_file = "{}"
+
+[[listener]]
+name = "front"
+listen = "127.0.0.1:0"
+upstreams = ["{upstream}"]
+
+[lists]
+deny = ["198.51.100.0/24"]
+
+[[rule]]
+name = "per-network"
+limits = [{{ rate = "{rate}", ipv4_prefix = 24, ipv6_prefix = 64 }}]
+
+[[rule]]
+name = "banned"
+sources = ["203.0.113.0/24"]
+penalty = "10m"
+limits = [{{ rate = "1/10s" }}]
+"#,
+        dir.join("token").display()
+    )
+}
+
+/// Starts a proxy from a config file in `dir` (so that it can reload).
+async fn start(dir: &std::path::Path, rate: &str) -> Server {
+    let upstream = echo_upstream().await.to_string();
+    let path = dir.join("tollgate.toml");
+    std::fs::write(&path, config(dir, &upstream, rate)).unwrap();
+    let config = ProxyConfig::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    Server::start(config, Some(path)).await.expect("starts")
+}
+
+/// One HTTP request to the admin endpoint; (status, body).
+async fn request(
+    server: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(server.admin_addr().unwrap())
+        .await
+        .unwrap();
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{authorization}Accept: application/json\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(BOUND, stream.read_to_end(&mut response))
+        .await
+        .expect("admin answers")
+        .unwrap();
+    let response = String::from_utf8(response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_owned());
+    (status, body)
+}
+
+/// A GET answered 200 with JSON.
+async fn get(server: &Server, path: &str) -> Value {
+    let (status, body) = request(server, "GET", path, None, "").await;
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+fn decide(shared: &Arc<Shared>, source: &str) {
+    let source = Source::new(source.parse::<IpAddr>().unwrap());
+    let _ = shared.decide(source, Transport::Tcp, 100);
+}
+
+#[tokio::test]
+async fn explain_names_what_decides_for_allowed_throttled_penalised_and_listed_sources() {
+    let dir = dir();
+    let server = start(&dir, "3/60s").await;
+    let shared = Arc::clone(server.shared());
+
+    // Allowed, IPv4: two events in its /24.
+    decide(&shared, "192.0.2.7");
+    decide(&shared, "192.0.2.8");
+    let why = get(&server, "/explain?source=192.0.2.9").await;
+    assert_eq!(why["verdict"]["verdict"], "allow", "{why}");
+    assert_eq!(why["list"], Value::Null);
+    assert_eq!(why["rules"].as_array().unwrap().len(), 1, "{why}");
+    let limit = &why["rules"][0]["limits"][0];
+    assert_eq!(limit["counted_as"], "192.0.2.0/24", "{why}");
+    assert_eq!(limit["prefix"], 24);
+    assert_eq!(limit["rate"], "3/1m");
+    let estimate = limit["estimate"].as_u64().unwrap();
+    let bound = limit["overcount_bound"].as_u64().unwrap();
+    assert!((2..=2 + bound).contains(&estimate), "{why}");
+    assert_eq!(limit["over"], false);
+    assert_eq!(limit["cluster"], Value::Null);
+
+    // Throttled, IPv6: four addresses of one /64.
+    for host in [
+        "2001:db8:1:2::1",
+        "2001:db8:1:2::2",
+        "2001:db8:1:2::3",
+        "2001:db8:1:2::4",
+    ] {
+        decide(&shared, host);
+    }
+    let why = get(&server, "/explain?source=2001:db8:1:2:ffff::9").await;
+    assert_eq!(why["verdict"]["verdict"], "throttle", "{why}");
+    assert_eq!(why["verdict"]["rule"], "per-network");
+    let limit = &why["rules"][0]["limits"][0];
+    assert_eq!(limit["counted_as"], "2001:db8:1:2::/64", "{why}");
+    assert_eq!(limit["over"], true);
+    assert!(limit["retry_after_ms"].as_u64().unwrap() > 0, "{why}");
+
+    // Penalised: over the `banned` rule's limit once.
+    decide(&shared, "203.0.113.5");
+    decide(&shared, "203.0.113.5");
+    let why = get(&server, "/explain?source=203.0.113.5").await;
+    assert_eq!(why["verdict"]["verdict"], "deny", "{why}");
+    assert_eq!(why["verdict"]["reason"], "penalty");
+    assert_eq!(why["verdict"]["rule"], "banned");
+    let banned = why["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == "banned")
+        .expect("the rule applies");
+    assert_eq!(banned["penalty"]["serving"], true, "{why}");
+    assert_eq!(banned["penalty"]["length_ms"], 600_000);
+    let left = banned["penalty"]["left_ms"].as_u64().unwrap();
+    assert!(left > 590_000 && left <= 600_100, "{why}");
+
+    // Listed in the file.
+    let why = get(&server, "/explain?source=198.51.100.1").await;
+    assert_eq!(why["verdict"]["verdict"], "deny", "{why}");
+    assert_eq!(why["verdict"]["reason"], "listed");
+    assert_eq!(why["list"]["list"], "deny");
+    assert_eq!(why["list"]["cidr"], "198.51.100.0/24");
+    assert_eq!(why["list"]["origin"], "file");
+
+    // The text form says the same for people.
+    let (status, body) = common::admin(&server, "GET", "/explain?source=198.51.100.1").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("verdict  deny: listed (198.51.100.0/24)")
+            && body.contains("list     deny 198.51.100.0/24 (config file)"),
+        "{body}"
+    );
+    let (status, body) = common::admin(&server, "GET", "/explain?source=2001:db8:1:2::1").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("counted as 2001:db8:1:2::/64"), "{body}");
+    assert!(body.contains("over, back under in"), "{body}");
+}
+
+#[tokio::test]
+async fn explaining_a_hundred_times_counts_nothing() {
+    let dir = dir();
+    let server = start(&dir, "100/60s").await;
+    for _ in 0..5 {
+        decide(server.shared(), "192.0.2.50");
+    }
+    let before = get(&server, "/estimate?source=192.0.2.50&format=json").await;
+    assert_eq!(
+        before["limits"][0]["counted_as"], "192.0.2.0/24",
+        "{before}"
+    );
+    for _ in 0..100 {
+        let _ = get(&server, "/explain?source=192.0.2.50").await;
+    }
+    let after = get(&server, "/estimate?source=192.0.2.50&format=json").await;
+    assert_eq!(before, after);
+    let top = get(&server, "/top?format=json").await;
+    assert!(top["top"].is_array(), "{top}");
+}
+
+#[tokio::test]
+async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and_expires() {
+    let dir = dir();
+    let server = start(&dir, "100/60s").await;
+    let front = server.local_addr("front").unwrap();
+    assert_eq!(attempt("127.0.0.7", front).await, Wire::Echoed);
+
+    let (status, body) = request(
+        &server,
+        "POST",
+        "/lists/deny",
+        Some(TOKEN),
+        r#"{"cidr": "127.0.0.7", "ttl": "1h", "reason": "ticket 42"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_ne!(
+        attempt("127.0.0.7", front).await,
+        Wire::Echoed,
+        "denied at once"
+    );
+    assert_eq!(attempt("127.0.0.8", front).await, Wire::Echoed);
+
+    let why = get(&server, "/explain?source=127.0.0.7").await;
+    assert_eq!(why["verdict"]["reason"], "listed", "{why}");
+    assert_eq!(why["list"]["origin"], "runtime");
+    assert_eq!(why["list"]["cidr"], "127.0.0.7/32");
+    assert_eq!(why["list"]["reason"], "ticket 42");
+    let left = why["list"]["expires_in_ms"].as_u64().unwrap();
+    assert!(left > 3_500_000 && left <= 3_600_000, "{why}");
+
+    let lists = get(&server, "/lists").await;
+    assert_eq!(lists["entries"].as_array().unwrap().len(), 1, "{lists}");
+    assert_eq!(lists["capacity"], 10_000);
+    let (_, metrics) = request(&server, "GET", "/metrics", None, "").await;
+    assert!(
+        metrics.contains("tollgate_list_entries{list=\"deny\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tollgate_list_added_total 1"), "{metrics}");
+
+    // A reload (the file unchanged) keeps it.
+    let (status, body) = request(&server, "POST", "/reload", Some(TOKEN), "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(attempt("127.0.0.7", front).await, Wire::Echoed);
+    assert_eq!(
+        get(&server, "/explain?source=127.0.0.7").await["list"]["origin"],
+        "runtime"
+    );
+
+    // Removed on request: the source passes again.
+    let (status, body) = request(
+        &server,
+        "DELETE",
+        "/lists/deny?cidr=127.0.0.7%2F32",
+        Some(TOKEN),
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(attempt("127.0.0.7", front).await, Wire::Echoed);
+
+    // An entry of one millisecond runs out by itself and is counted as expired.
+    let (status, body) = request(
+        &server,
+        "POST",
+        "/lists/allow",
+        Some(TOKEN),
+        r#"{"cidr": "2001:db8::/32", "ttl": "1ms"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let shared = Arc::clone(server.shared());
+    eventually(|| shared.filter.lists().entries(shared.now()).is_empty()).await;
+    let lists = get(&server, "/lists").await;
+    assert_eq!(lists["entries"], serde_json::json!([]), "{lists}");
+    let (_, metrics) = request(&server, "GET", "/metrics", None, "").await;
+    assert!(
+        metrics.contains("tollgate_list_expired_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tollgate_list_removed_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tollgate_list_entries{list=\"allow\"} 0"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn bad_list_requests_are_refused_naming_what_is_wrong() {
+    let dir = dir();
+    let server = start(&dir, "100/60s").await;
+    let post = |path: &'static str, token: Option<&'static str>, body: String| {
+        let server = &server;
+        async move { request(server, "POST", path, token, &body).await }
+    };
+    let refused = |answer: (u16, String), status: u16, words: &str| {
+        assert_eq!(answer.0, status, "{}", answer.1);
+        let error: Value = serde_json::from_str(&answer.1).unwrap();
+        let message = error["error"].as_str().unwrap();
+        assert!(message.contains(words), "{message}");
+    };
+    let ok = r#"{"cidr": "192.0.2.0/24", "ttl": 60}"#.to_owned();
+    // No token, a wrong one: 401; the entry is not added.
+    let (status, _) = post("/lists/deny", None, ok.clone()).await;
+    assert_eq!(status, 401);
+    let (status, _) = post("/lists/deny", Some("wrong"), ok.clone()).await;
+    assert_eq!(status, 401);
+    let (status, _) = request(&server, "DELETE", "/lists/deny?cidr=192.0.2.0/24", None, "").await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        get(&server, "/lists").await["entries"],
+        serde_json::json!([])
+    );
+    refused(
+        post(
+            "/lists/deny",
+            Some(TOKEN),
+            r#"{"cidr": "192.0.2.300/24", "ttl": 60}"#.into(),
+        )
+        .await,
+        400,
+        "`192.0.2.300` is not an IP address",
+    );
+    refused(
+        post(
+            "/lists/deny",
+            Some(TOKEN),
+            r#"{"cidr": "192.0.2.0/33", "ttl": 60}"#.into(),
+        )
+        .await,
+        400,
+        "192.0.2.0/33",
+    );
+    refused(
+        post(
+            "/lists/allow",
+            Some(TOKEN),
+            r#"{"cidr": "192.0.2.0/24", "ttl": "8d"}"#.into(),
+        )
+        .await,
+        400,
+        "ttl",
+    );
+    refused(
+        post(
+            "/lists/allow",
+            Some(TOKEN),
+            r#"{"cidr": "192.0.2.0/24", "ttl": 604801}"#.into(),
+        )
+        .await,
+        400,
+        "at most 604800s",
+    );
+    refused(
+        post(
+            "/lists/allow",
+            Some(TOKEN),
+            r#"{"cidr": "192.0.2.0/24", "ttl": 0}"#.into(),
+        )
+        .await,
+        400,
+        "more than 0",
+    );
+    refused(
+        post(
+            "/lists/allow",
+            Some(TOKEN),
+            r#"{"cidr": "192.0.2.0/24", "tll": 60}"#.into(),
+        )
+        .await,
+        400,
+        "unknown field `tll`",
+    );
+    refused(
+        post(
+            "/lists/allow",
+            Some(TOKEN),
+            format!(
+                r#"{{"cidr": "192.0.2.0/24", "ttl": 60, "reason": "{}"}}"#,
+                "x".repeat(300)
+            ),
+        )
+        .await,
+        400,
+        "at most 256",
+    );
+    refused(
+        post("/lists/allow", Some(TOKEN), "x".repeat(5000)).await,
+        413,
+        "at most 4096 bytes",
+    );
+    refused(
+        request(
+            &server,
+            "DELETE",
+            "/lists/allow?cidr=192.0.2.0/24",
+            Some(TOKEN),
+            "",
+        )
+        .await,
+        404,
+        "no run-time allow entry for 192.0.2.0/24",
+    );
+    refused(
+        request(&server, "GET", "/explain?source=nonsense", None, "").await,
+        400,
+        "`nonsense` is not an IP address",
+    );
+    refused(
+        request(&server, "GET", "/explain", None, "").await,
+        400,
+        "say which source",
+    );
+    assert_eq!(
+        get(&server, "/lists").await["entries"],
+        serde_json::json!([])
+    );
+}
+
+#[tokio::test]
+async fn without_a_token_list_changes_are_refused_while_reads_stay_open() {
+    let upstream = echo_upstream().await;
+    let server = common::start(&format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n[[listener]]\nname = \"front\"\nlisten = \
+         \"127.0.0.1:0\"\nupstreams = [\"{upstream}\"]\n[[rule]]\nname = \"r\"\nlimits = \
+         [{{ rate = \"10/1s\" }}]\n"
+    ))
+    .await;
+    let (status, body) = request(
+        &server,
+        "POST",
+        "/lists/deny",
+        Some("anything"),
+        r#"{"cidr": "127.0.0.1", "ttl": 60}"#,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("needs a token"), "{body}");
+    let lists = get(&server, "/lists").await;
+    assert_eq!(lists["entries"], serde_json::json!([]));
+}
