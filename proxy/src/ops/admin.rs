@@ -51,6 +51,7 @@ use crate::listeners::socket;
 use crate::listeners::tcp::relay;
 use crate::shared::Shared;
 
+mod status;
 mod waiting;
 
 use waiting::Waiting;
@@ -307,9 +308,14 @@ fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>
                 format!("reload refused; the old policy stays:\n{err}\n"),
             ),
         },
-        (&Method::GET, "/") => text(
+        (&Method::GET, "/") if status::wants_html(request.headers()) => status::page(),
+        (&Method::GET, "/status.json") => status::json(shared),
+        (&Method::GET, "/status.js") => status::script(),
+        (&Method::GET, "/" | "/index.txt") => text(
             StatusCode::OK,
-            "GET /metrics\nGET /top?n=20\nGET /estimate?source=ADDRESS\nPOST /reload\n".into(),
+            "GET /metrics\nGET /top?n=20\nGET /estimate?source=ADDRESS\nPOST /reload\n\
+             GET /status.json\nGET / (Accept: text/html): the status page\n"
+                .into(),
         ),
         _ => text(
             StatusCode::NOT_FOUND,

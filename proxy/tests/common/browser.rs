@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long one Chromium run may take before it is killed.
-const RUN_BOUND: Duration = Duration::from_secs(60);
+const RUN_BOUND: Duration = Duration::from_secs(30);
 
 /// The Chromium binary; panics (failing the test, never passing it) when there is none.
 pub fn chromium() -> PathBuf {
@@ -33,10 +33,12 @@ pub fn chromium() -> PathBuf {
     );
 }
 
-/// Runs headless Chromium on `url` with `extra` flags, in a fresh profile under `scratch`;
+/// Runs headless Chromium on `url` with `extra` flags, in a fresh profile under `scratch`,
+/// letting the page's timers run for `virtual_ms` of virtual time (Chromium advances it
+/// while the page waits for nothing but timers, and holds it while a fetch is answered);
 /// its standard output. Panics if it fails or outlives [`RUN_BOUND`].
-fn run(scratch: &Path, url: &str, extra: &[String]) -> Vec<u8> {
-    let profile = scratch.join(format!("profile-{}", extra.len()));
+fn run(scratch: &Path, url: &str, virtual_ms: u32, extra: &[String]) -> Vec<u8> {
+    let profile = scratch.join("profile");
     let _ = std::fs::remove_dir_all(&profile);
     std::fs::create_dir_all(&profile).expect("a profile dir");
     let mut child = Command::new(chromium())
@@ -56,10 +58,8 @@ fn run(scratch: &Path, url: &str, extra: &[String]) -> Vec<u8> {
             "--hide-scrollbars",
             "--force-device-scale-factor=1",
             "--window-size=1200,900",
-            // Lets the page's timers run (its polls) before the DOM or picture is taken;
-            // virtual time waits for the page's fetches to be answered.
-            "--virtual-time-budget=4000",
         ])
+        .arg(format!("--virtual-time-budget={virtual_ms}"))
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(extra)
         .arg(url)
@@ -104,15 +104,21 @@ fn run(scratch: &Path, url: &str, extra: &[String]) -> Vec<u8> {
     out
 }
 
-/// The DOM of `url` after its scripts ran (`--dump-dom`).
-pub fn dom(scratch: &Path, url: &str) -> String {
-    String::from_utf8(run(scratch, url, &["--dump-dom".to_owned()])).expect("UTF-8 DOM")
+/// The DOM of `url` after its scripts ran for `virtual_ms` (`--dump-dom`).
+pub fn dom(scratch: &Path, url: &str, virtual_ms: u32) -> String {
+    String::from_utf8(run(scratch, url, virtual_ms, &["--dump-dom".to_owned()])).expect("UTF-8 DOM")
 }
 
-/// A 1200x900 screenshot of `url`, written to `png`; its bytes.
-pub fn screenshot(scratch: &Path, url: &str, png: &Path) -> Vec<u8> {
+/// A 1200x900 screenshot of `url` after its scripts ran for `virtual_ms`, written to `png`;
+/// its bytes.
+pub fn screenshot(scratch: &Path, url: &str, virtual_ms: u32, png: &Path) -> Vec<u8> {
     let _ = std::fs::remove_file(png);
-    run(scratch, url, &[format!("--screenshot={}", png.display())]);
+    run(
+        scratch,
+        url,
+        virtual_ms,
+        &[format!("--screenshot={}", png.display())],
+    );
     std::fs::read(png).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", png.display()))
 }
 
