@@ -46,5 +46,9 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Also write the report as a self-contained HTML page to this file (a chart of the
+        /// verdicts over time, the rules' totals, the top sources and prefixes).
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
 }

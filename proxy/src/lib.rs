@@ -38,6 +38,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode, Box<dyn std::error
             capture,
             top,
             json,
-        } => Ok(tools::replay::replay(&config, &capture, top, json, out)?),
+            html,
+        } => Ok(tools::replay::replay(
+            &config,
+            &capture,
+            top,
+            json,
+            html.as_deref(),
+            out,
+        )?),
     }
 }

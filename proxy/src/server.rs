@@ -18,7 +18,7 @@ use crate::listeners::tcp::Frontend;
 use crate::listeners::udp::UdpFrontend;
 use crate::listeners::{socket, tcp, udp};
 use crate::ops::admin;
-use crate::shared::Shared;
+use crate::shared::{Running, Shared};
 
 /// Why the proxy could not start.
 #[derive(Debug)]
@@ -141,6 +141,11 @@ impl Server {
                         .get_ref()
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
+                    shared.listening(Running {
+                        name: config.name.clone(),
+                        protocol: Protocol::Tcp,
+                        address,
+                    });
                     let frontend = Arc::new(Frontend::new(config, &shared));
                     server.tasks.push(tokio::spawn(tcp::serve(
                         Arc::clone(&shared),
@@ -156,6 +161,11 @@ impl Server {
                     let address = socket
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
+                    shared.listening(Running {
+                        name: config.name.clone(),
+                        protocol: Protocol::Udp,
+                        address,
+                    });
                     let sessions = budget.sessions(&config);
                     let frontend = Arc::new(UdpFrontend::new(config, address, &shared, sessions));
                     server.tasks.push(tokio::spawn(udp::serve(

@@ -2,7 +2,7 @@
 //! the offender list, the rejection log budget and the cluster link; and the one place a
 //! decision is made.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,7 @@ use tollgate_filter::{
 use tollgate_sketch::{Clock, ConcurrencySketch, MonotonicClock, Tick};
 
 use crate::cluster::Cluster;
-use crate::config::{ProxyConfig, Settings, located};
+use crate::config::{Protocol, ProxyConfig, Settings, located};
 use crate::ops::log_limit::LogLimit;
 use crate::ops::metrics::{ListenerMetrics, Metrics, Refusal};
 use crate::ops::offenders::Offenders;
@@ -51,6 +51,19 @@ pub struct Shared {
     /// The config last loaded successfully (listener changes need a restart: a reload
     /// compares against it to say so).
     loaded: Mutex<ProxyConfig>,
+    /// The listeners serving now, as bound (the admin's status page shows them).
+    running: Mutex<Vec<Running>>,
+}
+
+/// A listener serving now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Running {
+    /// Its name (the config's, and its metrics' label).
+    pub name: String,
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// The address it is bound to (the port the system chose for port 0).
+    pub address: SocketAddr,
 }
 
 /// Why a reload was refused; the old policy stays in force.
@@ -150,6 +163,7 @@ impl Shared {
             metrics,
             path,
             loaded: Mutex::new(config),
+            running: Mutex::new(Vec::new()),
         })
     }
 
@@ -282,6 +296,23 @@ impl Shared {
         if self.logs.allow() {
             tracing::info!(listener = &*listener.name.0, %source, why, "rejected");
         }
+    }
+
+    /// Records a listener that is bound and serving.
+    pub fn listening(&self, listener: Running) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(listener);
+    }
+
+    /// The listeners serving now, in the order they were bound.
+    #[must_use]
+    pub fn running(&self) -> Vec<Running> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Re-reads the config file and swaps in its policy, keeping the counters of unchanged

@@ -1,13 +1,14 @@
 //! `tollgate replay` end to end: a generated capture with known traffic replays to the verdicts
 //! the policy implies, and a cut capture reports what it read, then fails.
 
+mod common;
+
 use std::net::Ipv6Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use etherparse::PacketBuilder;
-use pcap_file::pcap::{PcapPacket, PcapWriter};
+use common::capture::{v4_frame, v6_frame, write_timed_pcap};
 
 const POLICY: &str = r#"
 [sketch]
@@ -28,27 +29,6 @@ fn dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tollgate-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     dir
-}
-
-fn v4_frame(src: [u8; 4]) -> Vec<u8> {
-    let mut frame = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4(src, [198, 51, 100, 1], 64)
-        .tcp(40_000, 443, 1, 64_240)
-        .syn()
-        .write(&mut frame, &[])
-        .expect("a frame");
-    frame
-}
-
-fn v6_frame(src: Ipv6Addr) -> Vec<u8> {
-    let mut frame = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv6(src.octets(), Ipv6Addr::LOCALHOST.octets(), 64)
-        .udp(5353, 53)
-        .write(&mut frame, b"q")
-        .expect("a frame");
-    frame
 }
 
 /// Benign sources (5 each, 50 sources in 50 /24s), three heavy sources (50 each, separate
@@ -77,7 +57,7 @@ fn capture() -> Vec<Vec<u8>> {
 }
 
 /// Writes `frames` spread evenly over two seconds of capture time.
-fn write_pcap(path: &PathBuf, frames: &[Vec<u8>]) {
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     let step = Duration::from_secs(2) / frames.len() as u32;
     let timed: Vec<(Duration, Vec<u8>)> = frames
         .iter()
@@ -85,17 +65,6 @@ fn write_pcap(path: &PathBuf, frames: &[Vec<u8>]) {
         .map(|(i, frame)| (step * i as u32, frame.clone()))
         .collect();
     write_timed_pcap(path, &timed);
-}
-
-/// Writes `frames`, each at its offset from the capture's start.
-fn write_timed_pcap(path: &PathBuf, frames: &[(Duration, Vec<u8>)]) {
-    let file = std::fs::File::create(path).expect("created");
-    let mut writer = PcapWriter::new(file).expect("a pcap writer");
-    for (offset, frame) in frames {
-        let at = Duration::from_secs(1_700_000_000) + *offset;
-        let packet = PcapPacket::new(at, frame.len() as u32, frame);
-        writer.write_packet(&packet).expect("written");
-    }
 }
 
 fn replay(capture: &PathBuf, json: bool) -> (bool, String) {

@@ -61,6 +61,7 @@ mod answer;
 mod explain;
 mod lists;
 mod reports;
+mod status;
 mod waiting;
 
 use answer::{Answer, Format, query, text};
@@ -310,13 +311,17 @@ async fn respond(shared: &Arc<Shared>, request: Request<Incoming>) -> Answer {
                 &format!("reload refused; the old policy stays:\n{err}"),
             ),
         },
-        (&Method::GET, "/") => text(
+        (&Method::GET, "/") if status::wants_html(request.headers()) => status::page(),
+        (&Method::GET, "/status.json") => status::json(shared),
+        (&Method::GET, "/status.js") => status::script(),
+        (&Method::GET, "/" | "/index.txt") => text(
             StatusCode::OK,
             "GET /metrics\nGET /top?n=20\nGET /estimate?source=ADDRESS\n\
              GET /explain?source=ADDRESS[&transport=tcp|udp]\nGET /lists\n\
              POST /lists/allow, POST /lists/deny  {\"cidr\": ..., \"ttl\": ..., \"reason\": ...}\n\
              DELETE /lists/allow?cidr=NETWORK, DELETE /lists/deny?cidr=NETWORK\n\
              POST /reload\n\
+             GET /status.json\nGET / (Accept: text/html): the status page\n\
              (?format=json or Accept: application/json for JSON)\n"
                 .into(),
         ),

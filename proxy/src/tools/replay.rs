@@ -13,8 +13,16 @@ use tollgate_sketch::Tick;
 
 use crate::tools::capture::for_each_frame;
 
+mod html;
+
 /// Buckets in the allowed/throttled timeline (the width grows with the capture's length).
 const TIMELINE_BUCKETS: u64 = 60;
+
+/// The timeline's bucket length in milliseconds for a capture spanning `span_ms`: at most
+/// [`TIMELINE_BUCKETS`] + 1 buckets, each at least 1 ms.
+fn bucket_width(span_ms: u64) -> u64 {
+    span_ms / TIMELINE_BUCKETS + 1
+}
 
 /// Verdict totals.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -51,8 +59,20 @@ pub struct Bucket {
     pub start_ms: u64,
     /// Frames allowed in it.
     pub allowed: u64,
-    /// Frames throttled or denied in it.
+    /// Frames throttled or denied in it (`throttled + denied`).
     pub refused: u64,
+    /// Frames over a limit in it.
+    pub throttled: u64,
+    /// Frames denied in it: a denied network, a penalty, or a frame that could not be parsed.
+    pub denied: u64,
+}
+
+/// What became of one frame, for the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Allowed,
+    Throttled,
+    Denied,
 }
 
 /// What the rules would have done with a capture.
@@ -81,8 +101,8 @@ struct Tally<'a> {
     per_rule: Vec<(u64, u64)>,
     sources: HashMap<IpAddr, u64>,
     prefixes: HashMap<String, u64>,
-    /// `(offset from the first frame, refused)` per frame, bucketed at the end.
-    times: Vec<(Duration, bool)>,
+    /// `(offset from the first frame, outcome)` per frame, bucketed at the end.
+    times: Vec<(Duration, Outcome)>,
 }
 
 impl Tally<'_> {
@@ -95,7 +115,7 @@ impl Tally<'_> {
             ),
             Err(_) => {
                 self.totals.malformed += 1;
-                self.times.push((at, true));
+                self.times.push((at, Outcome::Denied));
                 return;
             }
         };
@@ -103,10 +123,10 @@ impl Tally<'_> {
             self.totals.shadow += 1;
             self.per_rule[shadow.at.rule].1 += 1;
         }
-        let refused = match decision.verdict {
+        let outcome = match decision.verdict {
             Verdict::Allow => {
                 self.totals.allowed += 1;
-                false
+                Outcome::Allowed
             }
             Verdict::Throttle(throttle) => {
                 self.totals.throttled += 1;
@@ -118,18 +138,18 @@ impl Tally<'_> {
                         .entry(self.prefix_of(&throttle, source))
                         .or_default() += 1;
                 }
-                true
+                Outcome::Throttled
             }
             Verdict::Deny(DenyReason::Penalty { .. }) => {
                 self.totals.denied_penalty += 1;
-                true
+                Outcome::Denied
             }
             Verdict::Deny(_) => {
                 self.totals.denied_listed += 1;
-                true
+                Outcome::Denied
             }
         };
-        self.times.push((at, refused));
+        self.times.push((at, outcome));
     }
 
     /// The throttled limit's key as text: `203.0.113.0/24`.
@@ -154,21 +174,24 @@ impl Tally<'_> {
             .map(|(at, _)| *at)
             .max()
             .unwrap_or_default();
-        let width = (span.as_millis() as u64 / TIMELINE_BUCKETS + 1).max(1);
+        let width = bucket_width(span.as_millis() as u64);
         // Keyed by start, so frames out of timestamp order still land in one bucket each.
         let mut buckets: BTreeMap<u64, Bucket> = BTreeMap::new();
-        for (at, refused) in &self.times {
+        for (at, outcome) in &self.times {
             let start_ms = at.as_millis() as u64 / width * width;
             let bucket = buckets.entry(start_ms).or_insert(Bucket {
                 start_ms,
                 allowed: 0,
                 refused: 0,
+                throttled: 0,
+                denied: 0,
             });
-            if *refused {
-                bucket.refused += 1;
-            } else {
-                bucket.allowed += 1;
+            match outcome {
+                Outcome::Allowed => bucket.allowed += 1,
+                Outcome::Throttled => bucket.throttled += 1,
+                Outcome::Denied => bucket.denied += 1,
             }
+            bucket.refused = bucket.throttled + bucket.denied;
         }
         let timeline: Vec<Bucket> = buckets.into_values().collect();
         let most = |counts: Vec<(String, u64)>| {
@@ -206,8 +229,9 @@ impl Tally<'_> {
 }
 
 /// Replays `capture` through the policy in `config_path`, writing the report (text, or JSON
-/// with `json`) to `out`. Exit code 0, or 1 if the policy is invalid or the capture is cut short
-/// (the report of what was read is written first).
+/// with `json`) to `out`, and with `html` also as a self-contained HTML page to that file.
+/// Exit code 0, or 1 if the policy is invalid, the capture is cut short (the report of what was
+/// read is written first) or the HTML file cannot be written (said on `out`).
 ///
 /// # Errors
 /// Only if `out` cannot be written.
@@ -216,6 +240,7 @@ pub fn replay(
     capture: &Path,
     top: usize,
     json: bool,
+    html: Option<&Path>,
     out: &mut dyn Write,
 ) -> std::io::Result<std::process::ExitCode> {
     use std::process::ExitCode;
@@ -257,13 +282,31 @@ pub fn replay(
     } else {
         write_text(&report, capture, out)?;
     }
-    match result {
-        Ok(_) => Ok(ExitCode::SUCCESS),
-        Err(err) => {
-            writeln!(out, "{}: {err}", capture.display())?;
-            Ok(ExitCode::FAILURE)
+    let mut ok = true;
+    if let Some(path) = html {
+        let written = std::fs::File::create(path).and_then(|file| {
+            let mut file = std::io::BufWriter::new(file);
+            html::write(&report, capture, config_path, &mut file)?;
+            file.flush()
+        });
+        if let Err(err) = written {
+            writeln!(
+                out,
+                "{}: cannot write the HTML report: {err}",
+                path.display()
+            )?;
+            ok = false;
         }
     }
+    if let Err(err) = result {
+        writeln!(out, "{}: {err}", capture.display())?;
+        ok = false;
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn write_text(report: &Report, capture: &Path, out: &mut dyn Write) -> std::io::Result<()> {

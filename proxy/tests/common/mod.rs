@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod browser;
+pub mod capture;
 pub mod process;
 
 use std::io::ErrorKind;
