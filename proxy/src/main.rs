@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             }
             match format {
                 // A log store reads one object per line: the error is one more event.
-                LogFormat::Json => tracing::error!(error = %err, causes = ?causes, "stopped"),
+                LogFormat::Json => tracing::error!(error = %err, causes = ?causes, "failed"),
                 LogFormat::Text => {
                     eprintln!("error: {err}");
                     for cause in causes {

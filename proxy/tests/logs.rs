@@ -167,8 +167,8 @@ fn a_failed_start_is_a_json_line_too() {
     let lines = json_lines(&std::fs::read(&run.stderr).unwrap());
     let error = lines
         .iter()
-        .find(|line| line["level"] == "ERROR")
-        .unwrap_or_else(|| panic!("no ERROR event in {lines:#?}"));
+        .find(|line| line["level"] == "ERROR" && line["fields"]["message"] == "failed")
+        .unwrap_or_else(|| panic!("no ERROR `failed` event in {lines:#?}"));
     let message = error["fields"]["error"].as_str().unwrap_or_default();
     assert!(
         message.contains("tollgate-logs-no-such-config.toml") && message.contains("cannot read"),
