@@ -1,8 +1,10 @@
 //! What `proxy/deploy/` ships stays true to the proxy: every example config passes `tollgate
 //! check`; every metric the Grafana dashboard and the Prometheus alert rules name is one the
 //! proxy exports (read from a running proxy's `/metrics`); the systemd unit keeps its
-//! hardening, and `systemd-analyze verify` accepts it (ignored without systemd-analyze: run
-//! with `--include-ignored` after `apt-get install systemd`, then a missing tool fails it).
+//! hardening, and `systemd-analyze verify` accepts it; promtool parses the rules and every
+//! dashboard query and runs the rules' unit tests. The last two are ignored without their
+//! tools: run with `--include-ignored` after installing `systemd` and `promtool`, and then a
+//! missing tool fails them.
 
 mod common;
 
@@ -370,6 +372,10 @@ async fn dashboard_and_alerts_name_only_exported_metrics() {
     for (file, text) in [
         ("grafana-dashboard.json", read(&dashboard_path)),
         ("alerts.yml", alerts),
+        (
+            "alerts.test.yml",
+            read(&deploy_dir().join("alerts.test.yml")),
+        ),
     ] {
         for (index, line) in text.lines().enumerate() {
             for word in line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
@@ -496,4 +502,55 @@ fn systemd_analyze_verifies_the_unit() {
         out.status,
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// Runs `promtool ARGS...` in `dir`; panics with its output if it fails.
+fn promtool(dir: &Path, args: &[&str]) {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|err| {
+            panic!(
+                "cannot run promtool ({err}): install it (apt-get install prometheus, or \
+                 extract usr/bin/promtool from its .deb) or leave out --include-ignored"
+            )
+        });
+    assert!(
+        out.status.success(),
+        "promtool {} ({}):\n{}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+#[ignore = "needs promtool on the PATH; run with --include-ignored"]
+fn promtool_accepts_the_rules_their_unit_tests_and_every_dashboard_query() {
+    let deploy = deploy_dir();
+    promtool(&deploy, &["check", "rules", "alerts.yml"]);
+    // Each alert fires on the series it is about, and not on its neighbours' (a per-source
+    // cap is not a full front): alerts.test.yml.
+    promtool(&deploy, &["test", "rules", "alerts.test.yml"]);
+    // The dashboard's queries as recording rules, the Grafana variables given values: promtool
+    // parses every one as PromQL.
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read(&deploy.join("grafana-dashboard.json"))).unwrap();
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (index, expr) in dashboard_exprs(&dashboard).iter().enumerate() {
+        let expr = expr
+            .replace("$__rate_interval", "5m")
+            .replace("$instance", ".*")
+            .replace("$listener", ".*");
+        let quoted = serde_json::to_string(&expr).unwrap();
+        rules.push_str(&format!(
+            "      - record: dashboard_query_{index}\n        expr: {quoted}\n"
+        ));
+    }
+    let dir = std::env::temp_dir().join(format!("tollgate-promtool-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("dashboard.yml"), rules).unwrap();
+    promtool(&dir, &["check", "rules", "dashboard.yml"]);
 }
