@@ -3,15 +3,28 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Tollgate: per-source rate limits in fixed memory, for TCP and UDP services.
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about)]
 pub struct Cli {
+    /// How log lines on stderr are written: `text` for people (coloured only when stderr is a
+    /// terminal and NO_COLOR is unset), `json` for a log store (one object per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The form of the log lines on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One readable line per event; ANSI colours only on a terminal.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`), never coloured.
+    Json,
 }
 
 /// The subcommands.

@@ -18,6 +18,51 @@
 //! # Ok::<(), tollgate_sketch::BuildError>(())
 //! ```
 //!
+//! # What it promises
+//! - **Never below the truth.** A key's estimate is at least its true count over the sliding
+//!   window (single-threaded and under concurrency; property tests and loom models check it).
+//!   A limiter that refuses when `observe(..) > limit` therefore never lets a key through more
+//!   than `limit` times per sliding window: being over the limit is always seen.
+//! - **Above it by a stated amount.** The estimate exceeds the truth by at most
+//!   [`RateSketch::overcount_bound`] with the probability [`Stats::confidence`]. A key under its
+//!   limit can be refused only when its headroom is smaller than that: size the sketch so the
+//!   bound stays well under your smallest limit (below).
+//! - **Fixed memory.** Everything is allocated by [`Builder::build`];
+//!   [`RateSketch::memory_bytes`] is exact, whatever the number of keys.
+//! - **No lock.** [`RateSketch::observe`] takes `&self`: share one sketch between threads with an
+//!   `Arc` (or a reference). No lock, allocation, system call or log per event.
+//! - **Time is an argument.** Every call takes `now`; [`MonotonicClock`] for services,
+//!   [`ManualClock`] for tests and replays.
+//!
+//! # As a rate limiter
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use tollgate_sketch::{Clock, ManualClock, RateSketch, Tick};
+//!
+//! const LIMIT: u64 = 3; // requests per sliding 10 s
+//! let sketch = Arc::new(
+//!     RateSketch::builder().window(Duration::from_secs(10)).memory_bytes(1 << 20).build()?,
+//! );
+//! let clock = ManualClock::new(Tick::ZERO);
+//! let allow = |client: &[u8], now| sketch.observe(client, 1, now) <= LIMIT;
+//!
+//! let verdicts: Vec<bool> = (0..5).map(|_| allow(b"203.0.113.7", clock.now())).collect();
+//! assert_eq!(verdicts, [true, true, true, false, false]);
+//! assert!(allow(b"198.51.100.1", clock.now())); // another client has its own count
+//!
+//! // Twenty seconds on, the window has slid past those requests.
+//! clock.advance(Duration::from_secs(20));
+//! assert!(allow(b"203.0.113.7", clock.now()));
+//! # Ok::<(), tollgate_sketch::BuildError>(())
+//! ```
+//!
+//! Runnable programs, each ends by itself:
+//! `cargo run -p tollgate-sketch --example axum_limit` (a per-client limit in an axum / tower
+//! service, 429 with `Retry-After` and the `RateLimit-*` headers) and
+//! `cargo run -p tollgate-sketch --example shared_counter` (four threads counting into one
+//! sketch through an `Arc`, every estimate checked against the exact count).
+//!
 //! # How it counts
 //! - **Windows.** Window `k` covers `[kT, (k+1)T)`. At time `t` in window `k` the estimate is
 //!   `count_k + count_{k-1} * (1 - (t - kT) / T)`, the previous share rounded up (the sliding
@@ -63,10 +108,40 @@
 //! # Sizing
 //! Each counter cell costs 8 bytes and serves both windows. The bound says
 //! `width >= e * N / allowed_error`: for a 10 s window with 5 M events and an error of 100
-//! events, `width >= 136,000`, i.e. about 4.4 MiB at depth 4. Skewed traffic with conservative
-//! update does much better than the bound; the accuracy table in the README gives measured
-//! figures. A count per window saturates at [`RateSketch::max_count`] (16,777,215): limits above
-//! that need a coarser weight (KiB instead of bytes).
+//! events, `width >= 136,000`, i.e. about 4.4 MiB at depth 4. The memory to ask for is then
+//! `8 * depth * width / (1 - front_share)` (the front takes 1/8 by default) plus about 5 KiB of
+//! bookkeeping; `depth` sets the confidence, `1 - e^-depth` (98.2% at the default 4).
+//! Skewed traffic with conservative update does much better than the bound; the accuracy
+//! table in the README gives measured figures. A count per window saturates at
+//! [`RateSketch::max_count`] (16,777,215): limits above that need a coarser weight (KiB
+//! instead of bytes). A running sketch states its bound for the load it has
+//! ([`RateSketch::stats`]), so undersizing shows before it hurts:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate_sketch::{RateSketch, Tick};
+//!
+//! // Up to 100,000 events per 10 s window, at most 50 events of overcount.
+//! let (events, error, depth) = (100_000.0_f64, 50.0_f64, 4);
+//! let width = (std::f64::consts::E * events / error).ceil();            // 5,437 cells a row
+//! let bytes = (8.0 * depth as f64 * width / (1.0 - 0.125)) as usize + (16 << 10);
+//! let sketch = RateSketch::builder()
+//!     .window(Duration::from_secs(10))
+//!     .depth(depth)
+//!     .memory_bytes(bytes)                                              // about 215 KiB
+//!     .build()?;
+//! assert!(sketch.width() as f64 >= width);
+//! let now = Tick::from_nanos(1);
+//! for i in 0..100_000u32 {
+//!     let _ = sketch.observe(&(i % 20_000).to_le_bytes(), 1, now);
+//! }
+//! let stats = sketch.stats(now);
+//! assert_eq!(stats.events_current, 100_000);
+//! // e * N / width, plus the front's weight and 2 for rounding.
+//! assert!(stats.overcount_bound <= 50 + 1 + 2, "{stats:?}");
+//! assert!(stats.confidence > 0.98);
+//! # Ok::<(), tollgate_sketch::BuildError>(())
+//! ```
 
 #![warn(missing_docs)]
 

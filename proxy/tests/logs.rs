@@ -1,0 +1,177 @@
+//! Logs for machines: the real binary, its stderr in a file (as journald or a log shipper
+//! gets it). Text carries no ANSI escape codes off a terminal; `--log-format json` writes one
+//! JSON object per line, a failed start included.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::process::free_port;
+
+/// A `tollgate` child writing its stderr to a file; killed when dropped.
+struct Run {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Run {
+    /// `tollgate ARGS...` with RUST_LOG=info and stderr into a file of `dir`.
+    fn spawn(dir: &str, args: &[&str]) -> Run {
+        let dir = std::env::temp_dir().join(format!("tollgate-logs-{}-{dir}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stderr = dir.join("stderr.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env_remove("NO_COLOR")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("tollgate starts");
+        Run { child, stderr }
+    }
+
+    /// `tollgate [--log-format FORMAT] run` on a one-listener config until its admin answers,
+    /// then SIGTERM; everything it wrote to stderr.
+    fn serve_and_stop(dir: &str, format: Option<&str>) -> Vec<u8> {
+        let admin = free_port();
+        let config = format!(
+            "[admin]\nlisten = \"{admin}\"\n\n[[listener]]\nname = \"front\"\nlisten = \
+             \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:9\"]\nmax_connections = 100\n"
+        );
+        let path =
+            std::env::temp_dir().join(format!("tollgate-logs-{}-{dir}.toml", std::process::id()));
+        std::fs::write(&path, config).unwrap();
+        let path = path.to_str().unwrap();
+        let mut args = Vec::new();
+        if let Some(format) = format {
+            args.extend(["--log-format", format]);
+        }
+        args.extend(["run", "--config", path]);
+        let mut run = Run::spawn(dir, &args);
+        // A guard against a hang, not a timing assertion.
+        let deadline = Instant::now() + 3 * common::BOUND;
+        while std::net::TcpStream::connect(admin).is_err() {
+            if let Ok(Some(status)) = run.child.try_wait() {
+                panic!(
+                    "the proxy exited before it came up ({status}):\n{}",
+                    run.text()
+                );
+            }
+            assert!(Instant::now() < deadline, "the proxy did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pid = run.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-s", "TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = run.wait();
+        assert!(status.success(), "{status}:\n{}", run.text());
+        std::fs::read(&run.stderr).unwrap()
+    }
+
+    /// Waits (bounded) for the child to exit.
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + common::BOUND;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "tollgate did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+/// The lines of `log` as JSON objects; panics naming the first line that is not one.
+fn json_lines(log: &[u8]) -> Vec<serde_json::Value> {
+    let text = String::from_utf8(log.to_vec()).expect("the log is UTF-8");
+    text.lines()
+        .enumerate()
+        .map(|(index, line)| {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|err| {
+                panic!("stderr line {}: not JSON ({err}): {line:?}", index + 1)
+            });
+            assert!(value.is_object(), "stderr line {}: {line:?}", index + 1);
+            value
+        })
+        .collect()
+}
+
+#[test]
+fn text_logs_off_a_terminal_have_no_escape_codes() {
+    let log = Run::serve_and_stop("text", None);
+    let text = String::from_utf8_lossy(&log);
+    assert!(
+        text.contains("listening (tcp)") && text.contains("stopped"),
+        "the start and the stop are logged:\n{text}"
+    );
+    let escape = log.iter().position(|&byte| byte == 0x1b);
+    assert_eq!(
+        escape, None,
+        "an ESC byte in stderr written to a file, at byte {escape:?}:\n{text:?}"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let log = Run::serve_and_stop("json", Some("json"));
+    assert!(!log.contains(&0x1b), "an ESC byte in the JSON log");
+    let lines = json_lines(&log);
+    let listening = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "listening (tcp)")
+        .unwrap_or_else(|| panic!("no `listening (tcp)` event in {lines:#?}"));
+    assert_eq!(listening["level"], "INFO");
+    assert_eq!(listening["fields"]["listener"], "front");
+    assert!(listening["timestamp"].is_string(), "{listening}");
+    assert!(
+        lines
+            .iter()
+            .any(|line| line["fields"]["message"] == "stopped"),
+        "the stop is logged: {lines:#?}"
+    );
+}
+
+#[test]
+fn a_failed_start_is_a_json_line_too() {
+    let missing = std::env::temp_dir().join("tollgate-logs-no-such-config.toml");
+    let mut run = Run::spawn(
+        "failed",
+        &[
+            "--log-format",
+            "json",
+            "run",
+            "--config",
+            missing.to_str().unwrap(),
+        ],
+    );
+    assert!(!run.wait().success(), "a missing config fails the start");
+    let lines = json_lines(&std::fs::read(&run.stderr).unwrap());
+    let error = lines
+        .iter()
+        .find(|line| line["level"] == "ERROR" && line["fields"]["message"] == "failed")
+        .unwrap_or_else(|| panic!("no ERROR `failed` event in {lines:#?}"));
+    let message = error["fields"]["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("tollgate-logs-no-such-config.toml") && message.contains("cannot read"),
+        "the error names the file: {error}"
+    );
+}
