@@ -121,7 +121,19 @@ fn a_known_capture_replays_to_the_expected_verdicts() {
             .any(|p| p[0] == "2001:db8:7:7::/64" && p[1] == 40),
         "the rotating /64 is caught: {prefixes:?}"
     );
-    assert!(!report["timeline"].as_array().expect("a list").is_empty());
+    let timeline = report["timeline"].as_array().expect("a list");
+    assert!(!timeline.is_empty());
+    // The timeline splits the same verdicts over time: its buckets add up to the totals.
+    let sum = |field: &str| -> u64 {
+        timeline
+            .iter()
+            .map(|bucket| bucket[field].as_u64().expect("a count"))
+            .sum()
+    };
+    assert_eq!(sum("allowed"), 370, "{out}");
+    assert_eq!(sum("throttled"), 130, "{out}");
+    assert_eq!(sum("denied"), 10, "{out}");
+    assert_eq!(sum("refused"), 140, "{out}");
     // The text report says the same.
     let (ok, text) = replay(&path, false);
     assert!(ok);
