@@ -54,6 +54,33 @@ fn frames(c: &mut Criterion) {
             }
         });
     });
+    // The same with 1,000 run-time deny entries (none holding a source of the capture, so the
+    // verdicts are unchanged): what the overlay costs once it is not empty.
+    let listed = Filter::new(Config::parse(POLICY).expect("valid policy")).expect("policy");
+    for i in 0..1000u32 {
+        let network = std::net::Ipv4Addr::from(0xC612_0000 | (i << 2));
+        let cidr = tollgate_filter::Cidr::parse(&format!("{network}/30")).expect("a network");
+        let ttl = Duration::from_secs(3600);
+        let _ = listed
+            .lists()
+            .add(
+                cidr,
+                tollgate_filter::ListKind::Deny,
+                ttl,
+                String::new(),
+                Tick::ZERO,
+            )
+            .expect("within the cap");
+    }
+    let mut now = 0u64;
+    group.bench_function("parse_and_decide_1000_runtime_entries", |b| {
+        b.iter(|| {
+            for frame in &capture {
+                now += 100;
+                let _ = black_box(listed.decide_frame(frame, Tick::from_nanos(now)));
+            }
+        });
+    });
     group.bench_function("parse_only", |b| {
         b.iter(|| {
             for frame in &capture {

@@ -400,4 +400,58 @@ mod tests {
                 .is_empty()
         );
     }
+
+    /// Reports a fixed count for the rest of a cluster and remembers the weights it was told.
+    #[derive(Debug, Default)]
+    struct Rest {
+        seen: std::sync::Mutex<Vec<u64>>,
+    }
+
+    impl crate::Remote for Rest {
+        fn threshold(&self) -> f64 {
+            0.5
+        }
+
+        fn suspect(&self, suspect: &crate::Suspect<'_>) -> u64 {
+            self.seen.lock().unwrap().push(suspect.weight);
+            4
+        }
+    }
+
+    #[test]
+    fn the_cluster_share_is_shown_for_suspects_and_nothing_is_reported() {
+        let rest = Arc::new(Rest::default());
+        let config = Config::parse(CONFIG).expect("valid");
+        let filter =
+            Filter::with_remote(config, Arc::clone(&rest) as Arc<dyn crate::Remote>).expect("fits");
+        let now = Tick::ZERO;
+        let why = filter
+            .policy()
+            .explain(source("192.0.2.1"), Transport::Tcp, now);
+        assert!(why.cluster);
+        assert_eq!(
+            why.rules[0].limits[0].cluster,
+            Some(0),
+            "below the threshold"
+        );
+        assert_eq!(tcp(&filter, "192.0.2.1", now), Verdict::Allow);
+        assert!(matches!(
+            tcp(&filter, "192.0.2.1", now),
+            Verdict::Throttle(_)
+        ));
+        let told = rest.seen.lock().unwrap().len();
+        // 2 of 3 here is a suspect: the cluster's 4 are added, and the source is over.
+        let why = filter
+            .policy()
+            .explain(source("192.0.2.1"), Transport::Tcp, now);
+        let limit = why.rules[0].limits[0];
+        assert_eq!(limit.cluster, Some(4));
+        assert!(limit.over);
+        assert!(matches!(why.decision.verdict, Verdict::Throttle(_)));
+        let seen = rest.seen.lock().unwrap();
+        assert!(
+            seen[told..].iter().all(|&w| w == 0),
+            "explain reported weight: {seen:?}"
+        );
+    }
 }
