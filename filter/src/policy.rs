@@ -148,6 +148,20 @@ impl Policy {
                 )
             })
             .collect::<Result<Vec<Counter>, PolicyError>>()?;
+        let policy = Policy::assemble(config, &shares, counters);
+        Ok(Policy {
+            remote: previous.and_then(|(p, _)| p.remote.clone()),
+            ..policy
+        })
+    }
+
+    /// The policy for `config` over `counters`, one for each of `shares` in order (the
+    /// sketches [`budget::shares`] says `config` needs).
+    pub(crate) fn assemble(
+        config: Config,
+        shares: &[budget::Share],
+        counters: Vec<Counter>,
+    ) -> Policy {
         let index_of = |counts: Counts, window: Duration| {
             shares
                 .iter()
@@ -193,13 +207,18 @@ impl Policy {
                 .map(|c| (*c, (false, *c)))
                 .chain(config.deny.iter().map(|c| (*c, (true, *c)))),
         );
-        Ok(Policy {
+        Policy {
             config,
             lists,
             rules,
             counters,
-            remote: previous.and_then(|(p, _)| p.remote.clone()),
-        })
+            remote: None,
+        }
+    }
+
+    /// The policy's sketches, one per share.
+    pub(crate) fn counters(&self) -> &[Counter] {
+        &self.counters
     }
 
     /// This policy, adding what `remote` reports the rest of a cluster counted to every key
