@@ -173,6 +173,8 @@ pub struct Metrics {
     pub cluster: ClusterMetrics,
     /// The kernel fast path's metrics (exported only when `[kernel]` is configured).
     pub kernel: KernelMetrics,
+    /// The warm-restart state file's metrics.
+    pub state: crate::ops::state::StateMetrics,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -484,6 +486,7 @@ impl Metrics {
             open_files_limit: Gauge::default(),
             cluster: ClusterMetrics::new(),
             kernel: KernelMetrics::new(),
+            state: crate::ops::state::StateMetrics::default(),
         };
         let r = &mut registry;
         r.register(
@@ -624,6 +627,7 @@ impl Metrics {
             "The process's open-file limit (soft RLIMIT_NOFILE), raised to the hard limit at start",
             metrics.open_files_limit.clone(),
         );
+        metrics.state.register(r);
         if cluster {
             metrics.cluster.register(r);
         }
