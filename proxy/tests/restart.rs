@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::process::Proxy;
-use common::{Wire, attempt, echo_upstream};
+use common::{Wire, attempt, echo_upstream, eventually, metric};
 
 /// The directory [`Proxy::launch`] keeps test `name`'s files in, and the state file there.
 fn state_path(name: &str) -> PathBuf {
@@ -147,4 +147,47 @@ async fn a_damaged_state_file_is_refused_and_the_start_is_cold() {
         // Killed, not stopped: the damaged file is not replaced by a save.
         drop(proxy);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_is_saved_every_interval_and_at_shutdown() {
+    let state = state_path("restart-interval");
+    let upstream = echo_upstream().await;
+    let server = common::start(&format!(
+        "[proxy]\nstate_file = \"{}\"\nstate_interval = \"50ms\"\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\n\
+         [[listener]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"{upstream}\"]\n\n\
+         [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"3/10m\" }}]\n",
+        state.display()
+    ))
+    .await;
+    let ok = "tollgate_state_saves_total{result=\"ok\"}";
+    eventually(|| metric(&server, ok) >= 2.0).await;
+    let bytes = std::fs::read(&state).unwrap();
+    let saved = tollgate::ops::state::decode(&bytes).unwrap();
+    assert_eq!(saved.sketches.len(), 1);
+    assert!(metric(&server, "tollgate_state_file_bytes ") > 0.0);
+    // Shutdown saves once more, whatever the interval.
+    let shared = std::sync::Arc::clone(server.shared());
+    let saves = |shared: &tollgate::shared::Shared| {
+        let text = shared.metrics.render(&[]);
+        let line = text.lines().find(|l| l.starts_with(ok)).unwrap().to_owned();
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+    };
+    // The interval task may save once more before it stops: compare with an upper bound.
+    server.shutdown().await;
+    let after = saves(&shared);
+    std::fs::remove_file(&state).unwrap();
+    let again = common::start(&format!(
+        "[proxy]\nstate_file = \"{}\"\nstate_interval = \"1h\"\n\n[admin]\nenabled = false\n\n\
+         [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"3/10m\" }}]\n",
+        state.display()
+    ))
+    .await;
+    assert!(!state.exists(), "no save before the first hour");
+    let shared = std::sync::Arc::clone(again.shared());
+    again.shutdown().await;
+    assert!(state.exists(), "shutdown saved");
+    assert_eq!(saves(&shared), 1.0);
+    assert!(after >= 3.0, "{after}");
 }

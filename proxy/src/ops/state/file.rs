@@ -23,6 +23,8 @@ pub fn temp_path(path: &Path) -> PathBuf {
 /// The first I/O error, the temporary file removed (the old file stays as it was).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let temp = temp_path(path);
+    // A temporary file left by a crash may carry other permissions: start from none.
+    let _ = std::fs::remove_file(&temp);
     let written = (|| {
         let mut file = OpenOptions::new()
             .write(true)

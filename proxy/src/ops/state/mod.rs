@@ -348,3 +348,112 @@ impl StateMetrics {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::os::unix::fs::PermissionsExt;
+
+    use tollgate_filter::{Config, Event, Policy, Source, Transport, Verdict};
+
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-state-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    const MINUTE: &str =
+        "[sketch]\nmemory = \"64KiB\"\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"3/60s\" }]\n";
+    const SAVED_AT: u64 = 1_795_000_000_000;
+
+    fn event() -> Event {
+        Event {
+            source: Source::from(Ipv4Addr::new(192, 0, 2, 1)),
+            transport: Transport::Tcp,
+            bytes: 60,
+        }
+    }
+
+    /// A state file at `path` in which 192.0.2.1 flooded at tick 100 s, saved at
+    /// [`SAVED_AT`].
+    fn flooded(path: &Path) {
+        let policy = Policy::compile(Config::parse(MINUTE).unwrap(), None).unwrap();
+        let tick = Tick::from_nanos(100_000_000_000);
+        for _ in 0..10 {
+            let _ = policy.decide(&event(), tick);
+        }
+        let state = State {
+            saved_at_unix_ms: SAVED_AT,
+            tick,
+            sketches: policy.save(tick),
+            lists: Vec::new(),
+        };
+        file::write_atomic(path, &encode(&state)).unwrap();
+    }
+
+    #[test]
+    fn the_clock_resumes_by_the_wall_clock_time_down_and_nothing_stale_is_read() {
+        let path = dir("resume").join("state");
+        flooded(&path);
+        let restore = |down_ms: u64| {
+            let resumed = load(&path, 64 << 10, SAVED_AT + down_ms).unwrap().unwrap();
+            let config = Config::parse(MINUTE).unwrap();
+            let (policy, report) =
+                Policy::restore(config, &resumed.state.sketches, resumed.tick).unwrap();
+            let verdict = policy.recheck(&event(), resumed.tick).verdict;
+            (resumed.tick.as_nanos() / 1_000_000, report, verdict)
+        };
+        // Down 5 s: the clock reads 105 s, the flood is throttled.
+        let (tick_ms, report, verdict) = restore(5_000);
+        assert_eq!((tick_ms, report.windows), (105_000, 1));
+        assert!(matches!(verdict, Verdict::Throttle(_)), "{verdict:?}");
+        // Down two minutes: its window (60-120 s) is two windows back at 220 s, stale.
+        let (tick_ms, report, verdict) = restore(120_000);
+        assert_eq!((tick_ms, report.windows, report.stale), (220_000, 0, 1));
+        assert_eq!(verdict, Verdict::Allow);
+        // A wall clock that went back counts as no time down.
+        let resumed = load(&path, 64 << 10, SAVED_AT - 1_000).unwrap().unwrap();
+        assert_eq!(
+            (resumed.tick.as_nanos(), resumed.age),
+            (100_000_000_000, Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_a_first_start_and_an_oversized_one_is_refused_unread() {
+        let dir = dir("bounds");
+        assert!(
+            load(&dir.join("none"), 64 << 10, SAVED_AT)
+                .unwrap()
+                .is_none()
+        );
+        let big = dir.join("big");
+        std::fs::write(&big, vec![0u8; (1 << 20) + 1]).unwrap();
+        let err = load(&big, 0, SAVED_AT).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "state file {}: 1048577 bytes, more than the 1048576 this config reads (4 x \
+                 [sketch] memory + 1 MiB)",
+                big.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_write_replaces_the_file_whole_and_private() {
+        let path = dir("atomic").join("state");
+        file::write_atomic(&path, b"first").unwrap();
+        file::write_atomic(&path, b"second").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        assert!(!file::temp_path(&path).exists());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A directory that is not there: an error, nothing written.
+        let nowhere = path.with_file_name("missing").join("state");
+        assert!(file::write_atomic(&nowhere, b"x").is_err());
+    }
+}
