@@ -749,6 +749,30 @@ mod tests {
         }
 
         #[test]
+        fn a_resealed_body_with_damage_never_panics_and_reads_back_canonically(
+            at in any::<prop::sample::Index>(),
+            flip in 1..=255u8,
+            cut in any::<prop::sample::Index>(),
+        ) {
+            // Past the checksum, so the body's own parser meets the damage.
+            let state = state();
+            let body_len = encode(&state).len() - HEADER_LEN;
+            let (at, cut) = (at.index(body_len), cut.index(body_len + 1));
+            for edit in [0, 1] {
+                let bytes = resealed(&state, |body| {
+                    if edit == 0 {
+                        body[at] ^= flip;
+                    } else {
+                        body.truncate(cut);
+                    }
+                });
+                if let Ok(decoded) = decode(&bytes) {
+                    prop_assert_eq!(encode(&decoded), bytes);
+                }
+            }
+        }
+
+        #[test]
         fn every_truncation_and_every_flipped_byte_is_refused(
             at in any::<prop::sample::Index>(),
             flip in 1..=255u8,
