@@ -299,7 +299,7 @@ impl Server {
             task.abort();
         }
         // Nothing is decided any more: the counts saved are the last ones.
-        if state::save_bounded(&self.shared).await {
+        if state::save_bounded(&self.shared, true).await {
             if let Some(saver) = &self.shared.state {
                 tracing::info!(path = %saver.path().display(), "state saved");
             }

@@ -78,6 +78,8 @@ pub enum StateError {
     Format(PathBuf, FormatError),
     /// Writing failed (the previous file, if any, is whole).
     Write(PathBuf, std::io::Error),
+    /// A save that did not wait found another one still writing (a slow or hung disk).
+    Busy(PathBuf),
 }
 
 impl std::fmt::Display for StateError {
@@ -96,6 +98,11 @@ impl std::fmt::Display for StateError {
             StateError::Write(path, err) => {
                 write!(f, "state file {}: cannot write: {err}", path.display())
             }
+            StateError::Busy(path) => write!(
+                f,
+                "state file {}: the previous save is still writing; this one is skipped",
+                path.display()
+            ),
         }
     }
 }
@@ -191,12 +198,22 @@ impl Saver {
     }
 
     /// Saves `shared`'s state now, on this thread (it syncs the disk: call it off the
-    /// runtime's workers).
+    /// runtime's workers), after the save under way if `wait`, else only if none is.
     ///
     /// # Errors
-    /// [`StateError::Write`]; the previous file stays whole.
-    pub fn save(&self, shared: &Shared) -> Result<Saved, StateError> {
-        let _one_at_a_time = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+    /// [`StateError::Write`], the previous file whole; [`StateError::Busy`] if another save
+    /// is under way and not `wait`.
+    pub fn save(&self, shared: &Shared, wait: bool) -> Result<Saved, StateError> {
+        let _one_at_a_time = match self.writing.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if wait => {
+                self.writing.lock().unwrap_or_else(|e| e.into_inner())
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Err(StateError::Busy(self.path.clone()));
+            }
+        };
         let started = Instant::now();
         let tick = shared.now();
         let saved_at_unix_ms = unix_ms();
@@ -223,8 +240,10 @@ impl Saver {
 }
 
 /// Saves `shared`'s state on a blocking thread, waiting at most [`SAVE_BOUND`]; logs and
-/// counts the outcome. Whether it was saved.
-pub async fn save_bounded(shared: &Arc<Shared>) -> bool {
+/// counts the outcome. Whether it was saved. With `wait`, after a save under way (at
+/// shutdown); without, skipped if one is (the periodic save: a hung disk then holds one
+/// blocking thread, not one more per interval).
+pub async fn save_bounded(shared: &Arc<Shared>, wait: bool) -> bool {
     let Some(saver) = &shared.state else {
         return false;
     };
@@ -232,7 +251,7 @@ pub async fn save_bounded(shared: &Arc<Shared>) -> bool {
     let task = {
         let shared = Arc::clone(shared);
         tokio::task::spawn_blocking(move || match &shared.state {
-            Some(saver) => saver.save(&shared),
+            Some(saver) => saver.save(&shared, wait),
             // `shared.state` was `Some` above and never changes.
             None => Ok(Saved {
                 bytes: 0,
@@ -284,7 +303,7 @@ pub async fn run(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             return;
         }
         // One save at a time: the next interval starts when this one is done.
-        let _ = save_bounded(&shared).await;
+        let _ = save_bounded(&shared, false).await;
     }
 }
 
@@ -441,6 +460,25 @@ mod tests {
                 big.display()
             )
         );
+    }
+
+    #[test]
+    fn a_save_that_does_not_wait_skips_while_another_writes() {
+        let path = dir("busy").join("state");
+        let text = format!(
+            "[proxy]\nstate_file = \"{}\"\n[admin]\nenabled = false\n{MINUTE}",
+            path.display()
+        );
+        let config = crate::config::ProxyConfig::parse(&text).unwrap();
+        let shared = Shared::new(config, None).unwrap();
+        let saver = shared.state.as_ref().unwrap();
+        let writing = saver.writing.lock().unwrap();
+        let err = saver.save(&shared, false).unwrap_err();
+        assert!(matches!(err, StateError::Busy(_)), "{err}");
+        assert!(!path.exists());
+        drop(writing);
+        assert!(saver.save(&shared, false).is_ok());
+        assert!(path.exists());
     }
 
     #[test]
