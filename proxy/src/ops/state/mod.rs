@@ -19,7 +19,7 @@
 //!   windows; period gone, dropped (logged).
 //! - **Integrity.** Written atomically ([`file::write_atomic`]: temporary file in the same
 //!   directory, fsync, rename, fsync of the directory; mode 0600, since it holds the hash
-//!   seeds), versioned and checksummed ([`format`]). A file that is damaged, cut, of another
+//!   seeds), versioned and checksummed ([`mod@format`]). A file that is damaged, cut, of another
 //!   version or not a state file at all is refused with its path and what is wrong, and the
 //!   proxy starts cold; no input makes it panic (a fuzz target and a property test say so).
 //! - **Bounds.** The file is the policy's sketch memory plus about a hundred bytes a sketch; a
