@@ -103,15 +103,21 @@ impl Policy {
     /// the consistency this gives). Allocates about the policy's memory: not for the hot path.
     #[must_use]
     pub fn save(&self, now: Tick) -> Vec<SavedSketch> {
-        let mut saved = Vec::new();
-        for counter in self.counters() {
+        self.saved_sketches(now).collect()
+    }
+
+    /// As [`Policy::save`], one sketch at a time: each is copied out when the iterator reaches
+    /// it, so a writer that encodes and drops each holds one sketch's copy at a time.
+    pub fn saved_sketches(&self, now: Tick) -> impl Iterator<Item = SavedSketch> + '_ {
+        self.counters().iter().flat_map(move |counter| {
             let share = counter.share();
-            saved.push(save(share, counter.sketch(), None, now));
-            for retired in counter.retired().iter().filter(|r| now < r.until) {
-                saved.push(save(share, &retired.sketch, Some(retired.until), now));
-            }
-        }
-        saved
+            let retired = counter
+                .retired()
+                .iter()
+                .filter(move |r| now < r.until)
+                .map(move |r| save(share, &r.sketch, Some(r.until), now));
+            std::iter::once_with(move || save(share, counter.sketch(), None, now)).chain(retired)
+        })
     }
 
     /// The policy for `config` holding the counts of `saved` (from [`Policy::save`], possibly

@@ -35,6 +35,7 @@
 //! checked against the bytes left before anything is allocated for it: no input makes the
 //! decoder allocate more than the input's size, or panic.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -170,28 +171,56 @@ impl std::error::Error for FormatError {}
 /// The file's bytes for `state`.
 #[must_use]
 pub fn encode(state: &State) -> Vec<u8> {
-    let mut body = Vec::new();
-    put_u64(&mut body, state.saved_at_unix_ms);
-    put_u64(&mut body, state.tick.as_nanos());
-    section(&mut body, SKETCHES, SKETCHES_VERSION, |out| {
-        put_u32(out, len_u32(state.sketches.len()));
-        for sketch in &state.sketches {
-            sketch_bytes(out, sketch);
-        }
-    });
-    section(&mut body, LISTS, LISTS_VERSION, |out| {
-        put_u32(out, len_u32(state.lists.len()));
-        for entry in &state.lists {
-            entry_bytes(out, entry);
-        }
-    });
-    let mut file = Vec::with_capacity(HEADER_LEN + body.len());
+    encode_parts(
+        state.saved_at_unix_ms,
+        state.tick,
+        &state.sketches,
+        &state.lists,
+        0,
+    )
+}
+
+/// The file's bytes for a state of these parts, taking `sketches` one at a time (each may be
+/// dropped once written: a save then holds the file's bytes and one sketch's copy, not a copy
+/// of every sketch as well). `capacity` is reserved up front (the file's expected size), so
+/// the buffer is not copied as it grows.
+#[must_use]
+pub fn encode_parts<S: Borrow<SavedSketch>>(
+    saved_at_unix_ms: u64,
+    tick: Tick,
+    sketches: impl IntoIterator<Item = S>,
+    lists: &[ListEntry],
+    capacity: usize,
+) -> Vec<u8> {
+    let mut file = Vec::with_capacity(capacity);
     file.extend_from_slice(&MAGIC);
     put_u32(&mut file, FORMAT_VERSION);
     put_u32(&mut file, 0);
-    put_u64(&mut file, body.len() as u64);
-    put_u64(&mut file, xxh3_64(&body));
-    file.extend_from_slice(&body);
+    // Body length and checksum, filled in below.
+    put_u64(&mut file, 0);
+    put_u64(&mut file, 0);
+    put_u64(&mut file, saved_at_unix_ms);
+    put_u64(&mut file, tick.as_nanos());
+    section(&mut file, SKETCHES, SKETCHES_VERSION, |out| {
+        let at = out.len();
+        put_u32(out, 0);
+        let mut count = 0u32;
+        for sketch in sketches {
+            sketch_bytes(out, sketch.borrow());
+            count = count.saturating_add(1);
+        }
+        out[at..at + 4].copy_from_slice(&count.to_le_bytes());
+    });
+    section(&mut file, LISTS, LISTS_VERSION, |out| {
+        put_u32(out, len_u32(lists.len()));
+        for entry in lists {
+            entry_bytes(out, entry);
+        }
+    });
+    let body_len = (file.len() - HEADER_LEN) as u64;
+    let checksum = xxh3_64(&file[HEADER_LEN..]);
+    file[16..24].copy_from_slice(&body_len.to_le_bytes());
+    file[24..32].copy_from_slice(&checksum.to_le_bytes());
     file
 }
 

@@ -217,23 +217,28 @@ impl Saver {
         let started = Instant::now();
         let tick = shared.now();
         let saved_at_unix_ms = unix_ms();
-        let state = State {
+        let lists: Vec<ListEntry> = self
+            .carried
+            .iter()
+            .filter(|e| e.expires_unix_ms > saved_at_unix_ms)
+            .cloned()
+            .collect();
+        let policy = shared.filter.policy();
+        let mut sketches = 0;
+        // Each sketch's copy is encoded and dropped before the next is made; the buffer is
+        // sized for the whole policy (the file is at most that, plus a little).
+        let bytes = format::encode_parts(
             saved_at_unix_ms,
             tick,
-            sketches: shared.filter.policy().save(tick),
-            lists: self
-                .carried
-                .iter()
-                .filter(|e| e.expires_unix_ms > saved_at_unix_ms)
-                .cloned()
-                .collect(),
-        };
-        let bytes = encode(&state);
+            policy.saved_sketches(tick).inspect(|_| sketches += 1),
+            &lists,
+            policy.memory_bytes() + (64 << 10),
+        );
         file::write_atomic(&self.path, &bytes)
             .map_err(|err| StateError::Write(self.path.clone(), err))?;
         Ok(Saved {
             bytes: bytes.len(),
-            sketches: state.sketches.len(),
+            sketches,
             took: started.elapsed(),
         })
     }
