@@ -29,6 +29,16 @@ fn config(state: &Path, sketch: &str, extra: &str) -> String {
     )
 }
 
+/// Checks that `proxy` restored windows from its state file, showing its log if not.
+fn restored(proxy: &Proxy) {
+    let windows = proxy.metric("tollgate_state_restored_windows ");
+    assert!(
+        windows >= 1.0,
+        "{windows} windows restored:\n{}",
+        proxy.log()
+    );
+}
+
 /// Sends `n` connections from `from`; what the last one saw.
 async fn flood(from: &str, proxy: &Proxy, n: usize) -> Wire {
     let mut last = Wire::Echoed;
@@ -38,10 +48,23 @@ async fn flood(from: &str, proxy: &Proxy, n: usize) -> Wire {
     last
 }
 
-/// Stops `proxy` with SIGTERM (it saves the state file) and checks it exited cleanly.
-fn terminate(mut proxy: Proxy) {
+/// Starts `tollgate run` for test `name` with its stderr kept (see [`Proxy::log`]), so a
+/// failure can say what the proxy logged about its state file.
+fn start(name: &str, listener: &str, rest: &str) -> Proxy {
+    Proxy::launch(name, listener, rest, "", true)
+}
+
+/// Stops `proxy` with SIGTERM and checks that it exited cleanly, having saved `state`.
+fn terminate(mut proxy: Proxy, state: &Path) {
     proxy.signal("TERM");
-    assert!(proxy.wait_exit().success());
+    let status = proxy.wait_exit();
+    let log = proxy.log();
+    assert!(status.success(), "{status}:\n{log}");
+    assert!(
+        state.exists(),
+        "SIGTERM wrote no {}:\n{log}",
+        state.display()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,18 +73,17 @@ async fn a_flood_stays_throttled_across_restarts_and_a_shape_change() {
     let upstream = format!("upstreams = [\"{}\"]", echo_upstream().await);
     let state = state_path(name);
     let same = config(&state, "memory = \"1MiB\"", "");
-    let proxy = Proxy::start(name, &upstream, &same, None);
+    let proxy = start(name, &upstream, &same);
     assert_eq!(flood("127.0.0.2", &proxy, 10).await, Wire::Reset);
     assert_eq!(proxy.metric("tollgate_state_restored_windows "), 0.0);
-    terminate(proxy);
-    assert!(state.exists(), "SIGTERM wrote {}", state.display());
+    terminate(proxy, &state);
 
     // The same config: the flood's window is restored as it was.
-    let proxy = Proxy::start(name, &upstream, &same, None);
-    assert!(proxy.metric("tollgate_state_restored_windows ") >= 1.0);
+    let proxy = start(name, &upstream, &same);
+    restored(&proxy);
     assert_eq!(attempt("127.0.0.2", proxy.front).await, Wire::Reset);
     assert_eq!(attempt("127.0.0.3", proxy.front).await, Wire::Echoed);
-    terminate(proxy);
+    terminate(proxy, &state);
 
     // Another memory and a rule added: every sketch's share changed, the old ones are read
     // alongside the new ones (as a reload does), the flood is still throttled.
@@ -70,11 +92,11 @@ async fn a_flood_stays_throttled_across_restarts_and_a_shape_change() {
         "memory = \"2MiB\"",
         "\n[[rule]]\nname = \"networks\"\nlimits = [{ rate = \"1000/1m\", ipv4_prefix = 24 }]\n",
     );
-    let proxy = Proxy::start(name, &upstream, &changed, None);
-    assert!(proxy.metric("tollgate_state_restored_windows ") >= 1.0);
+    let proxy = start(name, &upstream, &changed);
+    restored(&proxy);
     assert_eq!(attempt("127.0.0.2", proxy.front).await, Wire::Reset);
     assert_eq!(attempt("127.0.0.4", proxy.front).await, Wire::Echoed);
-    terminate(proxy);
+    terminate(proxy, &state);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,17 +106,19 @@ async fn a_penalty_is_kept_across_a_restart() {
     let state = state_path(name);
     let penalised = config(&state, "memory = \"1MiB\"", "penalty = \"1h\"\n");
     let penalty = "tollgate_refused_total{listener=\"front\",reason=\"penalty\"}";
-    let proxy = Proxy::start(name, &upstream, &penalised, None);
+    let proxy = start(name, &upstream, &penalised);
     flood("127.0.0.2", &proxy, 6).await;
     assert!(proxy.metric(penalty) >= 1.0, "the source serves a penalty");
-    terminate(proxy);
+    terminate(proxy, &state);
 
-    let proxy = Proxy::start(name, &upstream, &penalised, None);
+    let proxy = start(name, &upstream, &penalised);
+    restored(&proxy);
     assert_eq!(proxy.metric(penalty), 0.0);
-    assert_eq!(attempt("127.0.0.2", proxy.front).await, Wire::Reset);
+    let wire = attempt("127.0.0.2", proxy.front).await;
+    assert_eq!(wire, Wire::Reset, "{}", proxy.log());
     assert_eq!(proxy.metric(penalty), 1.0, "refused for its penalty");
     assert_eq!(attempt("127.0.0.3", proxy.front).await, Wire::Echoed);
-    terminate(proxy);
+    terminate(proxy, &state);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,9 +127,9 @@ async fn a_damaged_state_file_is_refused_and_the_start_is_cold() {
     let upstream = format!("upstreams = [\"{}\"]", echo_upstream().await);
     let state = state_path(name);
     let text = config(&state, "memory = \"1MiB\"", "");
-    let proxy = Proxy::start(name, &upstream, &text, None);
+    let proxy = start(name, &upstream, &text);
     assert_eq!(flood("127.0.0.2", &proxy, 10).await, Wire::Reset);
-    terminate(proxy);
+    terminate(proxy, &state);
     let good = std::fs::read(&state).unwrap();
     let mut flipped = good.clone();
     let middle = flipped.len() / 2;
@@ -132,7 +156,7 @@ async fn a_damaged_state_file_is_refused_and_the_start_is_cold() {
     ];
     for (what, bytes, message) in damages {
         std::fs::write(&state, &bytes).unwrap();
-        let proxy = Proxy::launch(name, &upstream, &text, "", true);
+        let proxy = start(name, &upstream, &text);
         // Cold: the flooded source has a fresh budget.
         assert_eq!(
             attempt("127.0.0.2", proxy.front).await,
