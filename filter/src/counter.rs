@@ -18,9 +18,9 @@ use crate::budget::{Counts, Share};
 
 /// A sketch no longer counted into, read until `until`.
 #[derive(Debug)]
-struct Retired {
-    sketch: Arc<RateSketch>,
-    until: Tick,
+pub(crate) struct Retired {
+    pub(crate) sketch: Arc<RateSketch>,
+    pub(crate) until: Tick,
 }
 
 /// A policy's sketch for one limit period or penalty length.
@@ -80,6 +80,26 @@ impl Counter {
             sketch: Arc::new(share.builder().build()?),
             retired,
         })
+    }
+
+    /// A counter of `share` counting into `sketch` and reading `retired` too (a warm restart's
+    /// restored sketches, see the `saved` module).
+    pub(crate) fn from_parts(share: Share, sketch: RateSketch, retired: Vec<Retired>) -> Counter {
+        Counter {
+            share,
+            sketch: Arc::new(sketch),
+            retired,
+        }
+    }
+
+    /// Its share of the policy's memory.
+    pub(crate) fn share(&self) -> Share {
+        self.share
+    }
+
+    /// The retired sketches still read (or not yet dropped) at this counter.
+    pub(crate) fn retired(&self) -> &[Retired] {
+        &self.retired
     }
 
     /// What it counts.

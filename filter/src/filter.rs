@@ -64,6 +64,15 @@ impl Filter {
         })
     }
 
+    /// A filter enforcing `policy` (one built by [`Policy::restore`], say).
+    #[must_use]
+    pub fn from_policy(policy: Policy) -> Filter {
+        Filter {
+            policy: Swap::new(Arc::new(policy)),
+            reloading: Mutex::new(()),
+        }
+    }
+
     /// Decides on `event` at `now` under the current policy.
     pub fn decide(&self, event: &Event, now: Tick) -> Decision {
         self.policy.with(|policy| policy.decide(event, now))

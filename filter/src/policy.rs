@@ -155,6 +155,21 @@ impl Policy {
                 )
             })
             .collect::<Result<Vec<Counter>, PolicyError>>()?;
+        let policy = Policy::assemble(config, &shares, counters);
+        Ok(Policy {
+            remote: previous.and_then(|(p, _)| p.remote.clone()),
+            runtime: previous.map_or_else(Arc::default, |(p, _)| Arc::clone(&p.runtime)),
+            ..policy
+        })
+    }
+
+    /// The policy for `config` over `counters`, one for each of `shares` in order (the
+    /// sketches [`budget::shares`] says `config` needs).
+    pub(crate) fn assemble(
+        config: Config,
+        shares: &[budget::Share],
+        counters: Vec<Counter>,
+    ) -> Policy {
         let index_of = |counts: Counts, window: Duration| {
             shares
                 .iter()
@@ -200,14 +215,19 @@ impl Policy {
                 .map(|c| (*c, (false, *c)))
                 .chain(config.deny.iter().map(|c| (*c, (true, *c)))),
         );
-        Ok(Policy {
+        Policy {
             config,
             lists,
-            runtime: previous.map_or_else(Arc::default, |(p, _)| Arc::clone(&p.runtime)),
+            runtime: Arc::default(),
             rules,
             counters,
-            remote: previous.and_then(|(p, _)| p.remote.clone()),
-        })
+            remote: None,
+        }
+    }
+
+    /// The policy's sketches, one per share.
+    pub(crate) fn counters(&self) -> &[Counter] {
+        &self.counters
     }
 
     /// This policy, adding what `remote` reports the rest of a cluster counted to every key

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -36,9 +37,26 @@ pub struct ProxyConfig {
     /// The kernel fast path (`[kernel]`); `None` without the section: nothing is asked of
     /// the kernel.
     pub kernel: Option<KernelConfig>,
+    /// The warm-restart state file (`[proxy] state_file`); `None` without it: nothing is
+    /// saved, every start is cold.
+    pub state: Option<StateFile>,
     /// The policy (`[sketch]`, `[lists]`, `[[rule]]`).
     pub policy: Config,
 }
+
+/// `[proxy] state_file` and `state_interval`: where the counts, penalties and run-time list
+/// entries are saved (every interval and at SIGTERM) and read back at start (see
+/// [`crate::ops::state`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateFile {
+    /// The file.
+    pub path: PathBuf,
+    /// How often it is written while running.
+    pub interval: Duration,
+}
+
+/// The default `[proxy] state_interval`.
+pub const DEFAULT_STATE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// `[proxy]`: settings for the whole process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,6 +400,8 @@ struct RawSettings {
     connection_memory: Option<Spanned<String>>,
     log_rejections: Option<u32>,
     delay: Option<Spanned<String>>,
+    state_file: Option<Spanned<String>>,
+    state_interval: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -568,6 +588,7 @@ impl ProxyConfig {
             log_rejections: raw.proxy.log_rejections.unwrap_or(defaults.log_rejections),
             delay: errors.duration(raw.proxy.delay.as_ref(), defaults.delay),
         };
+        let state = state_file(&raw.proxy, &mut errors);
         let admin = match &raw.admin {
             Some(admin) if !admin.enabled => None,
             Some(admin) => admin_section(admin, &mut errors),
@@ -600,6 +621,7 @@ impl ProxyConfig {
                 listeners,
                 cluster,
                 kernel,
+                state,
                 policy,
             }),
             result => {
@@ -610,6 +632,30 @@ impl ProxyConfig {
             }
         }
     }
+}
+
+/// `[proxy] state_file` and `state_interval` (which needs the file).
+fn state_file(raw: &RawSettings, errors: &mut Errors<'_>) -> Option<StateFile> {
+    let interval = errors.duration(raw.state_interval.as_ref(), DEFAULT_STATE_INTERVAL);
+    let Some(file) = &raw.state_file else {
+        if let Some(interval) = &raw.state_interval {
+            errors.at(
+                interval,
+                "state_interval without state_file: name the file to save the state to".to_owned(),
+            );
+        }
+        return None;
+    };
+    errors.check(file, |f| {
+        if f.is_empty() || f.ends_with('/') {
+            Err(format!("state_file `{f}` does not name a file"))
+        } else {
+            Ok(StateFile {
+                path: f.into(),
+                interval,
+            })
+        }
+    })
 }
 
 fn admin_section(raw: &RawAdmin, errors: &mut Errors<'_>) -> Option<Admin> {
@@ -1120,6 +1166,14 @@ impl fmt::Display for ProxyConfig {
         )?;
         writeln!(f, "log_rejections = {}", s.log_rejections)?;
         writeln!(f, "delay = {}", duration(s.delay))?;
+        if let Some(state) = &self.state {
+            writeln!(
+                f,
+                "state_file = {}",
+                quoted(&state.path.display().to_string())
+            )?;
+            writeln!(f, "state_interval = {}", duration(state.interval))?;
+        }
         match &self.admin {
             Some(admin) => {
                 writeln!(

@@ -17,7 +17,7 @@ use crate::listeners::descriptors::{self, Budget};
 use crate::listeners::tcp::Frontend;
 use crate::listeners::udp::UdpFrontend;
 use crate::listeners::{socket, tcp, udp};
-use crate::ops::admin;
+use crate::ops::{admin, state};
 use crate::shared::{Running, Shared};
 
 /// Why the proxy could not start.
@@ -126,6 +126,12 @@ impl Server {
             drain,
             kernel: None,
         };
+        if shared.state.is_some() {
+            server.tasks.push(tokio::spawn(state::run(
+                Arc::clone(&shared),
+                stopped.clone(),
+            )));
+        }
         if let Some(node) = &shared.cluster {
             server.tasks.push(tokio::spawn(cluster::run(
                 Arc::clone(node),
@@ -294,12 +300,19 @@ impl Server {
         self.udp.iter().map(|(f, _)| f.sessions()).sum()
     }
 
-    /// Stops accepting, then waits up to the configured drain time for open connections to
-    /// finish. Returns how many were still open (they end when the runtime does).
+    /// Stops accepting, saves the state file (if `[proxy] state_file`; waiting at most
+    /// [`state::SAVE_BOUND`]), then waits up to the configured drain time for open connections
+    /// to finish. Returns how many were still open (they end when the runtime does).
     pub async fn shutdown(self) -> usize {
         let _ = self.stop.send(true);
         for task in &self.tasks {
             task.abort();
+        }
+        // Nothing is decided any more: the counts saved are the last ones.
+        if state::save_bounded(&self.shared, true).await {
+            if let Some(saver) = &self.shared.state {
+                tracing::info!(path = %saver.path().display(), "state saved");
+            }
         }
         if let Some(table) = self.kernel.clone() {
             let name = table.ruleset().table().to_owned();

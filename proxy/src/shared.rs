@@ -18,6 +18,7 @@ use crate::config::{Protocol, ProxyConfig, Settings, located};
 use crate::ops::log_limit::LogLimit;
 use crate::ops::metrics::{ListenerMetrics, Metrics, Refusal};
 use crate::ops::offenders::Offenders;
+use crate::ops::state::{self, Saver};
 
 /// How many sources the offender list keeps.
 const OFFENDERS: usize = 256;
@@ -46,6 +47,9 @@ pub struct Shared {
     /// This node's part of a cluster (`[cluster]`, fixed at start); its sync task is started
     /// by [`crate::server::Server::start`].
     pub cluster: Option<Arc<Cluster>>,
+    /// The warm-restart state file (`[proxy] state_file`, fixed at start); saved by the task
+    /// [`crate::server::Server::start`] starts and at shutdown.
+    pub state: Option<Saver>,
     /// Where the config came from (reloads re-read it); `None` for an in-memory config.
     path: Option<PathBuf>,
     /// The config last loaded successfully (listener changes need a restart: a reload
@@ -128,18 +132,52 @@ impl Shared {
         path: Option<PathBuf>,
     ) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
         let metrics = Metrics::for_sections(config.cluster.is_some(), config.kernel.is_some());
-        let clock = MonotonicClock::new();
+        // A state file that reads resumes the saved ticks: its windows age by the time the
+        // proxy was down. Anything wrong with it is logged and the start is cold.
+        let resumed = config.state.as_ref().and_then(|file| {
+            match state::load(&file.path, config.policy.memory, state::unix_ms()) {
+                Ok(Some(resumed)) => Some(resumed),
+                Ok(None) => {
+                    tracing::info!(
+                        path = %file.path.display(),
+                        "no state file yet: a cold start"
+                    );
+                    None
+                }
+                Err(err) => {
+                    tracing::error!("{err}; refused, starting cold");
+                    None
+                }
+            }
+        });
+        let clock = resumed
+            .as_ref()
+            .map_or_else(MonotonicClock::new, |r| MonotonicClock::starting_at(r.tick));
         let cluster = config
             .cluster
             .clone()
             .map(|c| Arc::new(Cluster::new(c, clock, metrics.cluster.clone())));
-        let filter = match &cluster {
-            Some(cluster) => {
-                let remote: Arc<dyn Remote> = Arc::clone(cluster) as Arc<dyn Remote>;
-                Filter::with_remote(config.policy.clone(), remote)?
+        let policy = match (&resumed, &config.state) {
+            (Some(resumed), Some(file)) => {
+                let (policy, report) =
+                    Policy::restore(config.policy.clone(), &resumed.state.sketches, clock.now())?;
+                state::log_restored(&file.path, resumed, &report);
+                metrics
+                    .state
+                    .restored_windows
+                    .set(i64::try_from(report.windows).unwrap_or(i64::MAX));
+                policy
             }
-            None => Filter::new(config.policy.clone())?,
+            _ => Policy::compile(config.policy.clone(), None)?,
         };
+        let filter = Filter::from_policy(match &cluster {
+            Some(cluster) => policy.with_remote(Arc::clone(cluster) as Arc<dyn Remote>),
+            None => policy,
+        });
+        let saver = config.state.as_ref().map(|file| {
+            let carried = resumed.map(|r| r.state.lists).unwrap_or_default();
+            Saver::new(file.path.clone(), file.interval, carried)
+        });
         let connections = ConcurrencySketch::new(
             config.settings.connection_memory,
             CONNECTION_DEPTH,
@@ -156,6 +194,7 @@ impl Shared {
             filter,
             clock,
             cluster,
+            state: saver,
             connections,
             offenders: Offenders::new(OFFENDERS),
             logs,
@@ -377,9 +416,10 @@ impl Shared {
             || loaded.settings != config.settings
             || loaded.cluster != config.cluster
             || loaded.kernel != config.kernel
+            || loaded.state != config.state
         {
             tracing::warn!(
-                "listener, admin, [proxy], [cluster] or [kernel] settings changed: they take \
+                "listener, admin, [proxy] (state_file too), [cluster] or [kernel] settings changed: they take \
                  effect on restart; the policy is reloaded now"
             );
         }

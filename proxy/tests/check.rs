@@ -113,7 +113,7 @@ fn listener_errors_are_located_too() {
 fn a_whole_config_round_trips_through_check() {
     let path = write(
         "whole.toml",
-        "[proxy]\nthreads = 1\ndrain = \"3s\"\n\n[admin]\nlisten = \"127.0.0.1:9999\"\n\n\
+        "[proxy]\nthreads = 1\ndrain = \"3s\"\nstate_file = \"/var/lib/tollgate/state\"\nstate_interval = \"1m\"\n\n[admin]\nlisten = \"127.0.0.1:9999\"\n\n\
          [[listener]]\nname = \"web\"\nlisten = \"[::1]:8443\"\nupstreams = [\"127.0.0.1:80\", \"[::1]:81\"]\n\
          trusted_proxies = [\"10.0.0.0/8\"]\nsend_proxy = \"v2\"\nmax_connections_per_source = 20\n\n\
          [[listener]]\nname = \"dns\"\nprotocol = \"udp\"\nlisten = \"127.0.0.1:5353\"\nupstreams = [\"127.0.0.1:53\"]\n\n\
@@ -137,5 +137,17 @@ fn a_connection_memory_too_small_for_its_counts_is_located() {
     let (ok, out) = check(&path);
     assert!(!ok, "{out}");
     let needle = "connection_memory.toml:2:21: connection_memory `0MiB` is too small";
+    assert!(out.contains(needle), "{needle} missing from\n{out}");
+}
+
+#[test]
+fn a_state_interval_without_a_state_file_is_located() {
+    let path = write(
+        "state.toml",
+        "[proxy]\nstate_interval = \"10s\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\n",
+    );
+    let (ok, out) = check(&path);
+    assert!(!ok, "{out}");
+    let needle = "state.toml:2:18: state_interval without state_file";
     assert!(out.contains(needle), "{needle} missing from\n{out}");
 }

@@ -69,7 +69,8 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> Tick;
 }
 
-/// The production clock: monotonic time since the clock was made.
+/// The production clock: monotonic time since the clock was made, plus the tick it started
+/// at (zero for [`MonotonicClock::new`]).
 ///
 /// # Examples
 /// ```
@@ -81,14 +82,30 @@ pub trait Clock: Send + Sync {
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock {
     origin: Instant,
+    start: Tick,
 }
 
 impl MonotonicClock {
     /// A clock whose origin is now.
     #[must_use]
     pub fn new() -> MonotonicClock {
+        MonotonicClock::starting_at(Tick::ZERO)
+    }
+
+    /// A clock that reads `start` now and runs on from there: a process that resumes counting
+    /// in the ticks of one before it (a warm restart) starts where that one's clock would be.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_sketch::{Clock, MonotonicClock, Tick};
+    /// let start = Tick::from_nanos(3_600_000_000_000);
+    /// assert!(MonotonicClock::starting_at(start).now() >= start);
+    /// ```
+    #[must_use]
+    pub fn starting_at(start: Tick) -> MonotonicClock {
         MonotonicClock {
             origin: Instant::now(),
+            start,
         }
     }
 }
@@ -101,7 +118,7 @@ impl Default for MonotonicClock {
 
 impl Clock for MonotonicClock {
     fn now(&self) -> Tick {
-        Tick::from_duration(self.origin.elapsed())
+        self.start + self.origin.elapsed()
     }
 }
 

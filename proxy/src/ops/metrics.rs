@@ -190,6 +190,8 @@ pub struct Metrics {
     pub cluster: ClusterMetrics,
     /// The kernel fast path's metrics (exported only when `[kernel]` is configured).
     pub kernel: KernelMetrics,
+    /// The warm-restart state file's metrics.
+    pub state: crate::ops::state::StateMetrics,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -508,6 +510,7 @@ impl Metrics {
             list_removed: Counter::default(),
             cluster: ClusterMetrics::new(),
             kernel: KernelMetrics::new(),
+            state: crate::ops::state::StateMetrics::default(),
         };
         let r = &mut registry;
         r.register(
@@ -685,6 +688,7 @@ impl Metrics {
             "Run-time list entries removed through the admin endpoint",
             metrics.list_removed.clone(),
         );
+        metrics.state.register(r);
         if cluster {
             metrics.cluster.register(r);
         }

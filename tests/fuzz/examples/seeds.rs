@@ -1,6 +1,8 @@
 //! Writes the binary seed corpus: frames from the benchmarks' synthetic builder and a few
 //! hand-built ones, PROXY v1/v2 headers, and a tiny pcap and pcapng of those frames.
 //! The config seeds are the README's blocks and `benches/replay-policy.toml`, copied by hand.
+//! The state seeds are small state files (fixed hash seeds, so they come out the same every
+//! run) and their bodies alone (the harness also reads its input sealed as a body).
 //!
 //! ```text
 //! cargo run -p tollgate-fuzz --example seeds    # rewrites tests/fuzz/corpus/*/seed-*
@@ -20,6 +22,10 @@ use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
 use tollgate::listeners::proxy_protocol::{V2Transport, encode_v1, encode_v2};
+use tollgate::ops::state::format::HEADER_LEN;
+use tollgate::ops::state::{ListEntry, State, encode};
+use tollgate_filter::{Cidr, SavedKind, SavedSketch};
+use tollgate_sketch::{RateSketch, Tick};
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -58,7 +64,84 @@ fn hand_built() -> Vec<(&'static str, Vec<u8>)> {
     vec![("vlan", vlan), ("qinq", qinq), ("arp", arp), ("cut", cut)]
 }
 
+/// A saved sketch of `kind` and window 10 s with a fixed seed, `keys` keys counted in its
+/// windows 7 and 8 (and retired until 95 s if `retired`).
+fn saved_sketch(kind: SavedKind, keys: u32, retired: bool) -> SavedSketch {
+    let period = Duration::from_secs(10);
+    let builder = RateSketch::builder()
+        .window(period)
+        .depth(2)
+        .front_share(if kind == SavedKind::Limits {
+            0.125
+        } else {
+            0.0
+        })
+        .seed(7);
+    let bytes = builder.min_memory_bytes();
+    let sketch = builder.memory_bytes(bytes).build().expect("a small sketch");
+    for window in [7u64, 8] {
+        for key in 0..keys {
+            let at = Tick::from_nanos(window * 10_000_000_000 + u64::from(key));
+            let _ = sketch.observe(&key.to_le_bytes(), 1 + u64::from(key % 3), at);
+        }
+    }
+    SavedSketch {
+        kind,
+        period,
+        bytes: bytes as u64,
+        retired_until: retired.then(|| Tick::from_nanos(95_000_000_000)),
+        shape: sketch.shape(),
+        windows: vec![sketch.export_window(7), sketch.export_window(8)],
+    }
+}
+
+/// Small state files: empty, limits with list entries, penalties and a retired sketch.
+fn states() -> Vec<(&'static str, State)> {
+    let state = |sketches, lists| State {
+        saved_at_unix_ms: 1_795_000_000_000,
+        tick: Tick::from_nanos(85_000_000_000),
+        sketches,
+        lists,
+    };
+    let entry = |cidr: &str, deny, reason: &str| ListEntry {
+        cidr: Cidr::parse(cidr).expect("a CIDR"),
+        deny,
+        expires_unix_ms: 1_795_000_600_000,
+        reason: reason.to_owned(),
+    };
+    vec![
+        ("empty", state(Vec::new(), Vec::new())),
+        (
+            "limits-lists",
+            state(
+                vec![saved_sketch(SavedKind::Limits, 20, false)],
+                vec![
+                    entry("198.51.100.0/24", true, "scanner"),
+                    entry("2001:db8::/48", false, "partner"),
+                ],
+            ),
+        ),
+        (
+            "penalties-retired",
+            state(
+                vec![
+                    saved_sketch(SavedKind::Penalties, 3, false),
+                    saved_sketch(SavedKind::ShiftedPenalties, 2, false),
+                    saved_sketch(SavedKind::Limits, 5, true),
+                ],
+                Vec::new(),
+            ),
+        ),
+    ]
+}
+
 fn main() {
+    for (name, state) in states() {
+        let bytes = encode(&state);
+        write("state", name, &bytes);
+        write("state", &format!("body-{name}"), &bytes[HEADER_LEN..]);
+    }
+
     let frames: Vec<Vec<u8>> = (0..12).map(workload::synthetic_frame).collect();
     for (id, frame) in frames.iter().enumerate() {
         write("frame", &format!("synthetic-{id}"), frame);

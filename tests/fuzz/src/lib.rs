@@ -1,5 +1,5 @@
 //! Fuzz harnesses for every parser of outside input: Ethernet frames, PROXY protocol v1/v2
-//! headers, config files and capture files.
+//! headers, config files, capture files and warm-restart state files.
 //!
 //! Each module has one `check(&[u8])` that feeds the bytes to a public parser and asserts its
 //! invariants: no panic, errors that stay inside their input, and round trips where an encoder
@@ -15,6 +15,7 @@
 //! tollgate_fuzz::proxy_header::check(b"PROXY TCP4 203.0.113.7 192.0.2.1 51234 443\r\n");
 //! tollgate_fuzz::config::check(b"[[rule]]\nname = \"x\"\nlimits = [{ rate = \"0/1s\" }]\n");
 //! tollgate_fuzz::capture::check(&[0xd4, 0xc3, 0xb2, 0xa1]);
+//! tollgate_fuzz::state::check(b"TGSTATE\0 cut short");
 //! ```
 
 #![warn(missing_docs)]
@@ -23,3 +24,4 @@ pub mod capture;
 pub mod config;
 pub mod frame;
 pub mod proxy_header;
+pub mod state;

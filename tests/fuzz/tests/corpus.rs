@@ -57,3 +57,8 @@ fn config() {
 fn capture() {
     replay("capture", tollgate_fuzz::capture::check);
 }
+
+#[test]
+fn state() {
+    replay("state", tollgate_fuzz::state::check);
+}

@@ -1,0 +1,87 @@
+//! The state file on disk: written whole or not at all, read with a bound.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The temporary file a save writes before renaming it over `path`: in the same directory
+/// (a rename within one file system is atomic), named after it.
+#[must_use]
+pub fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Replaces `path` with `bytes` atomically: they are written to [`temp_path`] (mode 0600:
+/// the file holds the sketches' hash seeds), synced, renamed over `path`, and the directory
+/// is synced, so after a crash at any point `path` holds either its old bytes or the new
+/// ones, whole.
+///
+/// # Errors
+/// The first I/O error, the temporary file removed (the old file stays as it was).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temp = temp_path(path);
+    // A temporary file left by a crash may carry other permissions: start from none.
+    let _ = std::fs::remove_file(&temp);
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if let Err(err) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(err);
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
+/// What reading a state file found.
+#[derive(Debug)]
+pub enum Found {
+    /// There is no file (a first start).
+    Missing,
+    /// Its bytes.
+    Bytes(Vec<u8>),
+    /// It is larger than `limit` bytes.
+    TooLarge {
+        /// Its size.
+        size: u64,
+    },
+}
+
+/// Reads `path` if it holds at most `limit` bytes.
+///
+/// # Errors
+/// I/O errors other than a missing file.
+pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Found> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(err) => return Err(err),
+    };
+    let size = file.metadata()?.len();
+    if size > limit {
+        return Ok(Found::TooLarge { size });
+    }
+    let mut bytes = Vec::new();
+    // `take`: the file may grow after the size was read.
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Ok(Found::TooLarge {
+            size: bytes.len() as u64,
+        });
+    }
+    Ok(Found::Bytes(bytes))
+}

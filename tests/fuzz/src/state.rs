@@ -1,0 +1,63 @@
+//! Warm-restart state files: [`decode`] on any bytes, as they are and sealed under a valid
+//! header (so the fuzzer reaches the body's parser past the checksum), and what decodes put
+//! back into a policy.
+
+use std::net::Ipv4Addr;
+use std::sync::OnceLock;
+
+use tollgate::ops::state::format::HEADER_LEN;
+use tollgate::ops::state::{decode, encode};
+use tollgate_filter::{Config, Event, Policy, Source, Transport};
+
+/// The policy every decoded state is restored into: a limit and a penalty of 10 s (the
+/// periods the seeds use), small.
+fn config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        Config::parse(
+            "[sketch]\nmemory = \"256KiB\"\n[[rule]]\nname = \"r\"\n\
+             limits = [{ rate = \"5/10s\" }]\npenalty = \"10s\"\n",
+        )
+        .expect("the harness's config parses")
+    })
+}
+
+/// `body` under a header that gives its true length and checksum.
+#[must_use]
+pub fn sealed(body: &[u8]) -> Vec<u8> {
+    let mut bytes = encode(&tollgate::ops::state::State {
+        saved_at_unix_ms: 0,
+        tick: tollgate_sketch::Tick::ZERO,
+        sketches: Vec::new(),
+        lists: Vec::new(),
+    });
+    bytes.truncate(HEADER_LEN);
+    bytes[16..24].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes[24..32].copy_from_slice(&xxhash_rust::xxh3::xxh3_64(body).to_le_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Decodes `data`, and `data` sealed as a body.
+///
+/// # Panics
+/// When an invariant breaks: a decode panics, a state that decodes does not encode back to
+/// exactly the bytes it came from (the format is canonical), or restoring it into a policy
+/// (and deciding there) panics.
+pub fn check(data: &[u8]) {
+    for bytes in [data.to_vec(), sealed(data)] {
+        let Ok(state) = decode(&bytes) else {
+            continue;
+        };
+        assert!(encode(&state) == bytes, "a decoded state encodes otherwise");
+        let Ok((policy, _)) = Policy::restore(config().clone(), &state.sketches, state.tick) else {
+            continue;
+        };
+        let event = Event {
+            source: Source::from(Ipv4Addr::new(192, 0, 2, 1)),
+            transport: Transport::Tcp,
+            bytes: 60,
+        };
+        let _ = policy.decide(&event, state.tick);
+    }
+}
