@@ -85,7 +85,7 @@ async fn attempt(from: &str, to: SocketAddr) -> Met {
 }
 
 /// The elements of the IPv4 sets (prefixes and addresses) of the test's table, as nft lists
-/// them: (address, timeout in whole seconds).
+/// them: (address, timeout in whole seconds, 0 for none).
 fn listed() -> Vec<(String, u64)> {
     let mut found = listed_in("v4");
     found.extend(listed_in("v4_hosts"));
@@ -102,12 +102,17 @@ fn listed_in(set: &str) -> Vec<(String, u64)> {
     let mut found = Vec::new();
     for item in json["nftables"].as_array().into_iter().flatten() {
         for elem in item["set"]["elem"].as_array().into_iter().flatten() {
-            let elem = &elem["elem"];
-            let address = match &elem["val"] {
+            // An element with a timeout is `{"elem": {"val": .., "timeout": ..}}`; one
+            // without is the bare value.
+            let (value, timeout) = match elem.get("elem") {
+                Some(elem) => (&elem["val"], elem["timeout"].as_u64().unwrap_or(0)),
+                None => (elem, 0),
+            };
+            let address = match value {
                 serde_json::Value::String(address) => address.clone(),
                 prefix => format!("{}/{}", prefix["prefix"]["addr"], prefix["prefix"]["len"]),
             };
-            found.push((address, elem["timeout"].as_u64().unwrap_or(0)));
+            found.push((address, timeout));
         }
     }
     found
@@ -356,6 +361,69 @@ fn a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start() {
             assert_eq!(attempt(FLOODER, again.front).await, Met::Served);
         },
     );
+}
+
+#[test]
+#[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
+fn deny_entries_are_held_without_timeout_and_leave_when_a_reload_drops_them() {
+    isolated(
+        "deny_entries_are_held_without_timeout_and_leave_when_a_reload_drops_them",
+        deny_listed,
+    );
+}
+
+async fn deny_listed() {
+    let upstream = echo_upstream().await;
+    let kernel = format!(
+        "[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"100/1m\" }}]\n\n\
+         [kernel]\ntable = \"{TABLE}\"\naction = \"reset\"\nrequired = true\n"
+    );
+    // 127.0.1.0/24 is denied but for 127.0.1.128/25; 127.0.0.5 is denied alone.
+    let lists =
+        |deny: &str| format!("[lists]\nallow = [\"127.0.1.128/25\"]\ndeny = [{deny}]\n\n{kernel}");
+    let mut proxy = Proxy::launch(
+        "kernel-deny",
+        &format!("upstreams = [\"{upstream}\"]"),
+        &lists("\"127.0.0.5\", \"127.0.1.0/24\""),
+        "",
+        true,
+    );
+    let front = proxy.front;
+    let both = || {
+        let found = listed();
+        found.iter().any(|(a, _)| a == "127.0.0.5")
+            && found.iter().any(|(a, _)| a == "\"127.0.1.0\"/25")
+    };
+    poll("the deny entries in the kernel's sets", both);
+    // No timeout: held while listed. The allowed half of the /24 is not in the kernel.
+    assert_eq!(
+        listed(),
+        [
+            ("\"127.0.1.0\"/25".to_owned(), 0),
+            ("127.0.0.5".to_owned(), 0)
+        ],
+        "only the denied networks, with no timeout"
+    );
+    let before = decisions(&proxy);
+    assert_eq!(attempt("127.0.0.5", front).await, Met::RefusedBeforeAccept);
+    assert_eq!(attempt("127.0.1.9", front).await, Met::RefusedBeforeAccept);
+    assert_eq!(decisions(&proxy), before, "a denied source reached accept");
+    assert_eq!(attempt("127.0.1.200", front).await, Met::Served);
+    assert_eq!(attempt(LEGIT, front).await, Met::Served);
+
+    // A reload that drops 127.0.0.5 takes it out of the kernel; the /24 stays.
+    let config = std::fs::read_to_string(&proxy.path).unwrap();
+    let config = config.replace("\"127.0.0.5\", ", "");
+    std::fs::write(&proxy.path, config).unwrap();
+    proxy.signal("HUP");
+    poll("127.0.0.5 out of the kernel's sets", || {
+        !listed().iter().any(|(a, _)| a == "127.0.0.5")
+    });
+    assert_eq!(listed(), [("\"127.0.1.0\"/25".to_owned(), 0)]);
+    assert_eq!(attempt("127.0.0.5", front).await, Met::Served);
+    assert_eq!(proxy.metric("tollgate_kernel_errors_total"), 0.0);
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().success(), "{}", proxy.log());
 }
 
 /// An empty directory to stand for a `PATH` without nft.

@@ -9,11 +9,14 @@
 //! listed offenders stand and adds those over `factor` times a limit, or serving a penalty,
 //! in one atomic transaction, each with a timeout equal to the time left until its estimate
 //! falls back under the limit (or its penalty ends); at most `max_elements`, heaviest first.
-//! `shadow` rules never put anything into the kernel.
+//! `shadow` rules never put anything into the kernel. The policy's `deny` list goes in too,
+//! with no timeout, cut around any longer `allow` entry ([`denied`]), and leaves the kernel
+//! when a reload drops it.
 //!
 //! The transactions go through one `nft -f -` process each (nft's own parser and its
 //! netlink batch: the whole update commits or none of it does), never one per element.
 
+mod deny_list;
 mod element;
 mod nft;
 mod ruleset;
@@ -21,9 +24,10 @@ mod selection;
 mod table;
 mod updater;
 
+pub use deny_list::{Network, denied};
 pub use element::{Element, SETS, set_of};
 pub use nft::NftError;
-pub use ruleset::Ruleset;
+pub use ruleset::{Changes, Ruleset};
 pub use selection::select;
 pub use table::Table;
 pub use updater::Updater;

@@ -6,7 +6,21 @@ use std::fmt::Write;
 
 use crate::config::{KernelAction, KernelConfig};
 
-use super::element::{Element, SETS};
+use super::deny_list::Network;
+use super::element::{Element, SETS, Written, set_of};
+
+/// What one transaction changes in the sets (see [`Ruleset::change`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Changes<'a> {
+    /// Empty every set first.
+    pub flush: bool,
+    /// Networks to take out.
+    pub remove: &'a [Network],
+    /// Networks to hold with no timeout (the `deny` list).
+    pub listed: &'a [Network],
+    /// Networks to hold for a time (the offenders).
+    pub timed: &'a [Element],
+}
 
 /// What the proxy's table holds: its name, the action, and the listeners' ports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,24 +111,54 @@ impl Ruleset {
     /// when there is nothing to do.
     #[must_use]
     pub fn add(&self, elements: &[Element], flush: bool) -> String {
+        self.change(&Changes {
+            flush,
+            timed: elements,
+            ..Changes::default()
+        })
+    }
+
+    /// One transaction making `changes`: the sets emptied (if `flush`), then the networks of
+    /// `remove` taken out (each added first, so one the kernel already let go is no error:
+    /// `add` of an element that is there changes nothing), then `listed` added with no
+    /// timeout and `timed` with theirs. Empty when there is nothing to do.
+    #[must_use]
+    pub fn change(&self, changes: &Changes<'_>) -> String {
         let t = &self.table;
         let mut text = String::new();
-        if flush {
+        if changes.flush {
             for set in SETS {
                 let _ = writeln!(text, "flush set inet {t} {set}");
             }
         }
         for set in SETS {
-            let mut listed = elements.iter().filter(|e| e.set() == set).peekable();
-            if listed.peek().is_none() {
-                continue;
+            let gone: Vec<String> = changes
+                .remove
+                .iter()
+                .filter(|&&(n, l)| set_of(n, l) == set)
+                .map(|&(n, l)| Written(n, l).to_string())
+                .collect();
+            if !gone.is_empty() {
+                let gone = gone.join(", ");
+                let _ = writeln!(text, "add element inet {t} {set} {{ {gone} }}");
+                let _ = writeln!(text, "delete element inet {t} {set} {{ {gone} }}");
             }
-            let _ = write!(text, "add element inet {t} {set} {{ ");
-            for (i, element) in listed.enumerate() {
-                let comma = if i == 0 { "" } else { ", " };
-                let _ = write!(text, "{comma}{element}");
+        }
+        for set in SETS {
+            let listed = changes
+                .listed
+                .iter()
+                .filter(|&&(n, l)| set_of(n, l) == set)
+                .map(|&(n, l)| Written(n, l).to_string());
+            let timed = changes
+                .timed
+                .iter()
+                .filter(|e| e.set() == set)
+                .map(Element::to_string);
+            let all: Vec<String> = listed.chain(timed).collect();
+            if !all.is_empty() {
+                let _ = writeln!(text, "add element inet {t} {set} {{ {} }}", all.join(", "));
             }
-            text.push_str(" }\n");
         }
         text
     }

@@ -1,8 +1,7 @@
 //! The task that keeps the kernel's sets up to date: every interval it selects the
 //! offenders to hold and sends what is new in one transaction.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,8 +11,11 @@ use crate::config::KernelConfig;
 use crate::ops::metrics::KernelMetrics;
 use crate::shared::Shared;
 
+use tollgate_filter::Cidr;
+
+use super::deny_list::{Network, denied};
 use super::element::{Element, SETS, set_of};
-use super::ruleset::Ruleset;
+use super::ruleset::{Changes, Ruleset};
 use super::selection::select;
 use super::table::Table;
 
@@ -24,19 +26,29 @@ const CANDIDATES: usize = 256;
 #[derive(Debug)]
 pub struct Updater {
     config: KernelConfig,
-    /// Each held network and when its kernel timeout ends.
-    held: HashMap<(IpAddr, u8), (Instant, f64)>,
+    /// Each held offender's network, when its kernel timeout ends, and its weight.
+    held: HashMap<Network, (Instant, f64)>,
+    /// The `deny` list's networks the kernel holds (with no timeout).
+    listed: BTreeSet<Network>,
+    /// The `deny` list's networks the kernel should hold (see [`Updater::deny`]).
+    wanted: BTreeSet<Network>,
+    /// The `allow` and `deny` lists `wanted` was made from.
+    lists: Option<(Vec<Cidr>, Vec<Cidr>)>,
     /// The last transaction failed: the next one empties the sets and sends all that is held.
     resync: bool,
 }
 
-/// One transaction to send, and what it adds.
+/// One transaction to send, and what it changes.
 #[derive(Debug, PartialEq)]
 pub struct Plan {
     /// nft's input.
     pub text: String,
-    /// The elements it adds that were not held before.
+    /// The offenders it adds that were not held before.
     pub new: Vec<Element>,
+    /// Held offenders it takes out (a `deny` network now covers them in their set).
+    pub displaced: Vec<Network>,
+    /// The `deny` networks the kernel holds once it committed.
+    pub listed: BTreeSet<Network>,
 }
 
 impl Updater {
@@ -46,14 +58,47 @@ impl Updater {
         Updater {
             config,
             held: HashMap::new(),
+            listed: BTreeSet::new(),
+            wanted: BTreeSet::new(),
+            lists: None,
             resync: false,
         }
     }
 
+    /// Makes the kernel hold what the policy's `allow` and `deny` lists deny (from the next
+    /// [`Updater::plan`]), and nothing of what they no longer deny. Cheap when the lists are
+    /// those of the last call. The `deny` networks count towards `max_elements` and come
+    /// before the offenders; beyond it they are left out (counted in `skipped`) and refused
+    /// at accept as before.
+    pub fn deny(&mut self, allow: &[Cidr], deny: &[Cidr], metrics: &KernelMetrics) {
+        if self
+            .lists
+            .as_ref()
+            .is_some_and(|(a, d)| a[..] == *allow && d[..] == *deny)
+        {
+            return;
+        }
+        let all = denied(allow, deny);
+        let room = self.config.max_elements;
+        if all.len() > room {
+            metrics.skipped.inc_by((all.len() - room) as u64);
+            tracing::warn!(
+                networks = all.len(),
+                max_elements = room,
+                "the deny list needs more kernel elements than max_elements: the rest are \
+                 refused at accept"
+            );
+        }
+        self.wanted = all.into_iter().take(room).collect();
+        self.lists = Some((allow.to_vec(), deny.to_vec()));
+    }
+
     /// The transaction for `chosen` (from [`super::select`]) at `now`, if there is anything
-    /// to send: the chosen elements that overlap nothing held, as many as `max_elements`
-    /// leaves room for (the rest are counted in `skipped`). Held elements whose timeout has
-    /// passed are forgotten (the kernel has let them go).
+    /// to send: the `deny` networks added or dropped since the last commit, and the chosen
+    /// elements that overlap nothing held, as many as `max_elements` leaves room for (the
+    /// rest are counted in `skipped`). Held elements whose timeout has passed are forgotten
+    /// (the kernel has let them go); held elements that a new `deny` network overlaps in
+    /// their set are taken out (the kernel refuses overlapping intervals).
     pub fn plan(
         &mut self,
         ruleset: &Ruleset,
@@ -62,58 +107,104 @@ impl Updater {
         metrics: &KernelMetrics,
     ) -> Option<Plan> {
         self.held.retain(|_, (until, _)| *until > now);
+        let to_list: Vec<Network> = if self.resync {
+            self.wanted.iter().copied().collect()
+        } else {
+            self.wanted.difference(&self.listed).copied().collect()
+        };
+        let to_unlist: Vec<Network> = if self.resync {
+            Vec::new()
+        } else {
+            self.listed.difference(&self.wanted).copied().collect()
+        };
+        let displaced: Vec<Network> = self
+            .held
+            .keys()
+            .copied()
+            .filter(|&(n, l)| {
+                to_list
+                    .iter()
+                    .any(|&(dn, dl)| set_of(dn, dl) == set_of(n, l) && overlap((dn, dl), (n, l)))
+            })
+            .collect();
+        let mut room = self
+            .config
+            .max_elements
+            .saturating_sub(self.wanted.len() + self.held.len() - displaced.len());
         let mut new: Vec<Element> = Vec::new();
         for element in chosen {
-            let held = self.held.keys().copied();
-            let mut taken = held.chain(new.iter().map(|n| (n.network, n.len)));
+            let held = self.held.keys().filter(|k| !displaced.contains(k)).copied();
+            let mut taken = held
+                .chain(self.wanted.iter().copied())
+                .chain(new.iter().map(|n| (n.network, n.len)));
             if taken.any(|(network, len)| element.overlaps(network, len)) {
                 continue;
             }
-            if self.held.len() + new.len() >= self.config.max_elements {
+            if room == 0 {
                 metrics.skipped.inc();
                 continue;
             }
+            room -= 1;
             new.push(element);
         }
-        let text = if self.resync {
-            let mut all: Vec<Element> = self
-                .held
-                .iter()
-                .map(|(&(network, len), &(until, weight))| Element {
-                    network,
-                    len,
-                    timeout: until - now,
-                    weight,
-                })
-                .collect();
-            all.extend_from_slice(&new);
-            ruleset.add(&all, true)
-        } else if new.is_empty() {
+        if !self.resync && new.is_empty() && to_list.is_empty() && to_unlist.is_empty() {
             return None;
-        } else {
-            ruleset.add(&new, false)
-        };
-        Some(Plan { text, new })
+        }
+        let mut timed = new.clone();
+        if self.resync {
+            timed.extend(
+                self.held
+                    .iter()
+                    .filter(|(k, _)| !displaced.contains(k))
+                    .map(|(&(network, len), &(until, weight))| Element {
+                        network,
+                        len,
+                        timeout: until - now,
+                        weight,
+                    }),
+            );
+        }
+        let remove: Vec<Network> = to_unlist
+            .iter()
+            .chain(if self.resync { &[][..] } else { &displaced[..] })
+            .copied()
+            .collect();
+        let text = ruleset.change(&Changes {
+            flush: self.resync,
+            remove: &remove,
+            listed: &to_list,
+            timed: &timed,
+        });
+        Some(Plan {
+            text,
+            new,
+            displaced,
+            listed: self.wanted.clone(),
+        })
     }
 
     /// Records the outcome of sending `plan` at `now`.
     pub fn committed(&mut self, plan: Plan, ok: bool, now: Instant) {
         if ok {
+            for network in &plan.displaced {
+                self.held.remove(network);
+            }
             for element in plan.new {
                 self.held.insert(
                     (element.network, element.len),
                     (now + element.timeout, element.weight),
                 );
             }
+            self.listed = plan.listed;
         }
         self.resync = !ok;
     }
 
-    /// Held elements in `set` (one of [`SETS`]).
+    /// Held elements in `set` (one of [`SETS`]), offenders and `deny` networks.
     #[must_use]
     pub fn count(&self, set: &str) -> usize {
-        let in_set = |&&(network, len): &&(IpAddr, u8)| set_of(network, len) == set;
-        self.held.keys().filter(in_set).count()
+        let in_set = |&&(network, len): &&Network| set_of(network, len) == set;
+        self.held.keys().filter(in_set).count() + self.listed.iter().filter(in_set).count()
     }
 
     /// Updates `table` every `[kernel] interval` until `stop` turns true.
@@ -140,6 +231,7 @@ impl Updater {
                 .into_iter()
                 .map(|o| o.source);
             let policy = shared.filter.policy();
+            self.deny(&policy.config().allow, &policy.config().deny, &metrics);
             let chosen = select(
                 &policy,
                 sources,
@@ -182,6 +274,17 @@ impl Updater {
             }
         }
     }
+}
+
+/// Whether two networks share an address.
+fn overlap(a: Network, b: Network) -> bool {
+    let element = Element {
+        network: a.0,
+        len: a.1,
+        timeout: std::time::Duration::ZERO,
+        weight: 0.0,
+    };
+    element.overlaps(b.0, b.1)
 }
 
 #[cfg(test)]
@@ -293,5 +396,91 @@ mod tests {
         );
         updater.committed(plan, true, later);
         assert_eq!(updater.plan(&ruleset, Vec::new(), later, &metrics), None);
+    }
+
+    fn cidrs(list: &[&str]) -> Vec<Cidr> {
+        list.iter().map(|c| Cidr::parse(c).unwrap()).collect()
+    }
+
+    #[test]
+    fn deny_networks_go_in_without_timeout_and_leave_when_the_list_drops_them() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        // An offender held in the interval set, inside a /16 the list is about to deny.
+        let plan = updater
+            .plan(&ruleset, vec![element("10.1.2.0", 24, 5000)], now, &metrics)
+            .unwrap();
+        updater.committed(plan, true, now);
+        updater.deny(
+            &cidrs(&["10.1.9.0/24"]),
+            &cidrs(&["10.1.0.0/16", "192.0.2.7"]),
+            &metrics,
+        );
+        // The /24 offender overlaps a new deny network in its set: taken out first.
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert_eq!(plan.displaced, [("10.1.2.0".parse().unwrap(), 24)]);
+        assert!(
+            plan.text.starts_with(
+                "add element inet tollgate v4 { 10.1.2.0/24 }\n\
+                 delete element inet tollgate v4 { 10.1.2.0/24 }\n\
+                 add element inet tollgate v4 { 10.1.0.0/21, 10.1.8.0/24, "
+            ),
+            "{}",
+            plan.text
+        );
+        assert!(
+            plan.text
+                .ends_with("10.1.128.0/17 }\nadd element inet tollgate v4_hosts { 192.0.2.7 }\n"),
+            "{}",
+            plan.text
+        );
+        assert!(!plan.text.contains("timeout"), "{}", plan.text);
+        updater.committed(plan, true, now);
+        // 10.1/16 minus 10.1.9/24: 8 networks, and the address.
+        assert_eq!((updater.count("v4"), updater.count("v4_hosts")), (8, 1));
+        // The same lists again: nothing to send; an offender inside a denied network neither.
+        let deny = cidrs(&["10.1.0.0/16", "192.0.2.7"]);
+        updater.deny(&cidrs(&["10.1.9.0/24"]), &deny, &metrics);
+        let inside = vec![element("10.1.3.4", 32, 900)];
+        assert_eq!(updater.plan(&ruleset, inside, now, &metrics), None);
+        // A reload drops the address: it leaves the kernel, the rest stays.
+        updater.deny(&cidrs(&["10.1.9.0/24"]), &deny[..1], &metrics);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert_eq!(
+            plan.text,
+            "add element inet tollgate v4_hosts { 192.0.2.7 }\n\
+             delete element inet tollgate v4_hosts { 192.0.2.7 }\n"
+        );
+        updater.committed(plan, true, now);
+        assert_eq!((updater.count("v4"), updater.count("v4_hosts")), (8, 0));
+        // They never expire: long after, nothing to send, still held.
+        let later = now + Duration::from_secs(3600);
+        assert_eq!(updater.plan(&ruleset, Vec::new(), later, &metrics), None);
+        assert_eq!(updater.count("v4"), 8);
+        // They take room: with 8 of 10 used, only two offenders go in.
+        let three = vec![
+            element("203.0.113.1", 32, 900),
+            element("203.0.113.2", 32, 900),
+            element("203.0.113.3", 32, 900),
+        ];
+        let plan = updater.plan(&ruleset, three, later, &metrics).unwrap();
+        assert_eq!(plan.new.len(), 2);
+    }
+
+    #[test]
+    fn a_resync_sends_the_deny_networks_again() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        updater.deny(&[], &cidrs(&["198.51.100.0/24"]), &metrics);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        updater.committed(plan, false, now);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert!(plan.text.starts_with("flush set"), "{}", plan.text);
+        assert!(
+            plan.text
+                .ends_with("add element inet tollgate v4 { 198.51.100.0/24 }\n"),
+            "{}",
+            plan.text
+        );
     }
 }
