@@ -51,6 +51,9 @@ pub struct Shared {
     /// The config last loaded successfully (listener changes need a restart: a reload
     /// compares against it to say so).
     loaded: Mutex<ProxyConfig>,
+    /// The `[kernel]` section in force: a reload that changes it sends the new one (the
+    /// server's kernel task follows it, see [`crate::kernel::follow`]).
+    pub kernel: tokio::sync::watch::Sender<Option<crate::config::KernelConfig>>,
 }
 
 /// Why a reload was refused; the old policy stays in force.
@@ -146,6 +149,7 @@ impl Shared {
             settings: config.settings,
             metrics,
             path,
+            kernel: tokio::sync::watch::Sender::new(config.kernel.clone()),
             loaded: Mutex::new(config),
         })
     }
@@ -328,12 +332,15 @@ impl Shared {
             || loaded.admin != config.admin
             || loaded.settings != config.settings
             || loaded.cluster != config.cluster
-            || loaded.kernel != config.kernel
         {
             tracing::warn!(
-                "listener, admin, [proxy], [cluster] or [kernel] settings changed: they take \
-                 effect on restart; the policy is reloaded now"
+                "listener, admin, [proxy] or [cluster] settings changed: they take effect on \
+                 restart; the policy is reloaded now"
             );
+        }
+        if loaded.kernel != config.kernel {
+            // Nobody listening (no server, or it stopped): nothing to follow it.
+            let _ = self.kernel.send(config.kernel.clone());
         }
         *loaded = config;
         Ok(())

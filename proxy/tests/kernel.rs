@@ -136,13 +136,7 @@ fn refused_by_kernel() -> u64 {
 }
 
 fn table_exists() -> bool {
-    Command::new("nft")
-        .args(["list", "table", "inet", TABLE])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("nft runs")
-        .success()
+    table_named(TABLE)
 }
 
 /// Every decision the proxy made on its listener (each one followed an accept).
@@ -424,6 +418,97 @@ async fn deny_listed() {
     assert_eq!(proxy.metric("tollgate_kernel_errors_total"), 0.0);
     proxy.signal("TERM");
     assert!(proxy.wait_exit().success(), "{}", proxy.log());
+}
+
+fn table_named(name: &str) -> bool {
+    Command::new("nft")
+        .args(["list", "table", "inet", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("nft runs")
+        .success()
+}
+
+#[test]
+#[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
+fn a_reload_replaces_deletes_and_makes_the_table() {
+    isolated(
+        "a_reload_replaces_deletes_and_makes_the_table",
+        reload_kernel,
+    );
+}
+
+async fn reload_kernel() {
+    const RENAMED: &str = "tollgate_renamed";
+    let upstream = echo_upstream().await;
+    let rule = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/1m\" }]\n";
+    let kernel = |table: &str, action: &str| {
+        format!("\n[kernel]\ntable = \"{table}\"\naction = \"{action}\"\nrequired = true\n")
+    };
+    let mut proxy = Proxy::launch(
+        "kernel-reload",
+        &format!("upstreams = [\"{upstream}\"]"),
+        &format!("{rule}{}", kernel(TABLE, "reset")),
+        "",
+        true,
+    );
+    let front = proxy.front;
+    let head = std::fs::read_to_string(&proxy.path).unwrap();
+    let head = head[..head.find("[[rule]]").unwrap()].to_owned();
+    let reload = |rest: String| {
+        std::fs::write(&proxy.path, format!("{head}{rule}{rest}")).unwrap();
+        proxy.signal("HUP");
+    };
+    for _ in 0..8 {
+        let _ = attempt(FLOODER, front).await;
+    }
+    poll("the flooder in the kernel's set", || {
+        listed().iter().any(|(a, _)| a == FLOODER)
+    });
+
+    // Changed (another name, another action): the old table goes, the new one comes, and the
+    // flooder (still over its limit) is put into it by the new table's updater.
+    reload(kernel(RENAMED, "drop"));
+    poll("the renamed table", || table_named(RENAMED));
+    assert!(!table_exists(), "the old table outlived its replacement");
+    let rules = Command::new("nft")
+        .args(["list", "chain", "inet", RENAMED, "input"])
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    assert!(rules.contains("counter packets 0 bytes 0 drop"), "{rules}");
+    assert!(!rules.contains("reject"), "{rules}");
+    poll("the flooder in the renamed table", || {
+        let output = Command::new("nft")
+            .args(["list", "set", "inet", RENAMED, "v4_hosts"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).contains(FLOODER)
+    });
+
+    // Removed: the table is deleted, the proxy refuses the flooder at accept again.
+    reload(String::new());
+    poll("the table's removal", || !table_named(RENAMED));
+    assert_eq!(attempt(FLOODER, front).await, Met::RejectedByProxy);
+    assert_eq!(proxy.metric("tollgate_kernel_active"), 0.0);
+
+    // Added again: made, and the flooder goes back in.
+    reload(kernel(TABLE, "reset"));
+    poll("the flooder in the re-made table", || {
+        table_exists() && listed().iter().any(|(a, _)| a == FLOODER)
+    });
+    assert_eq!(attempt(FLOODER, front).await, Met::RefusedBeforeAccept);
+    assert_eq!(attempt(LEGIT, front).await, Met::Served);
+    assert_eq!(proxy.metric("tollgate_kernel_errors_total"), 0.0);
+    assert_eq!(proxy.metric("tollgate_kernel_active"), 1.0);
+
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().success(), "{}", proxy.log());
+    assert!(
+        !table_exists() && !table_named(RENAMED),
+        "a table outlived SIGTERM"
+    );
 }
 
 /// An empty directory to stand for a `PATH` without nft.

@@ -16,6 +16,7 @@
 //! The transactions go through one `nft -f -` process each (nft's own parser and its
 //! netlink batch: the whole update commits or none of it does), never one per element.
 
+mod control;
 mod deny_list;
 mod element;
 mod nft;
@@ -24,6 +25,7 @@ mod selection;
 mod table;
 mod updater;
 
+pub use control::{Current, Guarded, follow, start_updater};
 pub use deny_list::{Network, denied};
 pub use element::{Element, SETS, set_of};
 pub use nft::NftError;

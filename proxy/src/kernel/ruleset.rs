@@ -106,6 +106,24 @@ impl Ruleset {
         text
     }
 
+    /// One transaction that puts this table in place of table `old` (the one in force, if
+    /// any) and of any table of this name: [`Ruleset::create`], preceded by the removal of
+    /// `old` when its name differs. All of it commits or none: the kernel never runs with
+    /// both tables or with neither.
+    #[must_use]
+    pub fn replace(&self, old: Option<&str>) -> String {
+        match old {
+            // `table` first: the delete is no error if someone removed it by hand.
+            Some(old) if old != self.table => {
+                format!(
+                    "table inet {old}\ndelete table inet {old}\n{}",
+                    self.create()
+                )
+            }
+            _ => self.create(),
+        }
+    }
+
     /// One transaction adding `elements` (each to its [`Element::set`]). `flush` empties
     /// every set first, in the same transaction (to start over after a failed one). Empty
     /// when there is nothing to do.
@@ -219,6 +237,21 @@ mod tests {
         let reset = ruleset(KernelAction::Reset).create();
         assert!(reset.contains("ip saddr @v4 counter reject with tcp reset"));
         assert!(reset.contains("udp dport { 53 } ip saddr @v4 counter drop"));
+    }
+
+    #[test]
+    fn a_table_of_another_name_is_replaced_in_the_same_transaction() {
+        let rules = ruleset(KernelAction::Drop);
+        assert_eq!(rules.replace(None), rules.create());
+        assert_eq!(rules.replace(Some("tollgate")), rules.create());
+        let text = rules.replace(Some("old_table"));
+        assert_eq!(
+            text,
+            format!(
+                "table inet old_table\ndelete table inet old_table\n{}",
+                rules.create()
+            )
+        );
     }
 
     #[test]

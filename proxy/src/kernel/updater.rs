@@ -13,6 +13,7 @@ use crate::shared::Shared;
 
 use tollgate_filter::Cidr;
 
+use super::control::Current;
 use super::deny_list::{Network, denied};
 use super::element::{Element, SETS, set_of};
 use super::ruleset::{Changes, Ruleset};
@@ -207,10 +208,12 @@ impl Updater {
         self.held.keys().filter(in_set).count() + self.listed.iter().filter(in_set).count()
     }
 
-    /// Updates `table` every `[kernel] interval` until `stop` turns true.
+    /// Updates `table` every `[kernel] interval` until `stop` turns true or `table` is no
+    /// longer the one in force in `current` (a reload replaced or deleted it).
     pub async fn run(
         mut self,
         shared: Arc<Shared>,
+        current: Arc<Current>,
         table: Arc<Table>,
         mut stop: watch::Receiver<bool>,
     ) {
@@ -242,11 +245,13 @@ impl Updater {
             drop(policy);
             let started = Instant::now();
             if let Some(plan) = self.plan(table.ruleset(), chosen, started, &metrics) {
-                let sent = Arc::clone(&table);
+                let (sent, to) = (Arc::clone(&table), Arc::clone(&current));
                 let text = plan.text.clone();
-                let result = tokio::task::spawn_blocking(move || sent.apply(&text)).await;
+                let result = tokio::task::spawn_blocking(move || to.apply(&sent, &text)).await;
                 let ok = match result {
-                    Ok(Ok(())) => {
+                    // Replaced or deleted by a reload: its successor has its own updater.
+                    Ok(Ok(false)) => return,
+                    Ok(Ok(true)) => {
                         metrics.updates.inc();
                         metrics.added.inc_by(plan.new.len() as u64);
                         metrics
