@@ -54,6 +54,9 @@ pub struct Shared {
     /// The `[kernel]` section in force: a reload that changes it sends the new one (the
     /// server's kernel task follows it, see [`crate::kernel::follow`]).
     pub kernel: tokio::sync::watch::Sender<Option<crate::config::KernelConfig>>,
+    /// Rung by a decision that puts a source over `[kernel] factor` times a limit, so the
+    /// kernel's updater sends it at once (see [`crate::kernel::Wake`]).
+    pub kernel_wake: crate::kernel::Wake,
 }
 
 /// Why a reload was refused; the old policy stays in force.
@@ -150,6 +153,7 @@ impl Shared {
             metrics,
             path,
             kernel: tokio::sync::watch::Sender::new(config.kernel.clone()),
+            kernel_wake: crate::kernel::Wake::new(),
             loaded: Mutex::new(config),
         })
     }
@@ -258,10 +262,12 @@ impl Shared {
                 let rule = rule_name(throttle.at.rule);
                 metrics.throttled(listener, rule);
                 self.rejected(listener, source.addr(), rule);
+                self.kernel_wake.over(throttle.estimate, throttle.allowed);
             }
             Verdict::Deny(DenyReason::Penalty { rule }) => {
                 metrics.refused(listener, Refusal::Penalty);
                 self.rejected(listener, source.addr(), rule_name(rule));
+                self.kernel_wake.penalty();
             }
             Verdict::Deny(_) => {
                 metrics.refused(listener, Refusal::Listed);

@@ -24,6 +24,7 @@ mod ruleset;
 mod selection;
 mod table;
 mod updater;
+mod wake;
 
 pub use control::{Current, Guarded, follow, start_updater};
 pub use deny_list::{Network, denied};
@@ -32,4 +33,5 @@ pub use nft::NftError;
 pub use ruleset::{Changes, Ruleset};
 pub use selection::select;
 pub use table::Table;
-pub use updater::Updater;
+pub use updater::{GAP, Updater};
+pub use wake::Wake;

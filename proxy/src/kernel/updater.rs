@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -22,6 +22,10 @@ use super::table::Table;
 
 /// How many of the offender list's sources are looked at per update (all it keeps).
 const CANDIDATES: usize = 256;
+
+/// The least time between two updates (or the interval, if shorter): a flood of new
+/// offenders, each ringing the [`super::Wake`], still makes at most one transaction per gap.
+pub const GAP: Duration = Duration::from_millis(20);
 
 /// What the proxy believes the kernel holds, and what to send next.
 #[derive(Debug)]
@@ -44,8 +48,10 @@ pub struct Updater {
 pub struct Plan {
     /// nft's input.
     pub text: String,
-    /// The offenders it adds that were not held before.
+    /// The offenders it adds that were not held before, and those it holds for longer.
     pub new: Vec<Element>,
+    /// How many of `new` were held before (sent again with a longer timeout).
+    pub longer: usize,
     /// Held offenders it takes out (a `deny` network now covers them in their set).
     pub displaced: Vec<Network>,
     /// The `deny` networks the kernel holds once it committed.
@@ -95,9 +101,10 @@ impl Updater {
     }
 
     /// The transaction for `chosen` (from [`super::select`]) at `now`, if there is anything
-    /// to send: the `deny` networks added or dropped since the last commit, and the chosen
+    /// to send: the `deny` networks added or dropped since the last commit, the chosen
     /// elements that overlap nothing held, as many as `max_elements` leaves room for (the
-    /// rest are counted in `skipped`). Held elements whose timeout has passed are forgotten
+    /// rest are counted in `skipped`), and held ones whose timeout grew by more than an
+    /// interval (sent again with it). Held elements whose timeout has passed are forgotten
     /// (the kernel has let them go); held elements that a new `deny` network overlaps in
     /// their set are taken out (the kernel refuses overlapping intervals).
     pub fn plan(
@@ -133,7 +140,19 @@ impl Updater {
             .max_elements
             .saturating_sub(self.wanted.len() + self.held.len() - displaced.len());
         let mut new: Vec<Element> = Vec::new();
+        let mut longer: Vec<Network> = Vec::new();
         for element in chosen {
+            let key = (element.network, element.len);
+            if let Some(&(until, _)) = self.held.get(&key).filter(|_| !displaced.contains(&key)) {
+                // Held, but events counted since (those that arrived while its transaction
+                // was under way) keep it over for longer: sent again with the longer
+                // timeout, unless that adds less than an interval.
+                if now + element.timeout > until + self.config.interval {
+                    longer.push(key);
+                    new.push(element);
+                }
+                continue;
+            }
             let held = self.held.keys().filter(|k| !displaced.contains(k)).copied();
             let mut taken = held
                 .chain(self.wanted.iter().copied())
@@ -156,7 +175,7 @@ impl Updater {
             timed.extend(
                 self.held
                     .iter()
-                    .filter(|(k, _)| !displaced.contains(k))
+                    .filter(|(k, _)| !displaced.contains(k) && !longer.contains(k))
                     .map(|(&(network, len), &(until, weight))| Element {
                         network,
                         len,
@@ -165,11 +184,18 @@ impl Updater {
                     }),
             );
         }
-        let remove: Vec<Network> = to_unlist
-            .iter()
-            .chain(if self.resync { &[][..] } else { &displaced[..] })
-            .copied()
-            .collect();
+        let remove: Vec<Network> = if self.resync {
+            Vec::new()
+        } else {
+            // An element held longer is taken out and added again with its new timeout, in
+            // the same transaction (nft's `add` leaves an element that is there as it is).
+            to_unlist
+                .iter()
+                .chain(&displaced)
+                .chain(&longer)
+                .copied()
+                .collect()
+        };
         let text = ruleset.change(&Changes {
             flush: self.resync,
             remove: &remove,
@@ -178,6 +204,7 @@ impl Updater {
         });
         Some(Plan {
             text,
+            longer: longer.len(),
             new,
             displaced,
             listed: self.wanted.clone(),
@@ -220,14 +247,28 @@ impl Updater {
         let metrics = shared.metrics.kernel.clone();
         let mut ticks = tokio::time::interval(self.config.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let wake = &shared.kernel_wake;
+        wake.arm(self.config.factor);
+        let gap = GAP.min(self.config.interval);
+        let mut last: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
+                () = wake.rung() => {}
                 _ = stop.changed() => return,
+            }
+            // Coalesced: at most one update per `gap`, whatever rang meanwhile (the rings
+            // coalesce into one); one at a time, as this loop awaits each.
+            if let Some(next) = last.map(|l| l + gap) {
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    _ = stop.changed() => return,
+                }
             }
             if *stop.borrow() {
                 return;
             }
+            last = Some(tokio::time::Instant::now());
             let sources = shared
                 .offenders
                 .top(CANDIDATES)
@@ -253,7 +294,7 @@ impl Updater {
                     Ok(Ok(false)) => return,
                     Ok(Ok(true)) => {
                         metrics.updates.inc();
-                        metrics.added.inc_by(plan.new.len() as u64);
+                        metrics.added.inc_by((plan.new.len() - plan.longer) as u64);
                         metrics
                             .update_seconds
                             .observe(started.elapsed().as_secs_f64());
@@ -294,8 +335,6 @@ fn overlap(a: Network, b: Network) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn element(network: &str, len: u8, ms: u64) -> Element {
@@ -335,6 +374,7 @@ mod tests {
         assert_eq!(updater.plan(&ruleset, again.clone(), now, &metrics), None);
         // Once the /24 expired, the address inside it goes in.
         let later = now + Duration::from_millis(600);
+        let again = vec![element("192.0.2.1", 32, 400), again[1]];
         let plan = updater.plan(&ruleset, again, later, &metrics).unwrap();
         assert_eq!(plan.new, [element("198.51.100.7", 32, 900)]);
         assert_eq!(
@@ -487,5 +527,37 @@ mod tests {
             "{}",
             plan.text
         );
+    }
+
+    #[test]
+    fn a_held_element_whose_estimate_grew_is_sent_again_with_the_longer_timeout() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let plan = updater
+            .plan(
+                &ruleset,
+                vec![element("192.0.2.1", 32, 1000)],
+                now,
+                &metrics,
+            )
+            .unwrap();
+        updater.committed(plan, true, now);
+        // Within an interval (100 ms) of what is held: nothing.
+        let same = vec![element("192.0.2.1", 32, 1050)];
+        assert_eq!(updater.plan(&ruleset, same, now, &metrics), None);
+        // Longer by more: out and in again, in one transaction.
+        let longer = vec![element("192.0.2.1", 32, 3000)];
+        let plan = updater.plan(&ruleset, longer, now, &metrics).unwrap();
+        assert_eq!(
+            plan.text,
+            "add element inet tollgate v4_hosts { 192.0.2.1 }\n\
+             delete element inet tollgate v4_hosts { 192.0.2.1 }\n\
+             add element inet tollgate v4_hosts { 192.0.2.1 timeout 3000ms }\n"
+        );
+        updater.committed(plan, true, now);
+        // Held until then: at 2.5 s it is still held.
+        let later = now + Duration::from_millis(2500);
+        assert_eq!(updater.plan(&ruleset, Vec::new(), later, &metrics), None);
+        assert_eq!(updater.count("v4_hosts"), 1);
     }
 }
