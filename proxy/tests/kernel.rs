@@ -258,6 +258,14 @@ async fn flood_and_drop() {
     // A legitimate source is served, and counted.
     assert_eq!(attempt(LEGIT, front).await, Met::Served);
     assert_eq!(decisions(&proxy), before + 1.0);
+    // The rules match the listener's own address: another address on the same port (a
+    // listener of someone else) still takes the held source's connections.
+    let other = std::net::TcpListener::bind(("127.0.0.9", front.port())).unwrap();
+    let to_other = SocketAddr::new("127.0.0.9".parse().unwrap(), front.port());
+    connect_from(FLOODER, to_other)
+        .await
+        .expect("the kernel held the flooder on another address's port");
+    drop(other);
 
     // The element expires by its timeout; then the source reaches the proxy again. (Served,
     // or refused at accept: the attempts made while its transaction was under way were

@@ -96,11 +96,7 @@ impl Guarded {
     /// The ruleset of `config` for these listeners.
     #[must_use]
     pub fn ruleset(&self, config: &KernelConfig) -> Ruleset {
-        Ruleset::new(
-            config,
-            self.tcp.iter().map(SocketAddr::port),
-            self.udp.iter().map(SocketAddr::port),
-        )
+        Ruleset::new(config, self.tcp.iter().copied(), self.udp.iter().copied())
     }
 }
 

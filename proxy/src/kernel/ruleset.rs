@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::config::{KernelAction, KernelConfig};
 
@@ -22,30 +23,78 @@ pub struct Changes<'a> {
     pub timed: &'a [Element],
 }
 
-/// What the proxy's table holds: its name, the action, and the listeners' ports.
+/// What the proxy's table holds: its name, the action, and the listeners' addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ruleset {
     table: String,
     action: KernelAction,
     size: usize,
-    tcp: BTreeSet<u16>,
-    udp: BTreeSet<u16>,
+    tcp: Listeners,
+    udp: Listeners,
+}
+
+/// The listeners of one protocol, as the rules match them: by port alone for those on a
+/// wildcard address, by address and port for the others.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Listeners {
+    any: BTreeSet<u16>,
+    v4: BTreeSet<(Ipv4Addr, u16)>,
+    v6: BTreeSet<(Ipv6Addr, u16)>,
+}
+
+impl Listeners {
+    fn new(addresses: impl IntoIterator<Item = SocketAddr>) -> Listeners {
+        let mut listeners = Listeners::default();
+        for address in addresses {
+            let port = address.port();
+            match address.ip().to_canonical() {
+                ip if ip.is_unspecified() => listeners.any.insert(port),
+                IpAddr::V4(ip) => listeners.v4.insert((ip, port)),
+                IpAddr::V6(ip) => listeners.v6.insert((ip, port)),
+            };
+        }
+        listeners
+    }
+
+    /// The rules' matches of these listeners for packets of `family` (`ip` or `ip6`) and
+    /// protocol `proto`: `tcp dport { 80, 443 }` for the wildcard ones, `ip daddr . tcp dport
+    /// { 192.0.2.1 . 80 }` for the others of that family.
+    fn matches(&self, family: &str, proto: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        if !self.any.is_empty() {
+            let listed: Vec<String> = self.any.iter().map(u16::to_string).collect();
+            found.push(format!("{proto} dport {{ {} }}", listed.join(", ")));
+        }
+        let pairs: Vec<String> = if family == "ip" {
+            self.v4.iter().map(|(a, p)| format!("{a} . {p}")).collect()
+        } else {
+            self.v6.iter().map(|(a, p)| format!("{a} . {p}")).collect()
+        };
+        if !pairs.is_empty() {
+            found.push(format!(
+                "{family} daddr . {proto} dport {{ {} }}",
+                pairs.join(", ")
+            ));
+        }
+        found
+    }
 }
 
 impl Ruleset {
-    /// The ruleset of `config` guarding the listeners bound to `tcp` and `udp` ports.
+    /// The ruleset of `config` guarding the listeners bound to the `tcp` and `udp`
+    /// addresses.
     #[must_use]
     pub fn new(
         config: &KernelConfig,
-        tcp: impl IntoIterator<Item = u16>,
-        udp: impl IntoIterator<Item = u16>,
+        tcp: impl IntoIterator<Item = SocketAddr>,
+        udp: impl IntoIterator<Item = SocketAddr>,
     ) -> Ruleset {
         Ruleset {
             table: config.table.clone(),
             action: config.action,
             size: config.max_elements,
-            tcp: tcp.into_iter().collect(),
-            udp: udp.into_iter().collect(),
+            tcp: Listeners::new(tcp),
+            udp: Listeners::new(udp),
         }
     }
 
@@ -87,19 +136,14 @@ impl Ruleset {
         let syn = "tcp flags & (fin | syn | rst | ack) == syn";
         for set in SETS {
             let family = if set.starts_with("v4") { "ip" } else { "ip6" };
-            if !self.tcp.is_empty() {
-                let ports = ports(&self.tcp);
+            for to in self.tcp.matches(family, "tcp") {
                 let _ = writeln!(
                     text,
-                    "\t\ttcp dport {ports} {syn} {family} saddr @{set} counter {verdict}"
+                    "\t\t{to} {syn} {family} saddr @{set} counter {verdict}"
                 );
             }
-            if !self.udp.is_empty() {
-                let ports = ports(&self.udp);
-                let _ = writeln!(
-                    text,
-                    "\t\tudp dport {ports} {family} saddr @{set} counter drop"
-                );
+            for to in self.udp.matches(family, "udp") {
+                let _ = writeln!(text, "\t\t{to} {family} saddr @{set} counter drop");
             }
         }
         text.push_str("\t}\n}\n");
@@ -188,12 +232,6 @@ impl Ruleset {
     }
 }
 
-/// `{ 80, 443 }`: nft's anonymous set of ports.
-fn ports(ports: &BTreeSet<u16>) -> String {
-    let listed: Vec<String> = ports.iter().map(u16::to_string).collect();
-    format!("{{ {} }}", listed.join(", "))
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -206,7 +244,8 @@ mod tests {
             max_elements: 100,
             ..KernelConfig::default()
         };
-        Ruleset::new(&config, [8080, 443], [53])
+        let any = |port| SocketAddr::from(([0, 0, 0, 0], port));
+        Ruleset::new(&config, [any(8080), any(443)], [any(53)])
     }
 
     #[test]
@@ -237,6 +276,45 @@ mod tests {
         let reset = ruleset(KernelAction::Reset).create();
         assert!(reset.contains("ip saddr @v4 counter reject with tcp reset"));
         assert!(reset.contains("udp dport { 53 } ip saddr @v4 counter drop"));
+    }
+
+    #[test]
+    fn listeners_on_an_address_are_matched_by_address_and_port() {
+        let config = KernelConfig::default();
+        let at = |a: &str| a.parse::<SocketAddr>().unwrap();
+        let rules = Ruleset::new(
+            &config,
+            [
+                at("192.0.2.1:80"),
+                at("[::]:443"),
+                at("[2001:db8::1]:80"),
+                at("[::ffff:192.0.2.2]:8080"),
+            ],
+            [at("192.0.2.1:53")],
+        );
+        let text = rules.create();
+        let syn = "tcp flags & (fin | syn | rst | ack) == syn";
+        for line in [
+            format!("tcp dport {{ 443 }} {syn} ip saddr @v4 counter drop"),
+            format!("tcp dport {{ 443 }} {syn} ip6 saddr @v6 counter drop"),
+            format!(
+                "ip daddr . tcp dport {{ 192.0.2.1 . 80, 192.0.2.2 . 8080 }} {syn} ip saddr @v4 counter drop"
+            ),
+            format!(
+                "ip6 daddr . tcp dport {{ 2001:db8::1 . 80 }} {syn} ip6 saddr @v6_hosts counter drop"
+            ),
+            "ip daddr . udp dport { 192.0.2.1 . 53 } ip saddr @v4_hosts counter drop".to_owned(),
+        ] {
+            assert!(text.contains(&line), "{line}\nnot in\n{text}");
+        }
+        // An address of one family is never matched against the other's sets.
+        assert!(!text.contains("ip6 daddr . tcp dport { 2001:db8::1 . 80 } tcp flags & (fin | syn | rst | ack) == syn ip saddr"));
+        assert!(
+            !text.contains("ip6 saddr @v6 counter drop\n\t\tip daddr"),
+            "{text}"
+        );
+        assert!(!text.contains("udp dport { 192.0.2.1 . 53 } ip6"), "{text}");
+        assert!(!text.contains("udp dport { 53 }"), "{text}");
     }
 
     #[test]

@@ -351,7 +351,7 @@ mod tests {
             max_elements: max,
             ..KernelConfig::default()
         };
-        let ruleset = Ruleset::new(&config, [80], []);
+        let ruleset = Ruleset::new(&config, ["0.0.0.0:80".parse().unwrap()], []);
         (Updater::new(config), ruleset, KernelMetrics::new())
     }
 
