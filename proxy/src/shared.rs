@@ -57,6 +57,9 @@ pub struct Shared {
     /// Rung by a decision that puts a source over `[kernel] factor` times a limit, so the
     /// kernel's updater sends it at once (see [`crate::kernel::Wake`]).
     pub kernel_wake: crate::kernel::Wake,
+    /// What the kernel holds, as the updater last committed it (the admin's `/top` and
+    /// `/estimate` read it).
+    pub kernel_view: crate::kernel::View,
 }
 
 /// Why a reload was refused; the old policy stays in force.
@@ -154,6 +157,7 @@ impl Shared {
             path,
             kernel: tokio::sync::watch::Sender::new(config.kernel.clone()),
             kernel_wake: crate::kernel::Wake::new(),
+            kernel_view: crate::kernel::View::new(),
             loaded: Mutex::new(config),
         })
     }

@@ -151,6 +151,21 @@ fn decisions(proxy: &Proxy) -> f64 {
         .sum()
 }
 
+/// The body of the admin endpoint's answer to `GET path`.
+fn admin_get(proxy: &Proxy, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(proxy.admin).unwrap();
+    stream.set_read_timeout(Some(BOUND)).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
 /// Polls `done` (bounded by [`BOUND`]); how long it took.
 fn poll(what: &str, mut done: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();
@@ -242,6 +257,26 @@ async fn flood_and_drop() {
         "held {timeout}s, longer than its estimate stays over the limit"
     );
     eprintln!("kernel: flooder held {timeout}s");
+
+    // The admin endpoint says so, from the updater's own record.
+    let top = admin_get(&proxy, "/top");
+    let row = top
+        .lines()
+        .find(|l| l.starts_with(FLOODER))
+        .unwrap_or_default();
+    assert!(row.contains(&format!("{FLOODER}/32 for ")), "{top}");
+    let estimate = admin_get(&proxy, &format!("/estimate?source={FLOODER}"));
+    assert!(
+        estimate.contains(&format!(
+            "{FLOODER}: held in the kernel as {FLOODER}/32 for "
+        )),
+        "{estimate}"
+    );
+    let estimate = admin_get(&proxy, &format!("/estimate?source={LEGIT}"));
+    assert!(
+        estimate.ends_with(&format!("{LEGIT}: not held in the kernel\n")),
+        "{estimate}"
+    );
 
     // Its further connections never reach accept: refused by the kernel, no decision made.
     let before = decisions(&proxy);
@@ -426,6 +461,11 @@ async fn deny_listed() {
             ("127.0.0.5".to_owned(), 0)
         ],
         "only the denied networks, with no timeout"
+    );
+    let estimate = admin_get(&proxy, "/estimate?source=127.0.1.9");
+    assert!(
+        estimate.ends_with("127.0.1.9: held in the kernel as 127.0.1.0/25 while denied\n"),
+        "{estimate}"
     );
     let before = decisions(&proxy);
     assert_eq!(attempt("127.0.0.5", front).await, Met::RefusedBeforeAccept);

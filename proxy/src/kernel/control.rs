@@ -147,6 +147,9 @@ pub async fn follow(
         if let Some(updater) = running.take() {
             updater.abort();
         }
+        // A replaced or deleted table holds nothing; a new one is empty until its updater
+        // commits.
+        shared.kernel_view.set([]);
         let from = Arc::clone(&current);
         let done = match config.clone() {
             None => tokio::task::spawn_blocking(move || from.delete().map(|_| None)).await,

@@ -24,6 +24,7 @@ mod ruleset;
 mod selection;
 mod table;
 mod updater;
+mod view;
 mod wake;
 
 pub use control::{Current, Guarded, follow, start_updater};
@@ -34,4 +35,5 @@ pub use ruleset::{Changes, Ruleset};
 pub use selection::select;
 pub use table::Table;
 pub use updater::{GAP, Updater};
+pub use view::{Hold, View, estimate_line, top_column};
 pub use wake::Wake;

@@ -228,6 +228,13 @@ impl Updater {
         self.resync = !ok;
     }
 
+    /// What the kernel holds, as far as the proxy knows: each network and when its timeout
+    /// ends (`None`: a `deny` network, held while listed).
+    pub fn holding(&self) -> impl Iterator<Item = (Network, Option<Instant>)> + '_ {
+        let timed = self.held.iter().map(|(&k, &(until, _))| (k, Some(until)));
+        timed.chain(self.listed.iter().map(|&k| (k, None)))
+    }
+
     /// Held elements in `set` (one of [`SETS`]), offenders and `deny` networks.
     #[must_use]
     pub fn count(&self, set: &str) -> usize {
@@ -314,6 +321,9 @@ impl Updater {
                 // From when nft answered: the kernel's timeouts started at its commit, so the
                 // proxy forgets an element no earlier than the kernel lets it go.
                 self.committed(plan, ok, Instant::now());
+                if ok {
+                    shared.kernel_view.set(self.holding());
+                }
             }
             for set in SETS {
                 metrics.set_elements(set, self.count(set));

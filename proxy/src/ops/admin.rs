@@ -47,6 +47,7 @@ use tokio::sync::{Semaphore, watch};
 use tollgate_filter::{DurationText, Source};
 
 use crate::config::{Admin, TokenSource};
+use crate::kernel;
 use crate::listeners::socket;
 use crate::listeners::tcp::relay;
 use crate::shared::Shared;
@@ -284,16 +285,20 @@ fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(20);
             let mut body = format!(
-                "{:<40} {:>10} {:>10}  last\n",
-                "source", "rejected", "error"
+                "{:<40} {:>10} {:>10}{}  last\n",
+                "source",
+                "rejected",
+                "error",
+                kernel::top_column(shared, None)
             );
             for offender in shared.offenders.top(n) {
                 let _ = writeln!(
                     body,
-                    "{:<40} {:>10} {:>10}  {}",
+                    "{:<40} {:>10} {:>10}{}  {}",
                     offender.source.to_string(),
                     offender.count,
                     offender.error,
+                    kernel::top_column(shared, Some(offender.source)),
                     offender.last
                 );
             }
@@ -336,7 +341,10 @@ fn estimate(shared: &Shared, source: Option<&str>) -> Response<Full<Bytes>> {
     if found.is_empty() {
         return text(
             StatusCode::OK,
-            format!("{addr}: no limit applies (a list decides for it, or no rule matches)\n"),
+            format!(
+                "{addr}: no limit applies (a list decides for it, or no rule matches)\n{}",
+                kernel::estimate_line(shared, addr)
+            ),
         );
     }
     let mut body = format!(
@@ -363,6 +371,7 @@ fn estimate(shared: &Shared, source: Option<&str>) -> Response<Full<Bytes>> {
             ),
         );
     }
+    body.push_str(&kernel::estimate_line(shared, addr));
     text(StatusCode::OK, body)
 }
 
