@@ -75,7 +75,11 @@ fn measure(args: &[String]) -> Result<(), Box<dyn Error>> {
         let mut loads = Vec::new();
         let mut singles = Vec::new();
         for _ in 0..rounds {
-            let table = Table::create(Ruleset::new(&config, [8080], [5353]))?;
+            let table = Table::create(Ruleset::new(
+                &config,
+                ["0.0.0.0:8080".parse()?],
+                ["0.0.0.0:5353".parse()?],
+            ))?;
             let elements: Vec<Element> = (0..count).map(|i| element(i, len)).collect();
             let text = table.ruleset().add(&elements, false);
             let started = Instant::now();

@@ -1,28 +1,34 @@
 #!/bin/bash
-# Proxy CPU per refused connection attempt from a held source, with [kernel] and without,
-# in a network namespace this script makes for itself (root, unshare, nft, python3):
+# Proxy CPU per refused connection attempt from a source over its limit: Tollgate with
+# [kernel] (the attempts die in the kernel), Tollgate without (refused at accept), and HAProxy
+# (a stick table, `tcp-request connection reject`) in the same run, in a network namespace this
+# script makes for itself (root, unshare, nft, python3, haproxy):
 #
-#   bash benches/kernel/refused.sh [BINARY] [ATTEMPTS]
+#   bash benches/kernel/refused.sh [BINARY] [ATTEMPTS] [ROUNDS]
 #
-# BINARY defaults to target/debug/tollgate, ATTEMPTS to 20000. The source 127.0.0.2 goes over
-# a 5/1m limit with 20 attempts; then ATTEMPTS more are timed, and the proxy's CPU is read
-# from /proc/PID/task/*/schedstat before and after (so its background work, the updater's
-# ticks, is counted too). With [kernel] the attempts are refused by the kernel (action reset);
-# without, by the proxy at accept.
+# BINARY defaults to target/release/tollgate, ATTEMPTS to 20000, ROUNDS to 3 (the three peers
+# interleaved, round by round). The source 127.0.0.2 goes over a 5/1m limit with 20 attempts;
+# then ATTEMPTS more are timed, and the peer's CPU is read from /proc/PID/task/*/schedstat
+# before and after (so its background work, the updater's ticks, is counted too). One worker
+# thread each (`[proxy] threads = 1`, HAProxy `nbthread 1`). With [kernel] the attempts are
+# refused by the kernel (action reset); the others accept and close or reset.
 set -euo pipefail
-BIN=$(realpath "${1:-target/debug/tollgate}")
+BIN=$(realpath "${1:-target/release/tollgate}")
 ATTEMPTS=${2:-20000}
+ROUNDS=${3:-3}
 if [ -z "${TOLLGATE_REFUSED_NETNS:-}" ]; then
-  exec env TOLLGATE_REFUSED_NETNS=1 unshare -n bash "$0" "$BIN" "$ATTEMPTS"
+  exec env TOLLGATE_REFUSED_NETNS=1 unshare -n bash "$0" "$BIN" "$ATTEMPTS" "$ROUNDS"
 fi
+command -v haproxy > /dev/null || { echo "haproxy is needed (apt-get install -y haproxy)" >&2; exit 1; }
 ip link set lo up
 DIR=$(mktemp -d)
+trap 'rm -rf "$DIR"' EXIT
 cat > "$DIR/flood.py" <<'EOF'
 import os, socket, subprocess, sys, time
-pid, mode, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+pid, mode, n, port, ready = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 for _ in range(250):
     try:
-        socket.create_connection(("127.0.0.1", 19090), timeout=1).close()
+        socket.create_connection(("127.0.0.1", ready), timeout=1).close()
         break
     except OSError:
         time.sleep(0.02)
@@ -30,7 +36,7 @@ def attempt():
     s = socket.socket()
     s.bind(("127.0.0.2", 0))
     try:
-        s.connect(("127.0.0.1", 18080))
+        s.connect(("127.0.0.1", port))
         s.recv(1)
     except OSError:
         pass
@@ -55,11 +61,36 @@ c0, t0 = cpu(), time.time()
 for _ in range(n):
     attempt()
 c1, t1 = cpu(), time.time()
-print(f"{mode:>6}: {n} refused attempts in {t1 - t0:.2f} s, proxy CPU {c1 - c0:.4f} s = "
-      f"{(c1 - c0) / n * 1e6:.2f} us per attempt")
+print(f"{mode:>8}: {n} refused attempts in {t1 - t0:.2f} s, CPU {c1 - c0:.4f} s = "
+      f"{(c1 - c0) / n * 1e6:.2f} us per attempt", flush=True)
 EOF
-for mode in kernel plain; do
-  cat > "$DIR/$mode.toml" <<CFG
+cat > "$DIR/haproxy.cfg" <<CFG
+global
+  nbthread 1
+defaults
+  mode tcp
+  timeout connect 1s
+  timeout client 5s
+  timeout server 5s
+frontend front
+  bind 127.0.0.1:18080
+  stick-table type ip size 100k expire 1m store conn_rate(1m)
+  tcp-request connection track-sc0 src
+  tcp-request connection reject if { sc0_conn_rate gt 5 }
+  default_backend upstream
+frontend ready
+  bind 127.0.0.1:19090
+backend upstream
+  server s 127.0.0.1:9
+CFG
+for round in $(seq "$ROUNDS"); do
+  echo "round $round"
+  for mode in kernel plain haproxy; do
+    if [ "$mode" = haproxy ]; then
+      haproxy -f "$DIR/haproxy.cfg" -db 2> "$DIR/haproxy.log" &
+      PID=$!
+    else
+      cat > "$DIR/$mode.toml" <<CFG
 [proxy]
 threads = 1
 
@@ -75,13 +106,14 @@ upstreams = ["127.0.0.1:9"]
 name = "r"
 limits = [{ rate = "5/1m" }]
 CFG
-  if [ "$mode" = kernel ]; then
-    printf '\n[kernel]\naction = "reset"\nrequired = true\n' >> "$DIR/$mode.toml"
-  fi
-  RUST_LOG=warn "$BIN" run --config "$DIR/$mode.toml" 2> "$DIR/$mode.log" &
-  PID=$!
-  python3 "$DIR/flood.py" "$PID" "$mode" "$ATTEMPTS"
-  kill -TERM "$PID"
-  wait "$PID" || true
+      if [ "$mode" = kernel ]; then
+        printf '\n[kernel]\naction = "reset"\nrequired = true\n' >> "$DIR/$mode.toml"
+      fi
+      RUST_LOG=warn "$BIN" run --config "$DIR/$mode.toml" 2> "$DIR/$mode.log" &
+      PID=$!
+    fi
+    python3 "$DIR/flood.py" "$PID" "$mode" "$ATTEMPTS" 18080 19090
+    kill -TERM "$PID"
+    wait "$PID" || true
+  done
 done
-rm -rf "$DIR"

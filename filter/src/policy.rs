@@ -360,6 +360,20 @@ impl Policy {
     /// `now`, counting nothing (the admin's point query). Empty if a list decides for it.
     #[must_use]
     pub fn penalties(&self, source: Source, now: Tick) -> Vec<usize> {
+        let mut found: Vec<usize> = Vec::new();
+        for (index, _) in self.penalty_networks(source, now) {
+            if found.last() != Some(&index) {
+                found.push(index);
+            }
+        }
+        found
+    }
+
+    /// As [`Policy::penalties`], with the prefix each penalty in force is keyed at (that of
+    /// the limit that started it: every source in `source`'s network at that prefix serves
+    /// it), in rule order, each (rule, prefix) once.
+    #[must_use]
+    pub fn penalty_networks(&self, source: Source, now: Tick) -> Vec<(usize, Prefix)> {
         if self.list_verdict(source, now).is_some() {
             return Vec::new();
         }
@@ -375,12 +389,13 @@ impl Policy {
                 length,
                 sketches: [&self.counters[at[0]], &self.counters[at[1]]],
             };
-            let serving = compiled.limits.iter().any(|bound| {
+            for bound in &compiled.limits {
                 let prefix = source.pick(bound.limit.ipv4_prefix, bound.limit.ipv6_prefix);
-                penalty.in_force(&LimitKey::penalty(rule.id, length, source, prefix), now)
-            });
-            if serving {
-                found.push(index);
+                if !found.contains(&(index, prefix))
+                    && penalty.in_force(&LimitKey::penalty(rule.id, length, source, prefix), now)
+                {
+                    found.push((index, prefix));
+                }
             }
         }
         found

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::cluster;
 use crate::config::{Protocol, ProxyConfig, located};
-use crate::kernel::{Ruleset, Table, Updater};
+use crate::kernel::{self, Current, Guarded};
 use crate::listeners::descriptors::{self, Budget};
 use crate::listeners::tcp::Frontend;
 use crate::listeners::udp::UdpFrontend;
@@ -80,7 +80,7 @@ pub struct Server {
     admin: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
     drain: Duration,
-    kernel: Option<Arc<Table>>,
+    kernel: Arc<Current>,
 }
 
 impl Server {
@@ -124,7 +124,7 @@ impl Server {
             admin: None,
             tasks: Vec::new(),
             drain,
-            kernel: None,
+            kernel: Arc::new(Current::new()),
         };
         if shared.state.is_some() {
             server.tasks.push(tokio::spawn(state::run(
@@ -184,13 +184,11 @@ impl Server {
                 }
             }
         }
-        if let Some(config) = kernel {
-            if let Err(err) = server.start_kernel(config, &stopped) {
-                for task in &server.tasks {
-                    task.abort();
-                }
-                return Err(err);
+        if let Err(err) = server.start_kernel(kernel, &stopped) {
+            for task in &server.tasks {
+                task.abort();
             }
+            return Err(err);
         }
         if let (Some(config), Some(access)) = (admin, access) {
             let address = config.listen;
@@ -214,51 +212,64 @@ impl Server {
     }
 
     /// Sets up the kernel fast path for the bound listeners and starts its updater; without
-    /// nft or CAP_NET_ADMIN, says so and goes on without it unless `required`.
+    /// nft or CAP_NET_ADMIN, says so and goes on without it unless `required`. Then follows
+    /// `[kernel]` across reloads (see [`kernel::follow`]), with or without a section now.
     fn start_kernel(
         &mut self,
-        config: crate::config::KernelConfig,
+        config: Option<crate::config::KernelConfig>,
         stopped: &watch::Receiver<bool>,
     ) -> Result<(), StartError> {
-        let tcp = self.tcp.iter().map(|(_, a)| a.port());
-        let udp = self.udp.iter().map(|(_, a)| a.port());
-        let ruleset = Ruleset::new(&config, tcp, udp);
+        let guarded = Guarded {
+            tcp: self.tcp.iter().map(|(_, a)| *a).collect(),
+            udp: self.udp.iter().map(|(_, a)| *a).collect(),
+        };
         let metrics = &self.shared.metrics.kernel;
-        match Table::create(ruleset) {
-            Ok(table) => {
-                tracing::info!(
-                    table = %config.table,
-                    interval = ?config.interval,
-                    factor = config.factor,
-                    action = config.action.as_str(),
-                    max_elements = config.max_elements,
-                    "kernel fast path: nftables table `inet {}` in place",
-                    config.table
-                );
-                metrics.active.set(1);
-                let table = Arc::new(table);
-                self.kernel = Some(Arc::clone(&table));
-                self.tasks.push(tokio::spawn(Updater::new(config).run(
-                    Arc::clone(&self.shared),
-                    table,
-                    stopped.clone(),
-                )));
-                Ok(())
-            }
-            Err(err) if config.required => {
-                metrics.errors.inc();
-                Err(StartError::Kernel(err))
-            }
-            Err(err) => {
-                metrics.errors.inc();
-                tracing::error!(
-                    %err,
-                    "kernel fast path unavailable (it needs nft and CAP_NET_ADMIN): running \
-                     without it, every offender is refused at accept ([kernel] required = false)"
-                );
-                Ok(())
+        let mut running = None;
+        if let Some(config) = config {
+            match self.kernel.replace(guarded.ruleset(&config)) {
+                Ok(table) => {
+                    tracing::info!(
+                        table = %config.table,
+                        interval = ?config.interval,
+                        factor = config.factor,
+                        action = config.action.as_str(),
+                        max_elements = config.max_elements,
+                        "kernel fast path: nftables table `inet {}` in place",
+                        config.table
+                    );
+                    metrics.active.set(1);
+                    let updater = kernel::start_updater(
+                        config.clone(),
+                        &self.shared,
+                        &self.kernel,
+                        table,
+                        stopped,
+                    );
+                    running = Some((config, updater));
+                }
+                Err(err) if config.required => {
+                    metrics.errors.inc();
+                    return Err(StartError::Kernel(err));
+                }
+                Err(err) => {
+                    metrics.errors.inc();
+                    tracing::error!(
+                        %err,
+                        "kernel fast path unavailable (it needs nft and CAP_NET_ADMIN): running \
+                         without it, every offender is refused at accept ([kernel] required = false)"
+                    );
+                }
             }
         }
+        self.tasks.push(tokio::spawn(kernel::follow(
+            Arc::clone(&self.shared),
+            Arc::clone(&self.kernel),
+            guarded,
+            self.shared.kernel.subscribe(),
+            running,
+            stopped.clone(),
+        )));
+        Ok(())
     }
 
     /// The address listener `name` is bound to (a port 0 in the config is the real port here).
@@ -314,17 +325,14 @@ impl Server {
                 tracing::info!(path = %saver.path().display(), "state saved");
             }
         }
-        if let Some(table) = self.kernel.clone() {
-            let name = table.ruleset().table().to_owned();
-            match tokio::task::spawn_blocking(move || table.delete()).await {
-                Ok(Ok(())) => tracing::info!(table = %name, "kernel fast path: table deleted"),
-                Ok(Err(err)) => {
-                    tracing::warn!(%err, table = %name, "cannot delete the kernel table")
-                }
-                Err(err) => tracing::warn!(%err, table = %name, "cannot delete the kernel table"),
-            }
-            self.shared.metrics.kernel.active.set(0);
+        let current = Arc::clone(&self.kernel);
+        match tokio::task::spawn_blocking(move || current.delete()).await {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(name))) => tracing::info!(table = %name, "kernel fast path: table deleted"),
+            Ok(Err(err)) => tracing::warn!(%err, "cannot delete the kernel table"),
+            Err(err) => tracing::warn!(%err, "cannot delete the kernel table"),
         }
+        self.shared.metrics.kernel.active.set(0);
         let deadline = tokio::time::Instant::now() + self.drain;
         while self.open_connections() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -55,6 +55,15 @@ pub struct Shared {
     /// The config last loaded successfully (listener changes need a restart: a reload
     /// compares against it to say so).
     loaded: Mutex<ProxyConfig>,
+    /// The `[kernel]` section in force: a reload that changes it sends the new one (the
+    /// server's kernel task follows it, see [`crate::kernel::follow`]).
+    pub kernel: tokio::sync::watch::Sender<Option<crate::config::KernelConfig>>,
+    /// Rung by a decision that puts a source over `[kernel] factor` times a limit, so the
+    /// kernel's updater sends it at once (see [`crate::kernel::Wake`]).
+    pub kernel_wake: crate::kernel::Wake,
+    /// What the kernel holds, as the updater last committed it (the admin's `/top` and
+    /// `/estimate` read it).
+    pub kernel_view: crate::kernel::View,
     /// The listeners serving now, as bound (the admin's status page shows them).
     running: Mutex<Vec<Running>>,
 }
@@ -201,6 +210,9 @@ impl Shared {
             settings: config.settings,
             metrics,
             path,
+            kernel: tokio::sync::watch::Sender::new(config.kernel.clone()),
+            kernel_wake: crate::kernel::Wake::new(),
+            kernel_view: crate::kernel::View::new(),
             loaded: Mutex::new(config),
             running: Mutex::new(Vec::new()),
         })
@@ -310,10 +322,12 @@ impl Shared {
                 let rule = rule_name(throttle.at.rule);
                 metrics.throttled(listener, rule);
                 self.rejected(listener, source.addr(), rule);
+                self.kernel_wake.over(throttle.estimate, throttle.allowed);
             }
             Verdict::Deny(DenyReason::Penalty { rule }) => {
                 metrics.refused(listener, Refusal::Penalty);
                 self.rejected(listener, source.addr(), rule_name(rule));
+                self.kernel_wake.penalty();
             }
             Verdict::Deny(_) => {
                 metrics.refused(listener, Refusal::Listed);
@@ -415,13 +429,16 @@ impl Shared {
             || loaded.admin != config.admin
             || loaded.settings != config.settings
             || loaded.cluster != config.cluster
-            || loaded.kernel != config.kernel
             || loaded.state != config.state
         {
             tracing::warn!(
-                "listener, admin, [proxy] (state_file too), [cluster] or [kernel] settings changed: they take \
-                 effect on restart; the policy is reloaded now"
+                "listener, admin, [proxy] (state_file too) or [cluster] settings changed: they \
+                 take effect on restart; the policy is reloaded now"
             );
+        }
+        if loaded.kernel != config.kernel {
+            // Nobody listening (no server, or it stopped): nothing to follow it.
+            let _ = self.kernel.send(config.kernel.clone());
         }
         *loaded = config;
         Ok(())

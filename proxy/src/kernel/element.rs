@@ -43,11 +43,6 @@ impl Element {
         set_of(self.network, self.len)
     }
 
-    /// Whether it is one address (it goes into a hash set, written without a prefix length).
-    fn is_host(&self) -> bool {
-        self.set().ends_with("_hosts")
-    }
-
     /// Whether the two networks share an address (the kernel refuses overlapping intervals
     /// in one set).
     #[must_use]
@@ -73,10 +68,21 @@ impl fmt::Display for Element {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // nft's smallest timeout unit is the millisecond; round up so none is zero.
         let ms = self.timeout.as_nanos().div_ceil(1_000_000).max(1);
-        if self.is_host() {
-            write!(f, "{} timeout {ms}ms", self.network)
+        write!(f, "{} timeout {ms}ms", Written(self.network, self.len))
+    }
+}
+
+/// A network as nft's input writes it, with no timeout: `192.0.2.0/24`, or `192.0.2.1` for
+/// one address (the hash sets take no prefix length).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Written(pub(crate) IpAddr, pub(crate) u8);
+
+impl fmt::Display for Written {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if set_of(self.0, self.1).ends_with("_hosts") {
+            write!(f, "{}", self.0)
         } else {
-            write!(f, "{}/{} timeout {ms}ms", self.network, self.len)
+            write!(f, "{}/{}", self.0, self.1)
         }
     }
 }

@@ -3,35 +3,98 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::config::{KernelAction, KernelConfig};
 
-use super::element::{Element, SETS};
+use super::deny_list::Network;
+use super::element::{Element, SETS, Written, set_of};
 
-/// What the proxy's table holds: its name, the action, and the listeners' ports.
+/// What one transaction changes in the sets (see [`Ruleset::change`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Changes<'a> {
+    /// Empty every set first.
+    pub flush: bool,
+    /// Networks to take out.
+    pub remove: &'a [Network],
+    /// Networks to hold with no timeout (the `deny` list).
+    pub listed: &'a [Network],
+    /// Networks to hold for a time (the offenders).
+    pub timed: &'a [Element],
+}
+
+/// What the proxy's table holds: its name, the action, and the listeners' addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ruleset {
     table: String,
     action: KernelAction,
     size: usize,
-    tcp: BTreeSet<u16>,
-    udp: BTreeSet<u16>,
+    tcp: Listeners,
+    udp: Listeners,
+}
+
+/// The listeners of one protocol, as the rules match them: by port alone for those on a
+/// wildcard address, by address and port for the others.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Listeners {
+    any: BTreeSet<u16>,
+    v4: BTreeSet<(Ipv4Addr, u16)>,
+    v6: BTreeSet<(Ipv6Addr, u16)>,
+}
+
+impl Listeners {
+    fn new(addresses: impl IntoIterator<Item = SocketAddr>) -> Listeners {
+        let mut listeners = Listeners::default();
+        for address in addresses {
+            let port = address.port();
+            match address.ip().to_canonical() {
+                ip if ip.is_unspecified() => listeners.any.insert(port),
+                IpAddr::V4(ip) => listeners.v4.insert((ip, port)),
+                IpAddr::V6(ip) => listeners.v6.insert((ip, port)),
+            };
+        }
+        listeners
+    }
+
+    /// The rules' matches of these listeners for packets of `family` (`ip` or `ip6`) and
+    /// protocol `proto`: `tcp dport { 80, 443 }` for the wildcard ones, `ip daddr . tcp dport
+    /// { 192.0.2.1 . 80 }` for the others of that family.
+    fn matches(&self, family: &str, proto: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        if !self.any.is_empty() {
+            let listed: Vec<String> = self.any.iter().map(u16::to_string).collect();
+            found.push(format!("{proto} dport {{ {} }}", listed.join(", ")));
+        }
+        let pairs: Vec<String> = if family == "ip" {
+            self.v4.iter().map(|(a, p)| format!("{a} . {p}")).collect()
+        } else {
+            self.v6.iter().map(|(a, p)| format!("{a} . {p}")).collect()
+        };
+        if !pairs.is_empty() {
+            found.push(format!(
+                "{family} daddr . {proto} dport {{ {} }}",
+                pairs.join(", ")
+            ));
+        }
+        found
+    }
 }
 
 impl Ruleset {
-    /// The ruleset of `config` guarding the listeners bound to `tcp` and `udp` ports.
+    /// The ruleset of `config` guarding the listeners bound to the `tcp` and `udp`
+    /// addresses.
     #[must_use]
     pub fn new(
         config: &KernelConfig,
-        tcp: impl IntoIterator<Item = u16>,
-        udp: impl IntoIterator<Item = u16>,
+        tcp: impl IntoIterator<Item = SocketAddr>,
+        udp: impl IntoIterator<Item = SocketAddr>,
     ) -> Ruleset {
         Ruleset {
             table: config.table.clone(),
             action: config.action,
             size: config.max_elements,
-            tcp: tcp.into_iter().collect(),
-            udp: udp.into_iter().collect(),
+            tcp: Listeners::new(tcp),
+            udp: Listeners::new(udp),
         }
     }
 
@@ -73,23 +136,36 @@ impl Ruleset {
         let syn = "tcp flags & (fin | syn | rst | ack) == syn";
         for set in SETS {
             let family = if set.starts_with("v4") { "ip" } else { "ip6" };
-            if !self.tcp.is_empty() {
-                let ports = ports(&self.tcp);
+            for to in self.tcp.matches(family, "tcp") {
                 let _ = writeln!(
                     text,
-                    "\t\ttcp dport {ports} {syn} {family} saddr @{set} counter {verdict}"
+                    "\t\t{to} {syn} {family} saddr @{set} counter {verdict}"
                 );
             }
-            if !self.udp.is_empty() {
-                let ports = ports(&self.udp);
-                let _ = writeln!(
-                    text,
-                    "\t\tudp dport {ports} {family} saddr @{set} counter drop"
-                );
+            for to in self.udp.matches(family, "udp") {
+                let _ = writeln!(text, "\t\t{to} {family} saddr @{set} counter drop");
             }
         }
         text.push_str("\t}\n}\n");
         text
+    }
+
+    /// One transaction that puts this table in place of table `old` (the one in force, if
+    /// any) and of any table of this name: [`Ruleset::create`], preceded by the removal of
+    /// `old` when its name differs. All of it commits or none: the kernel never runs with
+    /// both tables or with neither.
+    #[must_use]
+    pub fn replace(&self, old: Option<&str>) -> String {
+        match old {
+            // `table` first: the delete is no error if someone removed it by hand.
+            Some(old) if old != self.table => {
+                format!(
+                    "table inet {old}\ndelete table inet {old}\n{}",
+                    self.create()
+                )
+            }
+            _ => self.create(),
+        }
     }
 
     /// One transaction adding `elements` (each to its [`Element::set`]). `flush` empties
@@ -97,24 +173,54 @@ impl Ruleset {
     /// when there is nothing to do.
     #[must_use]
     pub fn add(&self, elements: &[Element], flush: bool) -> String {
+        self.change(&Changes {
+            flush,
+            timed: elements,
+            ..Changes::default()
+        })
+    }
+
+    /// One transaction making `changes`: the sets emptied (if `flush`), then the networks of
+    /// `remove` taken out (each added first, so one the kernel already let go is no error:
+    /// `add` of an element that is there changes nothing), then `listed` added with no
+    /// timeout and `timed` with theirs. Empty when there is nothing to do.
+    #[must_use]
+    pub fn change(&self, changes: &Changes<'_>) -> String {
         let t = &self.table;
         let mut text = String::new();
-        if flush {
+        if changes.flush {
             for set in SETS {
                 let _ = writeln!(text, "flush set inet {t} {set}");
             }
         }
         for set in SETS {
-            let mut listed = elements.iter().filter(|e| e.set() == set).peekable();
-            if listed.peek().is_none() {
-                continue;
+            let gone: Vec<String> = changes
+                .remove
+                .iter()
+                .filter(|&&(n, l)| set_of(n, l) == set)
+                .map(|&(n, l)| Written(n, l).to_string())
+                .collect();
+            if !gone.is_empty() {
+                let gone = gone.join(", ");
+                let _ = writeln!(text, "add element inet {t} {set} {{ {gone} }}");
+                let _ = writeln!(text, "delete element inet {t} {set} {{ {gone} }}");
             }
-            let _ = write!(text, "add element inet {t} {set} {{ ");
-            for (i, element) in listed.enumerate() {
-                let comma = if i == 0 { "" } else { ", " };
-                let _ = write!(text, "{comma}{element}");
+        }
+        for set in SETS {
+            let listed = changes
+                .listed
+                .iter()
+                .filter(|&&(n, l)| set_of(n, l) == set)
+                .map(|&(n, l)| Written(n, l).to_string());
+            let timed = changes
+                .timed
+                .iter()
+                .filter(|e| e.set() == set)
+                .map(Element::to_string);
+            let all: Vec<String> = listed.chain(timed).collect();
+            if !all.is_empty() {
+                let _ = writeln!(text, "add element inet {t} {set} {{ {} }}", all.join(", "));
             }
-            text.push_str(" }\n");
         }
         text
     }
@@ -124,12 +230,6 @@ impl Ruleset {
     pub fn delete(&self) -> String {
         format!("delete table inet {}\n", self.table)
     }
-}
-
-/// `{ 80, 443 }`: nft's anonymous set of ports.
-fn ports(ports: &BTreeSet<u16>) -> String {
-    let listed: Vec<String> = ports.iter().map(u16::to_string).collect();
-    format!("{{ {} }}", listed.join(", "))
 }
 
 #[cfg(test)]
@@ -144,7 +244,8 @@ mod tests {
             max_elements: 100,
             ..KernelConfig::default()
         };
-        Ruleset::new(&config, [8080, 443], [53])
+        let any = |port| SocketAddr::from(([0, 0, 0, 0], port));
+        Ruleset::new(&config, [any(8080), any(443)], [any(53)])
     }
 
     #[test]
@@ -175,6 +276,60 @@ mod tests {
         let reset = ruleset(KernelAction::Reset).create();
         assert!(reset.contains("ip saddr @v4 counter reject with tcp reset"));
         assert!(reset.contains("udp dport { 53 } ip saddr @v4 counter drop"));
+    }
+
+    #[test]
+    fn listeners_on_an_address_are_matched_by_address_and_port() {
+        let config = KernelConfig::default();
+        let at = |a: &str| a.parse::<SocketAddr>().unwrap();
+        let rules = Ruleset::new(
+            &config,
+            [
+                at("192.0.2.1:80"),
+                at("[::]:443"),
+                at("[2001:db8::1]:80"),
+                at("[::ffff:192.0.2.2]:8080"),
+            ],
+            [at("192.0.2.1:53")],
+        );
+        let text = rules.create();
+        let syn = "tcp flags & (fin | syn | rst | ack) == syn";
+        for line in [
+            format!("tcp dport {{ 443 }} {syn} ip saddr @v4 counter drop"),
+            format!("tcp dport {{ 443 }} {syn} ip6 saddr @v6 counter drop"),
+            format!(
+                "ip daddr . tcp dport {{ 192.0.2.1 . 80, 192.0.2.2 . 8080 }} {syn} ip saddr @v4 counter drop"
+            ),
+            format!(
+                "ip6 daddr . tcp dport {{ 2001:db8::1 . 80 }} {syn} ip6 saddr @v6_hosts counter drop"
+            ),
+            "ip daddr . udp dport { 192.0.2.1 . 53 } ip saddr @v4_hosts counter drop".to_owned(),
+        ] {
+            assert!(text.contains(&line), "{line}\nnot in\n{text}");
+        }
+        // An address of one family is never matched against the other's sets.
+        assert!(!text.contains("ip6 daddr . tcp dport { 2001:db8::1 . 80 } tcp flags & (fin | syn | rst | ack) == syn ip saddr"));
+        assert!(
+            !text.contains("ip6 saddr @v6 counter drop\n\t\tip daddr"),
+            "{text}"
+        );
+        assert!(!text.contains("udp dport { 192.0.2.1 . 53 } ip6"), "{text}");
+        assert!(!text.contains("udp dport { 53 }"), "{text}");
+    }
+
+    #[test]
+    fn a_table_of_another_name_is_replaced_in_the_same_transaction() {
+        let rules = ruleset(KernelAction::Drop);
+        assert_eq!(rules.replace(None), rules.create());
+        assert_eq!(rules.replace(Some("tollgate")), rules.create());
+        let text = rules.replace(Some("old_table"));
+        assert_eq!(
+            text,
+            format!(
+                "table inet old_table\ndelete table inet old_table\n{}",
+                rules.create()
+            )
+        );
     }
 
     #[test]

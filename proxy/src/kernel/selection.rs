@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use tollgate_filter::{Policy, Prefix, Source};
+use tollgate_filter::{Policy, Source};
 use tollgate_sketch::Tick;
 
 use super::element::Element;
@@ -18,8 +18,8 @@ const STEPS: u32 = 12;
 /// A source is in when, under a rule that is not `shadow`, its estimate has reached `factor`
 /// times a limit (the element is the source's network at that limit's prefix, held until the
 /// estimate would fall back under the limit with no further event: the kernel lets nothing
-/// through to count meanwhile), or when it serves a penalty (the address itself, held until
-/// the penalty ends).
+/// through to count meanwhile), or when it serves a penalty (its network at the prefix the
+/// penalty is keyed at, that of the limit that started it, held until the penalty ends).
 #[must_use]
 pub fn select(
     policy: &Policy,
@@ -57,15 +57,18 @@ pub fn select(
                 weight,
             });
         }
-        for rule in policy.penalties(source, now) {
+        for (rule, prefix) in policy.penalty_networks(source, now) {
             let Some(length) = policy.rule(rule).and_then(|r| r.penalty) else {
                 continue;
             };
-            let serving = |at: Tick| policy.penalties(source, at).contains(&rule);
-            let host = source.pick(Prefix::V4(32), Prefix::V6(128));
+            let serving = |at: Tick| {
+                policy
+                    .penalty_networks(source, at)
+                    .contains(&(rule, prefix))
+            };
             found.push(Element {
-                network: source.masked(host),
-                len: host.len(),
+                network: source.masked(prefix),
+                len: prefix.len(),
                 timeout: until(now, 2 * length, serving),
                 weight: factor,
             });
@@ -170,7 +173,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prefix_limit_holds_the_network_once_and_penalties_hold_the_address() {
+    fn a_prefix_limit_and_its_penalty_hold_the_network_once() {
         let policy = policy(
             "[[rule]]\nname = \"net\"\nlimits = [{ rate = \"10/10s\", ipv4_prefix = 24 }]\n\
              penalty = \"1m\"\n",
@@ -184,23 +187,37 @@ mod tests {
         assert_eq!(chosen.len(), 1, "{chosen:?}");
         assert_eq!(chosen[0].network, "198.51.100.0".parse::<IpAddr>().unwrap());
         assert_eq!(chosen[0].len, 24);
-        // Later, the estimate is back under but the penalty still runs: the address alone.
-        let later = now + Duration::from_secs(25);
-        let held = select(&policy, sources, 1.0, later, 10);
-        assert!(!held.is_empty(), "the penalty should still hold them");
-        assert!(held.iter().all(|e| e.len == 32), "{held:?}");
-        // Marked at `now` for 1m, read 25s later: 35s left (to the bisection's 30ms).
-        let left = Duration::from_secs(35);
-        assert!(
-            held.iter()
-                .all(|e| e.timeout >= left && e.timeout - left < Duration::from_millis(30)),
-            "{held:?}"
-        );
         // The /24's estimate (60 events, limit 10 per 10s) is under 10 once the previous
         // window's share, ceil(60 x remaining / 10s), is 9: 1.5s before the next window ends.
         let exact = Duration::from_millis(18_500);
         assert!(
             chosen[0].timeout >= exact && chosen[0].timeout - exact < Duration::from_millis(10)
         );
+        // Later, the estimate is back under but the penalty, keyed at the /24, still runs:
+        // the /24 again, until the penalty ends; an address of it never seen is in it too.
+        let later = now + Duration::from_secs(25);
+        let held = select(&policy, sources, 1.0, later, 10);
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!((held[0].network, held[0].len), (chosen[0].network, 24));
+        // Marked at `now` for 1m, read 25s later: 35s left (to the bisection's 30ms).
+        let left = Duration::from_secs(35);
+        assert!(
+            held[0].timeout >= left && held[0].timeout - left < Duration::from_millis(30),
+            "{held:?}"
+        );
+        let unseen = select(&policy, ["198.51.100.77".parse().unwrap()], 1.0, later, 10);
+        assert_eq!(unseen, held);
+    }
+
+    #[test]
+    fn an_address_limit_s_penalty_holds_the_address() {
+        let policy = policy(&format!("{RULE}penalty = \"1m\"\n"));
+        let now = Tick::from_duration(Duration::from_secs(100));
+        flood(&policy, "192.0.2.1", 30, now);
+        let later = now + Duration::from_secs(25);
+        let held = select(&policy, ["192.0.2.1".parse().unwrap()], 1.0, later, 10);
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!(held[0].network, "192.0.2.1".parse::<IpAddr>().unwrap());
+        assert_eq!(held[0].len, 32);
     }
 }

@@ -21,6 +21,12 @@ impl Table {
         Ok(Table { ruleset })
     }
 
+    /// The table of `ruleset`, made by a transaction that already ran (see
+    /// [`super::Current::replace`]).
+    pub(crate) fn made(ruleset: Ruleset) -> Table {
+        Table { ruleset }
+    }
+
     /// What the table holds.
     #[must_use]
     pub fn ruleset(&self) -> &Ruleset {

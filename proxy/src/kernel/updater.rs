@@ -1,10 +1,9 @@
 //! The task that keeps the kernel's sets up to date: every interval it selects the
 //! offenders to hold and sends what is new in one transaction.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -12,31 +11,51 @@ use crate::config::KernelConfig;
 use crate::ops::metrics::KernelMetrics;
 use crate::shared::Shared;
 
+use tollgate_filter::Cidr;
+
+use super::control::Current;
+use super::deny_list::{Network, denied};
 use super::element::{Element, SETS, set_of};
-use super::ruleset::Ruleset;
+use super::ruleset::{Changes, Ruleset};
 use super::selection::select;
 use super::table::Table;
 
 /// How many of the offender list's sources are looked at per update (all it keeps).
 const CANDIDATES: usize = 256;
 
+/// The least time between two updates (or the interval, if shorter): a flood of new
+/// offenders, each ringing the [`super::Wake`], still makes at most one transaction per gap.
+pub const GAP: Duration = Duration::from_millis(20);
+
 /// What the proxy believes the kernel holds, and what to send next.
 #[derive(Debug)]
 pub struct Updater {
     config: KernelConfig,
-    /// Each held network and when its kernel timeout ends.
-    held: HashMap<(IpAddr, u8), (Instant, f64)>,
+    /// Each held offender's network, when its kernel timeout ends, and its weight.
+    held: HashMap<Network, (Instant, f64)>,
+    /// The `deny` list's networks the kernel holds (with no timeout).
+    listed: BTreeSet<Network>,
+    /// The `deny` list's networks the kernel should hold (see [`Updater::deny`]).
+    wanted: BTreeSet<Network>,
+    /// The `allow` and `deny` lists `wanted` was made from.
+    lists: Option<(Vec<Cidr>, Vec<Cidr>)>,
     /// The last transaction failed: the next one empties the sets and sends all that is held.
     resync: bool,
 }
 
-/// One transaction to send, and what it adds.
+/// One transaction to send, and what it changes.
 #[derive(Debug, PartialEq)]
 pub struct Plan {
     /// nft's input.
     pub text: String,
-    /// The elements it adds that were not held before.
+    /// The offenders it adds that were not held before, and those it holds for longer.
     pub new: Vec<Element>,
+    /// How many of `new` were held before (sent again with a longer timeout).
+    pub longer: usize,
+    /// Held offenders it takes out (a `deny` network now covers them in their set).
+    pub displaced: Vec<Network>,
+    /// The `deny` networks the kernel holds once it committed.
+    pub listed: BTreeSet<Network>,
 }
 
 impl Updater {
@@ -46,14 +65,48 @@ impl Updater {
         Updater {
             config,
             held: HashMap::new(),
+            listed: BTreeSet::new(),
+            wanted: BTreeSet::new(),
+            lists: None,
             resync: false,
         }
     }
 
+    /// Makes the kernel hold what the policy's `allow` and `deny` lists deny (from the next
+    /// [`Updater::plan`]), and nothing of what they no longer deny. Cheap when the lists are
+    /// those of the last call. The `deny` networks count towards `max_elements` and come
+    /// before the offenders; beyond it they are left out (counted in `skipped`) and refused
+    /// at accept as before.
+    pub fn deny(&mut self, allow: &[Cidr], deny: &[Cidr], metrics: &KernelMetrics) {
+        if self
+            .lists
+            .as_ref()
+            .is_some_and(|(a, d)| a[..] == *allow && d[..] == *deny)
+        {
+            return;
+        }
+        let all = denied(allow, deny);
+        let room = self.config.max_elements;
+        if all.len() > room {
+            metrics.skipped.inc_by((all.len() - room) as u64);
+            tracing::warn!(
+                networks = all.len(),
+                max_elements = room,
+                "the deny list needs more kernel elements than max_elements: the rest are \
+                 refused at accept"
+            );
+        }
+        self.wanted = all.into_iter().take(room).collect();
+        self.lists = Some((allow.to_vec(), deny.to_vec()));
+    }
+
     /// The transaction for `chosen` (from [`super::select`]) at `now`, if there is anything
-    /// to send: the chosen elements that overlap nothing held, as many as `max_elements`
-    /// leaves room for (the rest are counted in `skipped`). Held elements whose timeout has
-    /// passed are forgotten (the kernel has let them go).
+    /// to send: the `deny` networks added or dropped since the last commit, the chosen
+    /// elements that overlap nothing held, as many as `max_elements` leaves room for (the
+    /// rest are counted in `skipped`), and held ones whose timeout grew by more than an
+    /// interval (sent again with it). Held elements whose timeout has passed are forgotten
+    /// (the kernel has let them go); held elements that a new `deny` network overlaps in
+    /// their set are taken out (the kernel refuses overlapping intervals).
     pub fn plan(
         &mut self,
         ruleset: &Ruleset,
@@ -62,84 +115,174 @@ impl Updater {
         metrics: &KernelMetrics,
     ) -> Option<Plan> {
         self.held.retain(|_, (until, _)| *until > now);
+        let to_list: Vec<Network> = if self.resync {
+            self.wanted.iter().copied().collect()
+        } else {
+            self.wanted.difference(&self.listed).copied().collect()
+        };
+        let to_unlist: Vec<Network> = if self.resync {
+            Vec::new()
+        } else {
+            self.listed.difference(&self.wanted).copied().collect()
+        };
+        let displaced: Vec<Network> = self
+            .held
+            .keys()
+            .copied()
+            .filter(|&(n, l)| {
+                to_list
+                    .iter()
+                    .any(|&(dn, dl)| set_of(dn, dl) == set_of(n, l) && overlap((dn, dl), (n, l)))
+            })
+            .collect();
+        let mut room = self
+            .config
+            .max_elements
+            .saturating_sub(self.wanted.len() + self.held.len() - displaced.len());
         let mut new: Vec<Element> = Vec::new();
+        let mut longer: Vec<Network> = Vec::new();
         for element in chosen {
-            let held = self.held.keys().copied();
-            let mut taken = held.chain(new.iter().map(|n| (n.network, n.len)));
+            let key = (element.network, element.len);
+            if let Some(&(until, _)) = self.held.get(&key).filter(|_| !displaced.contains(&key)) {
+                // Held, but events counted since (those that arrived while its transaction
+                // was under way) keep it over for longer: sent again with the longer
+                // timeout, unless that adds less than an interval.
+                if now + element.timeout > until + self.config.interval {
+                    longer.push(key);
+                    new.push(element);
+                }
+                continue;
+            }
+            let held = self.held.keys().filter(|k| !displaced.contains(k)).copied();
+            let mut taken = held
+                .chain(self.wanted.iter().copied())
+                .chain(new.iter().map(|n| (n.network, n.len)));
             if taken.any(|(network, len)| element.overlaps(network, len)) {
                 continue;
             }
-            if self.held.len() + new.len() >= self.config.max_elements {
+            if room == 0 {
                 metrics.skipped.inc();
                 continue;
             }
+            room -= 1;
             new.push(element);
         }
-        let text = if self.resync {
-            let mut all: Vec<Element> = self
-                .held
-                .iter()
-                .map(|(&(network, len), &(until, weight))| Element {
-                    network,
-                    len,
-                    timeout: until - now,
-                    weight,
-                })
-                .collect();
-            all.extend_from_slice(&new);
-            ruleset.add(&all, true)
-        } else if new.is_empty() {
+        if !self.resync && new.is_empty() && to_list.is_empty() && to_unlist.is_empty() {
             return None;
+        }
+        let mut timed = new.clone();
+        if self.resync {
+            timed.extend(
+                self.held
+                    .iter()
+                    .filter(|(k, _)| !displaced.contains(k) && !longer.contains(k))
+                    .map(|(&(network, len), &(until, weight))| Element {
+                        network,
+                        len,
+                        timeout: until - now,
+                        weight,
+                    }),
+            );
+        }
+        let remove: Vec<Network> = if self.resync {
+            Vec::new()
         } else {
-            ruleset.add(&new, false)
+            // An element held longer is taken out and added again with its new timeout, in
+            // the same transaction (nft's `add` leaves an element that is there as it is).
+            to_unlist
+                .iter()
+                .chain(&displaced)
+                .chain(&longer)
+                .copied()
+                .collect()
         };
-        Some(Plan { text, new })
+        let text = ruleset.change(&Changes {
+            flush: self.resync,
+            remove: &remove,
+            listed: &to_list,
+            timed: &timed,
+        });
+        Some(Plan {
+            text,
+            longer: longer.len(),
+            new,
+            displaced,
+            listed: self.wanted.clone(),
+        })
     }
 
     /// Records the outcome of sending `plan` at `now`.
     pub fn committed(&mut self, plan: Plan, ok: bool, now: Instant) {
         if ok {
+            for network in &plan.displaced {
+                self.held.remove(network);
+            }
             for element in plan.new {
                 self.held.insert(
                     (element.network, element.len),
                     (now + element.timeout, element.weight),
                 );
             }
+            self.listed = plan.listed;
         }
         self.resync = !ok;
     }
 
-    /// Held elements in `set` (one of [`SETS`]).
-    #[must_use]
-    pub fn count(&self, set: &str) -> usize {
-        let in_set = |&&(network, len): &&(IpAddr, u8)| set_of(network, len) == set;
-        self.held.keys().filter(in_set).count()
+    /// What the kernel holds, as far as the proxy knows: each network and when its timeout
+    /// ends (`None`: a `deny` network, held while listed).
+    pub fn holding(&self) -> impl Iterator<Item = (Network, Option<Instant>)> + '_ {
+        let timed = self.held.iter().map(|(&k, &(until, _))| (k, Some(until)));
+        timed.chain(self.listed.iter().map(|&k| (k, None)))
     }
 
-    /// Updates `table` every `[kernel] interval` until `stop` turns true.
+    /// Held elements in `set` (one of [`SETS`]), offenders and `deny` networks.
+    #[must_use]
+    pub fn count(&self, set: &str) -> usize {
+        let in_set = |&&(network, len): &&Network| set_of(network, len) == set;
+        self.held.keys().filter(in_set).count() + self.listed.iter().filter(in_set).count()
+    }
+
+    /// Updates `table` every `[kernel] interval` until `stop` turns true or `table` is no
+    /// longer the one in force in `current` (a reload replaced or deleted it).
     pub async fn run(
         mut self,
         shared: Arc<Shared>,
+        current: Arc<Current>,
         table: Arc<Table>,
         mut stop: watch::Receiver<bool>,
     ) {
         let metrics = shared.metrics.kernel.clone();
         let mut ticks = tokio::time::interval(self.config.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let wake = &shared.kernel_wake;
+        wake.arm(self.config.factor);
+        let gap = GAP.min(self.config.interval);
+        let mut last: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
+                () = wake.rung() => {}
                 _ = stop.changed() => return,
+            }
+            // Coalesced: at most one update per `gap`, whatever rang meanwhile (the rings
+            // coalesce into one); one at a time, as this loop awaits each.
+            if let Some(next) = last.map(|l| l + gap) {
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    _ = stop.changed() => return,
+                }
             }
             if *stop.borrow() {
                 return;
             }
+            last = Some(tokio::time::Instant::now());
             let sources = shared
                 .offenders
                 .top(CANDIDATES)
                 .into_iter()
                 .map(|o| o.source);
             let policy = shared.filter.policy();
+            self.deny(&policy.config().allow, &policy.config().deny, &metrics);
             let chosen = select(
                 &policy,
                 sources,
@@ -150,13 +293,15 @@ impl Updater {
             drop(policy);
             let started = Instant::now();
             if let Some(plan) = self.plan(table.ruleset(), chosen, started, &metrics) {
-                let sent = Arc::clone(&table);
+                let (sent, to) = (Arc::clone(&table), Arc::clone(&current));
                 let text = plan.text.clone();
-                let result = tokio::task::spawn_blocking(move || sent.apply(&text)).await;
+                let result = tokio::task::spawn_blocking(move || to.apply(&sent, &text)).await;
                 let ok = match result {
-                    Ok(Ok(())) => {
+                    // Replaced or deleted by a reload: its successor has its own updater.
+                    Ok(Ok(false)) => return,
+                    Ok(Ok(true)) => {
                         metrics.updates.inc();
-                        metrics.added.inc_by(plan.new.len() as u64);
+                        metrics.added.inc_by((plan.new.len() - plan.longer) as u64);
                         metrics
                             .update_seconds
                             .observe(started.elapsed().as_secs_f64());
@@ -176,6 +321,9 @@ impl Updater {
                 // From when nft answered: the kernel's timeouts started at its commit, so the
                 // proxy forgets an element no earlier than the kernel lets it go.
                 self.committed(plan, ok, Instant::now());
+                if ok {
+                    shared.kernel_view.set(self.holding());
+                }
             }
             for set in SETS {
                 metrics.set_elements(set, self.count(set));
@@ -184,10 +332,19 @@ impl Updater {
     }
 }
 
+/// Whether two networks share an address.
+fn overlap(a: Network, b: Network) -> bool {
+    let element = Element {
+        network: a.0,
+        len: a.1,
+        timeout: std::time::Duration::ZERO,
+        weight: 0.0,
+    };
+    element.overlaps(b.0, b.1)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn element(network: &str, len: u8, ms: u64) -> Element {
@@ -204,7 +361,7 @@ mod tests {
             max_elements: max,
             ..KernelConfig::default()
         };
-        let ruleset = Ruleset::new(&config, [80], []);
+        let ruleset = Ruleset::new(&config, ["0.0.0.0:80".parse().unwrap()], []);
         (Updater::new(config), ruleset, KernelMetrics::new())
     }
 
@@ -227,6 +384,7 @@ mod tests {
         assert_eq!(updater.plan(&ruleset, again.clone(), now, &metrics), None);
         // Once the /24 expired, the address inside it goes in.
         let later = now + Duration::from_millis(600);
+        let again = vec![element("192.0.2.1", 32, 400), again[1]];
         let plan = updater.plan(&ruleset, again, later, &metrics).unwrap();
         assert_eq!(plan.new, [element("198.51.100.7", 32, 900)]);
         assert_eq!(
@@ -293,5 +451,123 @@ mod tests {
         );
         updater.committed(plan, true, later);
         assert_eq!(updater.plan(&ruleset, Vec::new(), later, &metrics), None);
+    }
+
+    fn cidrs(list: &[&str]) -> Vec<Cidr> {
+        list.iter().map(|c| Cidr::parse(c).unwrap()).collect()
+    }
+
+    #[test]
+    fn deny_networks_go_in_without_timeout_and_leave_when_the_list_drops_them() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        // An offender held in the interval set, inside a /16 the list is about to deny.
+        let plan = updater
+            .plan(&ruleset, vec![element("10.1.2.0", 24, 5000)], now, &metrics)
+            .unwrap();
+        updater.committed(plan, true, now);
+        updater.deny(
+            &cidrs(&["10.1.9.0/24"]),
+            &cidrs(&["10.1.0.0/16", "192.0.2.7"]),
+            &metrics,
+        );
+        // The /24 offender overlaps a new deny network in its set: taken out first.
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert_eq!(plan.displaced, [("10.1.2.0".parse().unwrap(), 24)]);
+        assert!(
+            plan.text.starts_with(
+                "add element inet tollgate v4 { 10.1.2.0/24 }\n\
+                 delete element inet tollgate v4 { 10.1.2.0/24 }\n\
+                 add element inet tollgate v4 { 10.1.0.0/21, 10.1.8.0/24, "
+            ),
+            "{}",
+            plan.text
+        );
+        assert!(
+            plan.text
+                .ends_with("10.1.128.0/17 }\nadd element inet tollgate v4_hosts { 192.0.2.7 }\n"),
+            "{}",
+            plan.text
+        );
+        assert!(!plan.text.contains("timeout"), "{}", plan.text);
+        updater.committed(plan, true, now);
+        // 10.1/16 minus 10.1.9/24: 8 networks, and the address.
+        assert_eq!((updater.count("v4"), updater.count("v4_hosts")), (8, 1));
+        // The same lists again: nothing to send; an offender inside a denied network neither.
+        let deny = cidrs(&["10.1.0.0/16", "192.0.2.7"]);
+        updater.deny(&cidrs(&["10.1.9.0/24"]), &deny, &metrics);
+        let inside = vec![element("10.1.3.4", 32, 900)];
+        assert_eq!(updater.plan(&ruleset, inside, now, &metrics), None);
+        // A reload drops the address: it leaves the kernel, the rest stays.
+        updater.deny(&cidrs(&["10.1.9.0/24"]), &deny[..1], &metrics);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert_eq!(
+            plan.text,
+            "add element inet tollgate v4_hosts { 192.0.2.7 }\n\
+             delete element inet tollgate v4_hosts { 192.0.2.7 }\n"
+        );
+        updater.committed(plan, true, now);
+        assert_eq!((updater.count("v4"), updater.count("v4_hosts")), (8, 0));
+        // They never expire: long after, nothing to send, still held.
+        let later = now + Duration::from_secs(3600);
+        assert_eq!(updater.plan(&ruleset, Vec::new(), later, &metrics), None);
+        assert_eq!(updater.count("v4"), 8);
+        // They take room: with 8 of 10 used, only two offenders go in.
+        let three = vec![
+            element("203.0.113.1", 32, 900),
+            element("203.0.113.2", 32, 900),
+            element("203.0.113.3", 32, 900),
+        ];
+        let plan = updater.plan(&ruleset, three, later, &metrics).unwrap();
+        assert_eq!(plan.new.len(), 2);
+    }
+
+    #[test]
+    fn a_resync_sends_the_deny_networks_again() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        updater.deny(&[], &cidrs(&["198.51.100.0/24"]), &metrics);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        updater.committed(plan, false, now);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert!(plan.text.starts_with("flush set"), "{}", plan.text);
+        assert!(
+            plan.text
+                .ends_with("add element inet tollgate v4 { 198.51.100.0/24 }\n"),
+            "{}",
+            plan.text
+        );
+    }
+
+    #[test]
+    fn a_held_element_whose_estimate_grew_is_sent_again_with_the_longer_timeout() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let plan = updater
+            .plan(
+                &ruleset,
+                vec![element("192.0.2.1", 32, 1000)],
+                now,
+                &metrics,
+            )
+            .unwrap();
+        updater.committed(plan, true, now);
+        // Within an interval (100 ms) of what is held: nothing.
+        let same = vec![element("192.0.2.1", 32, 1050)];
+        assert_eq!(updater.plan(&ruleset, same, now, &metrics), None);
+        // Longer by more: out and in again, in one transaction.
+        let longer = vec![element("192.0.2.1", 32, 3000)];
+        let plan = updater.plan(&ruleset, longer, now, &metrics).unwrap();
+        assert_eq!(
+            plan.text,
+            "add element inet tollgate v4_hosts { 192.0.2.1 }\n\
+             delete element inet tollgate v4_hosts { 192.0.2.1 }\n\
+             add element inet tollgate v4_hosts { 192.0.2.1 timeout 3000ms }\n"
+        );
+        updater.committed(plan, true, now);
+        // Held until then: at 2.5 s it is still held.
+        let later = now + Duration::from_millis(2500);
+        assert_eq!(updater.plan(&ruleset, Vec::new(), later, &metrics), None);
+        assert_eq!(updater.count("v4_hosts"), 1);
     }
 }

@@ -8,6 +8,7 @@ use tollgate_filter::{DurationText, Source};
 
 use super::answer::{Answer, Format, json, text};
 use super::explain::source_of;
+use crate::kernel;
 use crate::shared::Shared;
 
 /// `/top`: the `n` most rejected sources.
@@ -22,22 +23,27 @@ pub(crate) fn top(shared: &Shared, format: Format, n: usize) -> Answer {
                     "rejected": o.count,
                     "error": o.error,
                     "last": o.last,
+                    "kernel": kernel::held(shared, o.source),
                 })
             })
             .collect();
         return json(StatusCode::OK, &json!({ "top": rows }));
     }
     let mut body = format!(
-        "{:<40} {:>10} {:>10}  last\n",
-        "source", "rejected", "error"
+        "{:<40} {:>10} {:>10}{}  last\n",
+        "source",
+        "rejected",
+        "error",
+        kernel::top_column(shared, None)
     );
     for offender in top {
         let _ = writeln!(
             body,
-            "{:<40} {:>10} {:>10}  {}",
+            "{:<40} {:>10} {:>10}{}  {}",
             offender.source.to_string(),
             offender.count,
             offender.error,
+            kernel::top_column(shared, Some(offender.source)),
             offender.last
         );
     }
@@ -71,13 +77,20 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
             .collect();
         return json(
             StatusCode::OK,
-            &json!({ "source": addr.to_string(), "limits": limits }),
+            &json!({
+                "source": addr.to_string(),
+                "limits": limits,
+                "kernel": kernel::held(shared, addr),
+            }),
         );
     }
     if found.is_empty() {
         return text(
             StatusCode::OK,
-            format!("{addr}: no limit applies (a list decides for it, or no rule matches)\n"),
+            format!(
+                "{addr}: no limit applies (a list decides for it, or no rule matches)\n{}",
+                kernel::estimate_line(shared, addr)
+            ),
         );
     }
     let mut body = format!(
@@ -99,5 +112,6 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
             ),
         );
     }
+    body.push_str(&kernel::estimate_line(shared, addr));
     text(StatusCode::OK, body)
 }

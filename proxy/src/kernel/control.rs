@@ -1,0 +1,199 @@
+//! The fast path over the proxy's life: the table in force ([`Current`]), replaced, made or
+//! deleted when a reload changes, adds or removes `[kernel]` ([`follow`]), each time with a
+//! fresh [`Updater`].
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::KernelConfig;
+use crate::shared::Shared;
+
+use super::nft::{self, NftError};
+use super::ruleset::Ruleset;
+use super::table::Table;
+use super::updater::Updater;
+
+/// The table in force, if any. Every nft transaction on it runs while holding it, so none
+/// runs against a table that was replaced or deleted meanwhile, and a stop that deletes it
+/// waits for a replacement under way.
+#[derive(Debug, Default)]
+pub struct Current(Mutex<Option<Arc<Table>>>);
+
+impl Current {
+    /// Holding nothing yet.
+    #[must_use]
+    pub fn new() -> Current {
+        Current::default()
+    }
+
+    /// The table in force.
+    #[must_use]
+    pub fn table(&self) -> Option<Arc<Table>> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<Table>>> {
+        // A panic while holding it left a whole value (each write is one assignment).
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `ruleset`'s table in place of the one in force (or of none), in one transaction:
+    /// the old table (under its own name, if that differs) and any table of the new name are
+    /// deleted and the new one made, or nothing changes. Blocks on nft.
+    ///
+    /// # Errors
+    /// [`NftError`] if nft is missing or refused; the table in force stays.
+    pub fn replace(&self, ruleset: Ruleset) -> Result<Arc<Table>, NftError> {
+        let mut current = self.lock();
+        let old = current.as_ref().map(|t| t.ruleset().table().to_owned());
+        nft::run(&ruleset.replace(old.as_deref()))?;
+        let table = Arc::new(Table::made(ruleset));
+        *current = Some(Arc::clone(&table));
+        Ok(table)
+    }
+
+    /// Runs `text` on `table` if it is still the one in force (`Ok(false)` if not: nothing
+    /// ran). Blocks on nft.
+    ///
+    /// # Errors
+    /// [`NftError`] if it did not commit; then nothing of it did.
+    pub fn apply(&self, table: &Arc<Table>, text: &str) -> Result<bool, NftError> {
+        let current = self.lock();
+        if !current.as_ref().is_some_and(|c| Arc::ptr_eq(c, table)) {
+            return Ok(false);
+        }
+        table.apply(text)?;
+        Ok(true)
+    }
+
+    /// Deletes the table in force, if any; its name. Blocks on nft.
+    ///
+    /// # Errors
+    /// [`NftError`] if nft could not (the table stays until the next start replaces it, and
+    /// is forgotten here).
+    pub fn delete(&self) -> Result<Option<String>, NftError> {
+        let Some(table) = self.lock().take() else {
+            return Ok(None);
+        };
+        table.delete()?;
+        Ok(Some(table.ruleset().table().to_owned()))
+    }
+}
+
+/// The listeners the rules guard: their bound addresses.
+#[derive(Clone, Debug, Default)]
+pub struct Guarded {
+    /// TCP listeners.
+    pub tcp: Vec<SocketAddr>,
+    /// UDP listeners.
+    pub udp: Vec<SocketAddr>,
+}
+
+impl Guarded {
+    /// The ruleset of `config` for these listeners.
+    #[must_use]
+    pub fn ruleset(&self, config: &KernelConfig) -> Ruleset {
+        Ruleset::new(config, self.tcp.iter().copied(), self.udp.iter().copied())
+    }
+}
+
+/// Starts an updater for `table` (the one in force in `current`).
+#[must_use]
+pub fn start_updater(
+    config: KernelConfig,
+    shared: &Arc<Shared>,
+    current: &Arc<Current>,
+    table: Arc<Table>,
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(Updater::new(config).run(
+        Arc::clone(shared),
+        Arc::clone(current),
+        table,
+        stopped.clone(),
+    ))
+}
+
+/// Follows the `[kernel]` section across reloads until `stopped`: `configs` yields each
+/// section a reload put in force (`None`: removed). Starting from `running` (the section of
+/// the table made at start and its updater, if any), a change replaces the table and its
+/// updater, an added section makes them, a removed one deletes them. A table that cannot be
+/// made is logged and counted; the one in force, if any, stays with its updater.
+pub async fn follow(
+    shared: Arc<Shared>,
+    current: Arc<Current>,
+    guarded: Guarded,
+    mut configs: watch::Receiver<Option<KernelConfig>>,
+    running: Option<(KernelConfig, JoinHandle<()>)>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let (mut in_force, mut running) = match running {
+        Some((config, updater)) => (Some(config), Some(updater)),
+        None => (None, None),
+    };
+    let metrics = shared.metrics.kernel.clone();
+    loop {
+        tokio::select! {
+            changed = configs.changed() => if changed.is_err() { return },
+            _ = stopped.changed() => return,
+        }
+        if *stopped.borrow() {
+            return;
+        }
+        let config = configs.borrow_and_update().clone();
+        if let Some(updater) = running.take() {
+            updater.abort();
+        }
+        // A replaced or deleted table holds nothing; a new one is empty until its updater
+        // commits.
+        shared.kernel_view.set([]);
+        let from = Arc::clone(&current);
+        let done = match config.clone() {
+            None => tokio::task::spawn_blocking(move || from.delete().map(|_| None)).await,
+            Some(config) => {
+                let ruleset = guarded.ruleset(&config);
+                tokio::task::spawn_blocking(move || from.replace(ruleset).map(Some)).await
+            }
+        };
+        match (done, config) {
+            (Ok(Ok(Some(table))), Some(config)) => {
+                tracing::info!(
+                    table = %config.table,
+                    action = config.action.as_str(),
+                    "kernel fast path: reload put table `inet {}` in place",
+                    config.table
+                );
+                metrics.active.set(1);
+                in_force = Some(config.clone());
+                running = Some(start_updater(config, &shared, &current, table, &stopped));
+            }
+            (Ok(Ok(_)), _) => {
+                in_force = None;
+                shared.kernel_wake.disarm();
+                tracing::info!("kernel fast path: [kernel] removed by a reload, table deleted");
+                metrics.active.set(0);
+                for set in super::SETS {
+                    metrics.set_elements(set, 0);
+                }
+            }
+            (Ok(Err(err)), _) => {
+                metrics.errors.inc();
+                tracing::error!(%err, "kernel fast path: the reloaded [kernel] cannot be put in place; the table in force stays");
+            }
+            (Err(err), _) => {
+                metrics.errors.inc();
+                tracing::error!(%err, "kernel fast path: the reload's table task failed");
+            }
+        }
+        // After a failure, the table in force (if any) goes on being updated.
+        if running.is_none()
+            && let (Some(table), Some(config)) = (current.table(), in_force.clone())
+        {
+            running = Some(start_updater(config, &shared, &current, table, &stopped));
+        }
+        metrics.active.set(i64::from(current.table().is_some()));
+    }
+}

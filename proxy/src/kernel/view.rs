@@ -1,0 +1,210 @@
+//! What the updater last pushed into the kernel, kept for the admin endpoint (`/top`,
+//! `/estimate`): whether a source is held and for how long, answered from memory, never by
+//! asking nft.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tollgate_filter::{Prefix, Source};
+
+use crate::shared::Shared;
+
+use super::deny_list::Network;
+
+/// The networks the kernel holds, as the updater last committed them.
+#[derive(Debug, Default)]
+pub struct View(Mutex<Held>);
+
+#[derive(Debug, Default)]
+struct Held {
+    /// Each network and when its timeout ends (`None`: the `deny` list's, no timeout).
+    until: HashMap<Network, Option<Instant>>,
+    /// The prefix lengths in `until`, per family (`true` for IPv4): a lookup masks the
+    /// source to each.
+    lengths: BTreeSet<(bool, u8)>,
+}
+
+/// How the kernel holds a source: the network that covers it, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// The held network's address.
+    pub network: IpAddr,
+    /// Its prefix length.
+    pub len: u8,
+    /// The time left (`None`: a `deny` entry, held while listed).
+    pub left: Option<Duration>,
+}
+
+/// `192.0.2.0/24 for 2.3s`, or `192.0.2.0/24 while denied`.
+impl fmt::Display for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.left {
+            Some(left) => write!(
+                f,
+                "{}/{} for {:.1}s",
+                self.network,
+                self.len,
+                left.as_secs_f64()
+            ),
+            None => write!(f, "{}/{} while denied", self.network, self.len),
+        }
+    }
+}
+
+impl View {
+    /// Holding nothing.
+    #[must_use]
+    pub fn new() -> View {
+        View::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        // Each write replaces the whole value: a panic elsewhere left it whole.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The kernel holds exactly `networks` now (after a commit; an empty list after the table
+    /// went).
+    pub fn set(&self, networks: impl IntoIterator<Item = (Network, Option<Instant>)>) {
+        let until: HashMap<Network, Option<Instant>> = networks.into_iter().collect();
+        let lengths = until
+            .keys()
+            .map(|(network, len)| (network.is_ipv4(), *len))
+            .collect();
+        *self.lock() = Held { until, lengths };
+    }
+
+    /// How the kernel holds `source` at `now`, if it does (the longest held network that
+    /// covers it).
+    #[must_use]
+    pub fn hold(&self, source: IpAddr, now: Instant) -> Option<Hold> {
+        let source = Source::new(source);
+        let v4 = source.addr().is_ipv4();
+        let held = self.lock();
+        for &(_, len) in held.lengths.iter().rev().filter(|(f, _)| *f == v4) {
+            let prefix = if v4 {
+                Prefix::v4(u32::from(len))
+            } else {
+                Prefix::v6(u32::from(len))
+            };
+            // Lengths come from held networks of this family: always valid.
+            let Ok(prefix) = prefix else { continue };
+            let network = source.masked(prefix);
+            match held.until.get(&(network, len)) {
+                Some(None) => {
+                    return Some(Hold {
+                        network,
+                        len,
+                        left: None,
+                    });
+                }
+                Some(Some(until)) if *until > now => {
+                    return Some(Hold {
+                        network,
+                        len,
+                        left: Some(*until - now),
+                    });
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// For `/top`: `192.0.2.0/24 for 2.3s`, or `-` when not held.
+    #[must_use]
+    pub fn column(&self, source: IpAddr) -> String {
+        self.hold(source, Instant::now())
+            .map_or_else(|| "-".to_owned(), |hold| hold.to_string())
+    }
+
+    /// For the admin endpoint: `held in the kernel as 192.0.2.0/24 for 2.3s`, or `not held
+    /// in the kernel`.
+    #[must_use]
+    pub fn describe(&self, source: IpAddr) -> String {
+        match self.hold(source, Instant::now()) {
+            Some(hold) => format!("held in the kernel as {hold}"),
+            None => "not held in the kernel".to_owned(),
+        }
+    }
+}
+
+/// `/top`'s kernel column for `source` (`None`: the header): whether and how long the
+/// kernel holds it, padded; empty without `[kernel]`.
+#[must_use]
+pub fn top_column(shared: &Shared, source: Option<IpAddr>) -> String {
+    if shared.kernel.borrow().is_none() {
+        return String::new();
+    }
+    match source {
+        None => format!(" {:<36}", "kernel"),
+        Some(source) => format!(" {:<36}", shared.kernel_view.column(source)),
+    }
+}
+
+/// `/estimate`'s last line for `source`: `ADDRESS: held in the kernel as ...` or `... not
+/// held in the kernel`; empty without `[kernel]`.
+#[must_use]
+pub fn estimate_line(shared: &Shared, source: IpAddr) -> String {
+    if shared.kernel.borrow().is_none() {
+        return String::new();
+    }
+    format!("{source}: {}\n", shared.kernel_view.describe(source))
+}
+
+/// The JSON answers' `kernel` field for `source`: `null` without `[kernel]` or when not held,
+/// else the network held and the seconds left (`null` for a deny entry, held while listed).
+#[must_use]
+pub fn held(shared: &Shared, source: IpAddr) -> serde_json::Value {
+    if shared.kernel.borrow().is_none() {
+        return serde_json::Value::Null;
+    }
+    match shared.kernel_view.hold(source, Instant::now()) {
+        Some(hold) => serde_json::json!({
+            "network": format!("{}/{}", hold.network, hold.len),
+            "seconds_left": hold.left.map(|left| left.as_secs_f64()),
+        }),
+        None => serde_json::Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_is_held_by_the_longest_live_network_that_covers_it() {
+        let view = View::new();
+        let now = Instant::now();
+        let at = |s: &str| s.parse::<IpAddr>().unwrap();
+        view.set([
+            ((at("192.0.2.0"), 24), Some(now + Duration::from_secs(3))),
+            ((at("192.0.2.7"), 32), Some(now + Duration::from_secs(9))),
+            ((at("198.51.100.0"), 24), None),
+            ((at("203.0.113.5"), 32), Some(now + Duration::from_secs(1))),
+            ((at("2001:db8::"), 64), Some(now + Duration::from_secs(2))),
+        ]);
+        let hold = view.hold(at("192.0.2.7"), now).unwrap();
+        assert_eq!((hold.len, hold.left), (32, Some(Duration::from_secs(9))));
+        assert_eq!(hold.to_string(), "192.0.2.7/32 for 9.0s");
+        let hold = view.hold(at("192.0.2.8"), now).unwrap();
+        assert_eq!(hold.to_string(), "192.0.2.0/24 for 3.0s");
+        assert_eq!(
+            view.hold(at("198.51.100.200"), now).unwrap().to_string(),
+            "198.51.100.0/24 while denied"
+        );
+        assert_eq!(view.hold(at("2001:db8::5"), now).unwrap().len, 64);
+        // An IPv4-mapped source is its IPv4 address.
+        assert_eq!(view.hold(at("::ffff:192.0.2.8"), now).unwrap().len, 24);
+        // Expired, or never held.
+        let later = now + Duration::from_secs(2);
+        assert_eq!(view.hold(at("203.0.113.5"), later), None);
+        assert_eq!(view.hold(at("192.0.3.1"), now), None);
+        assert_eq!(view.describe(at("192.0.3.1")), "not held in the kernel");
+        view.set([]);
+        assert_eq!(view.hold(at("192.0.2.7"), now), None);
+    }
+}

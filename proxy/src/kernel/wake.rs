@@ -1,0 +1,107 @@
+//! The updater's doorbell: a decision that finds a source over `factor` times a limit (or
+//! serving a penalty) rings it, so the source reaches the kernel in one transaction's time
+//! instead of waiting for the next `interval` tick. Ringing is two atomic operations; rings
+//! before the updater looks coalesce into one.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+
+/// The doorbell, shared by the deciding threads and the updater.
+#[derive(Debug)]
+pub struct Wake {
+    /// The factor in force as `f64` bits; `f64::INFINITY` while no updater runs.
+    factor: AtomicU64,
+    bell: Notify,
+}
+
+impl Default for Wake {
+    fn default() -> Wake {
+        Wake::new()
+    }
+}
+
+impl Wake {
+    /// A doorbell no updater listens to yet.
+    #[must_use]
+    pub fn new() -> Wake {
+        Wake {
+            factor: AtomicU64::new(f64::INFINITY.to_bits()),
+            bell: Notify::new(),
+        }
+    }
+
+    /// An updater with `factor` listens from now on.
+    pub fn arm(&self, factor: f64) {
+        // Relaxed: a ring read against the old factor only rings or stays silent once more;
+        // the updater's interval tick catches what a missed ring would have sent.
+        self.factor.store(factor.to_bits(), Ordering::Relaxed);
+    }
+
+    /// No updater listens (the fast path is off).
+    pub fn disarm(&self) {
+        // Relaxed: as in `arm`.
+        self.factor
+            .store(f64::INFINITY.to_bits(), Ordering::Relaxed);
+    }
+
+    /// A decision found a source at `estimate` against a limit of `allowed`: rings if that
+    /// reaches the factor.
+    pub fn over(&self, estimate: u64, allowed: u64) {
+        // Relaxed: see `arm`.
+        let factor = f64::from_bits(self.factor.load(Ordering::Relaxed));
+        // Estimates and limits are far below 2^53: exact as f64.
+        #[allow(clippy::cast_precision_loss)]
+        if estimate as f64 >= factor * allowed as f64 {
+            self.bell.notify_one();
+        }
+    }
+
+    /// A decision found a source serving a penalty: rings if an updater listens.
+    pub fn penalty(&self) {
+        // Relaxed: see `arm`.
+        if f64::from_bits(self.factor.load(Ordering::Relaxed)).is_finite() {
+            self.bell.notify_one();
+        }
+    }
+
+    /// Waits for a ring (one rung since the last wait counts: rings never get lost, and many
+    /// are one).
+    pub async fn rung(&self) {
+        self.bell.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    async fn rang(wake: &Wake) -> bool {
+        tokio::time::timeout(Duration::from_millis(1), wake.rung())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rings_once_for_many_only_over_the_factor_and_only_when_armed() {
+        let wake = Wake::new();
+        wake.over(1000, 1);
+        wake.penalty();
+        assert!(!rang(&wake).await, "no updater: no ring");
+        wake.arm(2.0);
+        wake.over(19, 10);
+        assert!(!rang(&wake).await, "under the factor");
+        for _ in 0..100 {
+            wake.over(20, 10);
+        }
+        assert!(rang(&wake).await);
+        assert!(!rang(&wake).await, "a hundred rings are one");
+        wake.penalty();
+        assert!(rang(&wake).await);
+        wake.disarm();
+        wake.over(1000, 1);
+        assert!(!rang(&wake).await);
+    }
+}
