@@ -15,7 +15,7 @@ use crate::packet::{PacketInfo, parse_frame};
 use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
-use crate::remote::{Remote, Suspect};
+use crate::remote::{Before, Remote, Suspect};
 use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
 
@@ -403,7 +403,14 @@ impl Policy {
                 if let Some(shared) = &self.remote {
                     // The event is reported to the cluster once per key, by the first limit.
                     let counted = if count && first { weight } else { 0 };
-                    estimate = shared.with_rest(&key, limit, estimate, counted, now);
+                    estimate = shared.with_rest(
+                        &key,
+                        limit,
+                        &self.counters[bound.counter],
+                        estimate,
+                        counted,
+                        now,
+                    );
                 }
                 if estimate <= limit.rate.count {
                     continue;
@@ -456,6 +463,7 @@ impl Shared {
         &self,
         key: &LimitKey,
         limit: &Limit,
+        counter: &Counter,
         estimate: u64,
         counted: u64,
         now: Tick,
@@ -466,7 +474,7 @@ impl Shared {
         let rest = self.remote.suspect(&Suspect {
             key,
             per: limit.rate.per,
-            before: estimate.saturating_sub(counted),
+            before: Before::new(estimate, counted, key.as_bytes(), counter, now),
             weight: counted,
             now,
         });

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tollgate_sketch::Tick;
 
+use crate::counter::Counter;
 use crate::key::LimitKey;
 
 /// A suspect key as one decision sees it (see [`Remote::suspect`]).
@@ -23,12 +24,84 @@ pub struct Suspect<'a> {
     /// The period of the limit it is counted under (also in the key; limits of a rule with one
     /// period and one prefix share the key and its count, and report each event once).
     pub per: Duration,
-    /// The local sliding estimate before this event.
-    pub before: u64,
+    /// The local sliding estimate before this event, and its parts on demand.
+    pub before: Before<'a>,
     /// The weight this event added (0 when nothing was counted, as in a recheck).
     pub weight: u64,
     /// When.
     pub now: Tick,
+}
+
+/// A suspect's local sliding estimate before an event ([`Before::estimate`]) and, computed
+/// only when asked (a remote needs it once per key, when the key becomes a suspect), the part
+/// of it each window holds ([`Before::split`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Before<'a> {
+    estimate: u64,
+    counted: u64,
+    key: &'a [u8],
+    counter: &'a Counter,
+    now: Tick,
+}
+
+/// A local sliding estimate split by window, less the sketch's stated overcount.
+///
+/// The sliding estimate is `current + previous * (1 - elapsed / period) + overcount`. Pushed to
+/// a cluster as one current-window count it would weigh the previous window's share in full
+/// until the window ends (and half of it for the next window), and the overcount with it; split,
+/// the share fades as it does here and the overcount is not shared at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// Counted in the current window.
+    pub current: u64,
+    /// The previous window's share still inside the sliding window (already faded).
+    pub previous: u64,
+}
+
+impl<'a> Before<'a> {
+    /// The estimate `estimate` of `key` in `counter` at `now`, of which `counted` is the event
+    /// being decided.
+    pub(crate) fn new(
+        estimate: u64,
+        counted: u64,
+        key: &'a [u8],
+        counter: &'a Counter,
+        now: Tick,
+    ) -> Before<'a> {
+        Before {
+            estimate,
+            counted,
+            key,
+            counter,
+            now,
+        }
+    }
+
+    /// The local sliding estimate before the event (the overcount included).
+    #[must_use]
+    pub fn estimate(&self) -> u64 {
+        self.estimate.saturating_sub(self.counted)
+    }
+
+    /// [`Before::estimate`] split by window, less the sketch's stated overcount (taken from
+    /// the current window's part first: what is shared then fades sooner, never later, than
+    /// what was counted). Reads the sketch again: call it once per key, not per event.
+    #[must_use]
+    pub fn split(&self) -> Split {
+        let estimate = self.estimate();
+        let current = self
+            .counter
+            .current_count(self.key, self.now)
+            .saturating_sub(self.counted)
+            .min(estimate);
+        let previous = estimate - current;
+        let overcount = self.counter.overcount_bound(self.now);
+        let cut = overcount.min(current);
+        Split {
+            current: current - cut,
+            previous: previous.saturating_sub(overcount - cut),
+        }
+    }
 }
 
 /// Counts from the rest of a cluster, for keys over the suspect threshold.
@@ -68,7 +141,7 @@ mod tests {
 
         fn suspect(&self, suspect: &Suspect<'_>) -> u64 {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            seen.push((suspect.before, suspect.weight, suspect.per));
+            seen.push((suspect.before.estimate(), suspect.weight, suspect.per));
             self.rest
         }
     }

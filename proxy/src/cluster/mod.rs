@@ -30,7 +30,7 @@
 //! 1. **Suspects.** When the local sliding estimate of a key (rule, prefix, masked address)
 //!    under a limit reaches `threshold x limit`, the filter reports each further event of it
 //!    to this node's [`Cluster`] (see [`tollgate_filter::Remote`]), which adds its weight to a
-//!    fixed-size lock-free table (two tables of `suspects` slots, 64 bytes each, taking turns;
+//!    fixed-size lock-free table (two tables of `suspects` slots, 128 bytes each, taking turns;
 //!    overflow is counted, never grown).
 //! 2. **Sync.** Every `sync` interval a background task collects the table and, in one
 //!    pipelined round trip, runs a Lua script that, per suspect, `INCRBY`s this node's new
@@ -212,8 +212,13 @@ impl Remote for Cluster {
             .max(1);
         let hash = xxh3_64_with_seed(suspect.key.as_bytes(), period_ms) | 1;
         if suspect.weight > 0 {
-            self.suspects
-                .add(suspect.key, hash, period_ms, suspect.before, suspect.weight);
+            self.suspects.add(
+                suspect.key,
+                hash,
+                period_ms,
+                || suspect.before.split(),
+                suspect.weight,
+            );
         }
         let view = self.view.load();
         match view.get(&hash) {

@@ -161,12 +161,16 @@ impl Syncer {
                     continue;
                 }
                 // A new suspect brings what was counted here before it became one, so the
-                // others see all of it, not only what came after the threshold.
+                // others see all of it, not only what came after the threshold: the current
+                // window's part as a count of the current window, the previous window's share
+                // (already faded here) as one of the previous window, so that it fades out of
+                // the others' estimates no later than out of this node's, and without the
+                // sketch's overcount.
                 None => self.own.entry(item.hash).or_insert(Own {
                     key: item.key,
                     period_ms: item.period_ms,
                     window,
-                    counted: [item.before, 0],
+                    counted: [item.before.current, item.before.previous],
                     pushed: [0, 0],
                     touched: true,
                 }),
@@ -326,7 +330,69 @@ impl Syncer {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
+    use tollgate_filter::{Event, Filter, Remote, Source, Transport};
+    use tollgate_sketch::{MonotonicClock, Tick};
+
     use super::*;
+    use crate::config::ProxyConfig;
+    use crate::ops::metrics::ClusterMetrics;
+
+    #[test]
+    fn a_new_suspect_pushes_each_windows_part_in_its_window() {
+        let config = ProxyConfig::parse(
+            r#"
+            [sketch]
+            memory = "4MiB"
+            [cluster]
+            redis = ["127.0.0.1:1"]
+            node = "a"
+            name = "t"
+            threshold = 0.25
+            [[rule]]
+            name = "r"
+            limits = [{ rate = "100/10s" }]
+            "#,
+        )
+        .expect("valid");
+        let cluster = Arc::new(Cluster::new(
+            config.cluster.clone().expect("a [cluster]"),
+            MonotonicClock::new(),
+            ClusterMetrics::new(),
+        ));
+        let remote = Arc::clone(&cluster) as Arc<dyn Remote>;
+        let filter = Filter::with_remote(config.policy.clone(), remote).expect("fits");
+        let event = Event {
+            source: Source::from(Ipv4Addr::new(192, 0, 2, 1)),
+            transport: Transport::Tcp,
+            bytes: 1,
+        };
+        // 20 events in the sketch's first window: under the threshold of 25.
+        for _ in 0..20 {
+            let _ = filter.decide(&event, Tick::from_nanos(1_000_000_000));
+        }
+        // Halfway through the next window 10 of them still count: with 16 more events here
+        // the key becomes a suspect on the way.
+        let now = Tick::from_nanos(15_000_000_000);
+        for _ in 0..16 {
+            let _ = filter.decide(&event, now);
+        }
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        syncer.collect(cluster.wall_ms(now));
+        let owns: Vec<Own> = syncer.own.values().copied().collect();
+        let [own] = owns[..] else {
+            panic!("one suspect, got {owns:?}");
+        };
+        // Never more in the current window than the 16 events counted in it; the previous
+        // window's share (10, less the overcount) in the previous window.
+        assert!(own.counted[0] <= 16, "current {:?}", own.counted);
+        assert!(
+            (1..=10).contains(&own.counted[1]),
+            "previous {:?}",
+            own.counted
+        );
+    }
 
     #[test]
     fn own_counts_roll_with_the_windows() {
