@@ -100,6 +100,8 @@ struct Compiled {
     order: [Vec<usize>; 2],
     /// The penalty's length and its two sketches' indices, if the rule has a penalty.
     penalty: Option<(Duration, [usize; 2])>,
+    /// [`Rule::shape`], for a cluster's keys.
+    shape: u64,
 }
 
 /// An immutable policy: swap a new one in to reload (see [`crate::Filter`]).
@@ -174,6 +176,7 @@ impl Policy {
                     order
                 };
                 Compiled {
+                    shape: rule.shape(),
                     sources: networks(rule.sources.iter().map(|c| (*c, ()))),
                     order: [ordered(|l| l.ipv4_prefix), ordered(|l| l.ipv6_prefix)],
                     limits,
@@ -403,14 +406,15 @@ impl Policy {
                 if let Some(shared) = &self.remote {
                     // The event is reported to the cluster once per key, by the first limit.
                     let counted = if count && first { weight } else { 0 };
-                    estimate = shared.with_rest(
-                        &key,
-                        limit,
-                        &self.counters[bound.counter],
-                        estimate,
-                        counted,
+                    let counter = &self.counters[bound.counter];
+                    estimate = shared.with_rest(limit, estimate, || Suspect {
+                        key: &key,
+                        per: limit.rate.per,
+                        shape: compiled.shape,
+                        before: Before::new(estimate, counted, key.as_bytes(), counter, now),
+                        weight: counted,
                         now,
-                    );
+                    });
                 }
                 if estimate <= limit.rate.count {
                     continue;
@@ -457,27 +461,18 @@ impl Policy {
 
 impl Shared {
     /// `estimate` plus the rest of the cluster's count if the key is a suspect under `limit`
-    /// (reporting the `counted` weight), or `estimate` as it is.
+    /// (reporting the suspect `suspect` builds), or `estimate` as it is.
     #[inline]
-    fn with_rest(
+    fn with_rest<'a>(
         &self,
-        key: &LimitKey,
         limit: &Limit,
-        counter: &Counter,
         estimate: u64,
-        counted: u64,
-        now: Tick,
+        suspect: impl FnOnce() -> Suspect<'a>,
     ) -> u64 {
         if (estimate as f64) < self.threshold * limit.rate.count as f64 {
             return estimate;
         }
-        let rest = self.remote.suspect(&Suspect {
-            key,
-            per: limit.rate.per,
-            before: Before::new(estimate, counted, key.as_bytes(), counter, now),
-            weight: counted,
-            now,
-        });
+        let rest = self.remote.suspect(&suspect());
         estimate.saturating_add(rest)
     }
 }

@@ -24,6 +24,9 @@ pub struct Suspect<'a> {
     /// The period of the limit it is counted under (also in the key; limits of a rule with one
     /// period and one prefix share the key and its count, and report each event once).
     pub per: Duration,
+    /// [`crate::Rule::shape`] of the key's rule: nodes share a key's count only when their
+    /// rules of that name count the same things.
+    pub shape: u64,
     /// The local sliding estimate before this event, and its parts on demand.
     pub before: Before<'a>,
     /// The weight this event added (0 when nothing was counted, as in a recheck).

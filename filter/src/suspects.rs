@@ -36,6 +36,8 @@ struct Slot {
     before_current: AtomicU64,
     /// And the previous window's share.
     before_previous: AtomicU64,
+    /// The key's rule's [`crate::Rule::shape`].
+    shape: AtomicU64,
     /// The limit's period in milliseconds; 0 until the key is written (the publishing store).
     period_ms: AtomicU64,
     key: [AtomicU64; KEY_WORDS],
@@ -48,6 +50,7 @@ impl Slot {
             weight: AtomicU64::new(0),
             before_current: AtomicU64::new(0),
             before_previous: AtomicU64::new(0),
+            shape: AtomicU64::new(0),
             period_ms: AtomicU64::new(0),
             key: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -63,6 +66,8 @@ pub struct Collected {
     pub hash: u64,
     /// The limit's period in milliseconds.
     pub period_ms: u64,
+    /// The key's rule's [`crate::Rule::shape`].
+    pub shape: u64,
     /// The local estimate before the first event the slot saw, by window.
     pub before: Split,
     /// The weight added since the last drain.
@@ -101,14 +106,15 @@ impl SuspectTable {
         2 * self.capacity() * std::mem::size_of::<Slot>()
     }
 
-    /// Adds `weight` to suspect `key` (hash `hash`, odd, of the key and a limit's period
-    /// `period_ms`); `before` gives its local estimate before this event, called only by the
+    /// Adds `weight` to suspect `key` (hash `hash`, odd, of the key, a limit's period
+    /// `period_ms` and its rule's shape `shape`); `before` gives its local estimate before this event, called only by the
     /// event that claims a slot for the key. Lock-free; no allocation.
     pub fn add(
         &self,
         key: &LimitKey,
         hash: u64,
         period_ms: u64,
+        shape: u64,
         before: impl FnOnce() -> Split,
         weight: u64,
     ) {
@@ -135,6 +141,8 @@ impl SuspectTable {
                             // Relaxed: published by the Release store below.
                             word.store(u64::from_le_bytes(padded), Ordering::Relaxed);
                         }
+                        // Relaxed: published by the Release store below.
+                        slot.shape.store(shape, Ordering::Relaxed);
                         let before = before();
                         // Relaxed: published by the Release store below.
                         slot.before_current.store(before.current, Ordering::Relaxed);
@@ -211,6 +219,8 @@ fn collect(table: &[Slot], into: &mut Vec<Collected>) {
             // Relaxed: written before the period's Release store.
             hash: slot.tag.load(Ordering::Relaxed),
             period_ms,
+            // Relaxed: as the key.
+            shape: slot.shape.load(Ordering::Relaxed),
             before: Split {
                 // Relaxed: as the key.
                 current: slot.before_current.load(Ordering::Relaxed),
@@ -248,9 +258,9 @@ mod tests {
     #[test]
     fn weight_is_collected_once_per_key_and_the_tables_take_turns() {
         let table = SuspectTable::new(64);
-        table.add(&key(1), 3, 1000, || split(10), 1);
-        table.add(&key(1), 3, 1000, || split(11), 2);
-        table.add(&key(2), 5, 1000, || split(7), 4);
+        table.add(&key(1), 3, 1000, 9, || split(10), 1);
+        table.add(&key(1), 3, 1000, 9, || split(11), 2);
+        table.add(&key(2), 5, 1000, 9, || split(7), 4);
         let mut got = Vec::new();
         table.drain(&mut got);
         got.sort_by_key(|c| c.hash);
@@ -263,7 +273,7 @@ mod tests {
         // A late add to the drained table is picked up by the next drain, once.
         // Hashes 3 and 5 share home slot 0: 3 took it first.
         table.tables[0][0].weight.fetch_add(5, Ordering::Relaxed);
-        table.add(&key(2), 5, 1000, || split(20), 1);
+        table.add(&key(2), 5, 1000, 9, || split(20), 1);
         got.clear();
         table.drain(&mut got);
         got.sort_by_key(|c| c.hash);
@@ -281,7 +291,7 @@ mod tests {
         let table = SuspectTable::new(8);
         for i in 0..PROBES as u64 + 3 {
             // Odd hashes with one home: every key probes the same slots.
-            table.add(&key(i as u8), (i << 20) | 1, 1000, Split::default, 1);
+            table.add(&key(i as u8), (i << 20) | 1, 1000, 9, Split::default, 1);
         }
         assert_eq!(table.take_overflow(), 3);
         let mut got = Vec::new();

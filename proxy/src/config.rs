@@ -118,7 +118,8 @@ pub struct ClusterConfig {
     pub redis: Vec<SocketAddr>,
     /// This node's name, for logs and Redis' client list (default: the host name).
     pub node: String,
-    /// The cluster's name: its keys' namespace, so several clusters can share one Redis.
+    /// The cluster's name, required (no default two deployments sharing one Redis would both
+    /// use): its keys' namespace, so several clusters can share one Redis.
     pub name: String,
     /// How often the suspects' counts are pushed and the cluster's read back.
     pub sync: Duration,
@@ -192,9 +193,6 @@ impl KernelAction {
         }
     }
 }
-
-/// The default cluster name (the Redis key namespace).
-pub const DEFAULT_CLUSTER_NAME: &str = "tollgate";
 
 /// A fraction of a limit, in `(0, 1]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -895,7 +893,16 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
     };
     let cluster_name = match &raw.name {
         Some(n) => errors.check(n, |n| name(n, "cluster")),
-        None => Some(DEFAULT_CLUSTER_NAME.to_owned()),
+        None => {
+            errors.at(
+                &raw.redis,
+                "[cluster] needs `name = \"...\"`: the namespace of this cluster's keys in \
+                 Redis (there is no default, so two deployments sharing one Redis never count \
+                 into each other's keys by accident)"
+                    .to_owned(),
+            );
+            None
+        }
     };
     let threshold = match &raw.threshold {
         Some(t) => errors.check(t, |&t| Threshold::new(t)),

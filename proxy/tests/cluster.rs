@@ -415,6 +415,12 @@ fn the_cluster_section_is_checked_located_and_printed_back() {
     let errors = ProxyConfig::parse(&format!("{bad}{base}")).unwrap_err();
     let lines: Vec<usize> = errors.0.iter().map(|e| e.line).collect();
     assert_eq!(lines, [2, 3, 4, 5, 6, 7], "{errors}");
+    // No default name two deployments sharing one Redis would both use.
+    let nameless = ProxyConfig::parse(&format!("[cluster]\nredis = [\"127.0.0.1:6379\"]\n{base}"))
+        .unwrap_err();
+    assert_eq!(nameless.0.len(), 1, "{nameless}");
+    assert_eq!(nameless.0[0].line, 2, "{nameless}");
+    assert!(nameless.to_string().contains("needs `name"), "{nameless}");
     let unknown = ProxyConfig::parse(&format!("[cluster]\nredis = []\nsink = 1\n{base}"));
     assert!(unknown.unwrap_err().to_string().contains("sink"));
 }

@@ -7,7 +7,7 @@
 //!     [cluster]
 //!     redis = ["127.0.0.1:6379", "127.0.0.1:6380"]  # in order; on failure, the next
 //!     node = "edge-1"             # default: the host name
-//!     name = "edge"               # the key namespace in Redis
+//!     name = "edge"               # the key namespace in Redis (required)
 //!     sync = "200ms"              # how often counts are pushed and read back
 //!     threshold = 0.25            # the fraction of a limit from which a key is shared
 //!     on_failure = "local"        # Redis away: keep limiting with the local counts
@@ -34,7 +34,7 @@
 //!    overflow is counted, never grown).
 //! 2. **Sync.** Every `sync` interval a background task collects the table and, in one
 //!    pipelined round trip, runs a Lua script that, per suspect, `INCRBY`s this node's new
-//!    weight into a counter per (cluster, rule, prefix, masked address, period, wall-clock
+//!    weight into a counter per (cluster, rule and its shape, prefix, masked address, period,
 //!    window) with `PEXPIRE` of two periods in the same atomic step, and returns the
 //!    cluster-wide counts of the current and the previous window. A new suspect brings the
 //!    local estimate it had when it crossed the threshold, so the others see its traffic from
@@ -65,14 +65,15 @@
 //! 100k decisions/s each, limit 100 per 1 s, `s` = 200 ms, `θ` = 0.25, Redis 7.0 on loopback,
 //! a 2-core machine.
 //!
-//! - **Redis memory:** one counter per (suspect, period, window), `99 + c` bytes each
-//!   (`MEMORY USAGE`: 104 bytes with `c` = 5), and at most 3 alive per suspect (every counter
+//! - **Redis memory:** one counter per (suspect, period, window), `107 + c` bytes each
+//!   (`MEMORY USAGE`: 104 bytes with `c` = 5, measured before the 8-byte tag), and at most 3 alive per suspect (every counter
 //!   expires 2 periods after its last write; Redis reclaims expired keys lazily, so `DBSIZE`
-//!   may lag). So `3 x (99 + c) x` the distinct suspects of the last two periods. Measured:
+//!   may lag). So `3 x (107 + c) x` the distinct suspects of the last two periods. Measured:
 //!   1,000 sources all over their limit, 3,003 counters, 312 kB.
-//! - **Bytes per node per second:** about `k x (150 + 2c) / s` sent and `k x 14 / s`
+//! - **Bytes per node per second:** about `k x (166 + 2c) / s` sent and `k x 14 / s`
 //!   received (the RESP sizes, counted exactly by `tollgate_cluster_sent_bytes_total` and
-//!   `_received_bytes_total`), plus a 14-byte `PING` per round with no suspects. Measured:
+//!   `_received_bytes_total`), plus a 14-byte `PING` per round with no suspects. Measured (before
+//!   the 8-byte tag, 16 bytes less per suspect):
 //!   271 kB/s sent and 23 kB/s received with 401 suspects (1k sources, Zipf 1.1); 734 kB/s
 //!   and 64 kB/s with 922 (1k sources, all over the limit); 196 kB/s with 273 (10M sources,
 //!   Zipf); 1.2 kB/s when only one source is near its limit (100k or 10M sources, uniform).
@@ -210,12 +211,15 @@ impl Remote for Cluster {
         let period_ms = u64::try_from(suspect.per.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        let hash = xxh3_64_with_seed(suspect.key.as_bytes(), period_ms) | 1;
+        // Odd: 0 marks a free slot in the suspects table.
+        let seed = period_ms.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ suspect.shape;
+        let hash = xxh3_64_with_seed(suspect.key.as_bytes(), seed) | 1;
         if suspect.weight > 0 {
             self.suspects.add(
                 suspect.key,
                 hash,
                 period_ms,
+                suspect.shape,
                 || suspect.before.split(),
                 suspect.weight,
             );

@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Suspects per `EVALSHA`: a script of this size runs in well under a millisecond.
 pub(crate) const BATCH: usize = 512;
 
-/// Bytes of a suspect's key after the cluster name: the filter's key, the period, the window.
-const SUFFIX: usize = tollgate_filter::LimitKey::LEN + 8 + 8;
+/// Bytes of a suspect's key after the cluster name and `:`: the namespace tag, the filter's
+/// key, the period, the window.
+const SUFFIX: usize = 8 + tollgate_filter::LimitKey::LEN + 8 + 8;
 
 /// KEYS: the current and previous window's counters of each suspect, in pairs. ARGV: per
 /// suspect, the expiry in milliseconds and the weight to add to each of the two.
@@ -41,15 +43,25 @@ return out
 ";
 
 /// The Redis key of one suspect's counter in one window: `tollgate:` and the cluster's name
-/// and `:`, then a fixed-length binary suffix: the filter's key (rule id, family, prefix
-/// length, masked address), the limit's period in milliseconds and the window index, both
-/// big-endian u64. The suffix has a fixed length, so keys of different clusters, rules,
-/// prefixes, periods or windows never coincide.
-pub(crate) fn key_name(cluster: &str, key: &[u8], period_ms: u64, window: u64) -> Vec<u8> {
+/// and `:`, then a fixed-length binary suffix: a tag (xxh3 of the cluster's name seeded with
+/// the rule's shape, `tollgate_filter::Rule::shape`: its name, protocol, sources, weight and
+/// limits), the filter's key (rule id, family, prefix length, masked address), the limit's
+/// period in milliseconds and the window index, all big-endian u64 but the key. The suffix
+/// has a fixed length, so keys of different clusters, rules, prefixes, periods or windows
+/// never coincide; and two clusters given one name by mistake still count apart unless their
+/// rules of one name count exactly the same things (then they are one cluster).
+pub(crate) fn key_name(
+    cluster: &str,
+    shape: u64,
+    key: &[u8],
+    period_ms: u64,
+    window: u64,
+) -> Vec<u8> {
     let mut name = Vec::with_capacity(10 + cluster.len() + SUFFIX);
     name.extend_from_slice(b"tollgate:");
     name.extend_from_slice(cluster.as_bytes());
     name.push(b':');
+    name.extend_from_slice(&xxh3_64_with_seed(cluster.as_bytes(), shape).to_be_bytes());
     name.extend_from_slice(key);
     name.extend_from_slice(&period_ms.to_be_bytes());
     name.extend_from_slice(&window.to_be_bytes());
@@ -236,12 +248,17 @@ mod tests {
     #[test]
     fn keys_of_different_clusters_periods_and_windows_differ() {
         let key = [7u8; tollgate_filter::LimitKey::LEN];
-        let base = key_name("a", &key, 1000, 5);
-        assert_ne!(base, key_name("b", &key, 1000, 5));
-        assert_ne!(base, key_name("a", &key, 2000, 5));
-        assert_ne!(base, key_name("a", &key, 1000, 6));
+        let base = key_name("a", 1, &key, 1000, 5);
+        assert_eq!(base, key_name("a", 1, &key, 1000, 5));
+        assert_ne!(base, key_name("b", 1, &key, 1000, 5));
+        assert_ne!(base, key_name("a", 2, &key, 1000, 5), "another rule shape");
+        assert_ne!(base, key_name("a", 1, &key, 2000, 5));
+        assert_ne!(base, key_name("a", 1, &key, 1000, 6));
         // The suffix has a fixed length: a cluster name cannot imitate another's keys.
-        assert_ne!(key_name("a:", &key, 1000, 5), key_name("a", &key, 1000, 5));
+        assert_ne!(
+            key_name("a:", 1, &key, 1000, 5),
+            key_name("a", 1, &key, 1000, 5)
+        );
         assert_eq!(base.len(), "tollgate:a:".len() + SUFFIX);
     }
 

@@ -25,6 +25,8 @@ const ALONE_LOG_EVERY: Duration = Duration::from_secs(30);
 struct Own {
     key: [u8; tollgate_filter::LimitKey::LEN],
     period_ms: u64,
+    /// The key's rule's shape (`tollgate_filter::Rule::shape`).
+    shape: u64,
     /// The window index of `counted[0]` and `pushed[0]`.
     window: u64,
     /// Weight counted here: current window, previous window.
@@ -169,6 +171,7 @@ impl Syncer {
                 None => self.own.entry(item.hash).or_insert(Own {
                     key: item.key,
                     period_ms: item.period_ms,
+                    shape: item.shape,
                     window,
                     counted: [item.before.current, item.before.previous],
                     pushed: [0, 0],
@@ -223,9 +226,10 @@ impl Syncer {
             let window = wall_ms / own.period_ms.max(1);
             hashes.push(hash);
             pushes.push(Push {
-                current: key_name(&config.name, &own.key, own.period_ms, window),
+                current: key_name(&config.name, own.shape, &own.key, own.period_ms, window),
                 previous: key_name(
                     &config.name,
+                    own.shape,
                     &own.key,
                     own.period_ms,
                     window.saturating_sub(1),
@@ -399,6 +403,7 @@ mod tests {
         let mut own = Own {
             key: [0; tollgate_filter::LimitKey::LEN],
             period_ms: 1000,
+            shape: 0,
             window: 7,
             counted: [5, 3],
             pushed: [4, 3],
