@@ -125,6 +125,9 @@ pub struct ClusterConfig {
     pub sync: Duration,
     /// How long a connection attempt or a sync round may take before Redis counts as away.
     pub timeout: Duration,
+    /// How far this node's window edges may be from Redis's clock (half a `TIME` round trip
+    /// plus the correction a reading makes) before it refuses to share counts.
+    pub max_clock_error: Duration,
     /// The fraction of a limit a key's local estimate must reach to be shared.
     pub threshold: Threshold,
     /// What the node does while Redis is away.
@@ -468,6 +471,7 @@ struct RawCluster {
     name: Option<Spanned<String>>,
     sync: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
+    max_clock_error: Option<Spanned<String>>,
     threshold: Option<Spanned<f64>>,
     on_failure: Option<Spanned<String>>,
     suspects: Option<Spanned<usize>>,
@@ -930,12 +934,14 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
     // Checked before any `?` below, so their errors are reported with the others.
     let sync = errors.duration(raw.sync.as_ref(), Duration::from_millis(200));
     let timeout = errors.duration(raw.timeout.as_ref(), Duration::from_secs(1));
+    let max_clock_error = errors.duration(raw.max_clock_error.as_ref(), Duration::from_millis(250));
     Some(ClusterConfig {
         redis: redis?,
         node: node?,
         name: cluster_name?,
         sync,
         timeout,
+        max_clock_error,
         threshold: threshold?,
         on_failure: on_failure?,
         suspects: suspects?,
@@ -1170,6 +1176,7 @@ impl fmt::Display for ProxyConfig {
             writeln!(f, "name = {}", quoted(&c.name))?;
             writeln!(f, "sync = {}", duration(c.sync))?;
             writeln!(f, "timeout = {}", duration(c.timeout))?;
+            writeln!(f, "max_clock_error = {}", duration(c.max_clock_error))?;
             writeln!(f, "threshold = {:?}", c.threshold.get())?;
             writeln!(f, "on_failure = {}", quoted(c.on_failure.as_str()))?;
             writeln!(f, "suspects = {}", c.suspects)?;

@@ -268,6 +268,45 @@ async fn three_nodes_admit_about_one_limit_where_three_alone_admit_three() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn windows_follow_redis_time_and_a_node_whose_clock_jumps_stops_sharing_until_it_agrees() {
+    let redis = Redis::start().await;
+    let cluster = nodes(Some(&redis), LIMIT).await;
+    joined(&cluster).await;
+    two_rounds(&cluster).await;
+    for server in &cluster {
+        let metrics = cluster_of(server).metrics();
+        // Read every round: same host, so Redis's clock is this one within a second.
+        assert!(
+            metrics.clock_offset.get().abs() < 1.0,
+            "{}",
+            metrics.clock_offset.get()
+        );
+        assert!(
+            metrics.clock_error.get() > 0.0,
+            "a TIME round trip takes time"
+        );
+        assert!(metrics.clock_error.get() < 0.25);
+        assert_eq!(
+            common::metric(server, "tollgate_cluster_clock_refused "),
+            0.0
+        );
+    }
+    // Node 0's window edges jump 10 s (a clock step): the next reading corrects them, and
+    // finds them 10 s off, beyond max_clock_error (250 ms): that round shares nothing.
+    let jumped = cluster_of(&cluster[0]);
+    jumped.shift_clock_ms(10_000);
+    eventually(|| jumped.metrics().clock_refusals.get() > 0).await;
+    assert!(jumped.metrics().clock_error.get() >= 10.0);
+    // The round after agrees: it shares again.
+    two_rounds(&cluster).await;
+    assert_eq!(jumped.metrics().clock_refused.get(), 0);
+    assert!(jumped.metrics().clock_error.get() < 0.25);
+    assert!(common::metric(&cluster[0], "tollgate_cluster_clock_refusals_total") > 0.0);
+    assert!(common::metric(&cluster[1], "tollgate_cluster_clock_offset_seconds").abs() < 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn without_redis_every_node_limits_alone_and_rejoins_when_it_returns() {
     let redis = Redis::start().await;
     let port = redis.port;

@@ -9,6 +9,7 @@
 //!     node = "edge-1"             # default: the host name
 //!     name = "edge"               # the key namespace in Redis (required)
 //!     sync = "200ms"              # how often counts are pushed and read back
+//!     max_clock_error = "250ms"   # window edges further from Redis's clock: do not share
 //!     threshold = 0.25            # the fraction of a limit from which a key is shared
 //!     on_failure = "local"        # Redis away: keep limiting with the local counts
 //!
@@ -53,8 +54,15 @@
 //!    and previous windows (everything again if Redis restarted: its `run_id` changed) and the
 //!    view returns.
 //!
-//! Windows are wall-clock windows (`unix time / period`), so nodes agree on them without
-//! talking; nodes' clocks should be synchronised (NTP) to well under a sync interval.
+//! Windows are cut by Redis's clock (`TIME / period`), not by each node's: every round
+//! reads `TIME` first in its pipeline and carries it to the next with the node's monotonic
+//! clock, so nodes agree on window edges to within half a round trip whatever their own
+//! clocks say (NTP is not needed). `tollgate_cluster_clock_offset_seconds` shows how far a
+//! node's wall clock is from Redis's; `_clock_error_seconds` how far its window edges may be
+//! (half the round trip plus the correction the last reading made, e.g. after a clock step or
+//! a failover to a host with another clock). Beyond `max_clock_error` (default 250 ms) the
+//! node shares nothing that round (`_clock_refused` 1, `_clock_refusals_total`, a warning at
+//! most every 30 s) and limits alone until a reading agrees.
 //!
 //! # Costs and bounds
 //!
@@ -97,6 +105,7 @@
 //!   per decision on average when most events are suspects' (596 against 420 ns, every
 //!   event a suspect's), none measurable when few are.
 
+mod clock;
 mod redis;
 
 mod sync;
@@ -113,6 +122,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::config::ClusterConfig;
 use crate::ops::metrics::ClusterMetrics;
+use clock::RedisClock;
 use tollgate_filter::SuspectTable;
 use view::View;
 
@@ -126,9 +136,9 @@ pub struct Cluster {
     suspects: SuspectTable,
     view: ArcSwap<View>,
     clock: MonotonicClock,
-    /// Unix time in nanoseconds at the clock's tick 0: windows are wall-clock windows, so all
-    /// nodes cut them alike.
-    wall_origin_ns: u64,
+    /// Redis's time (this node's wall clock until the first reading): windows are cut by
+    /// it, so all nodes cut them alike.
+    redis_clock: RedisClock,
     metrics: ClusterMetrics,
     /// Set by the first decider to meet a suspect the view does not hold yet; cleared by the
     /// sync task after each successful round.
@@ -151,7 +161,7 @@ impl Cluster {
             .set(i64::try_from(suspects.memory_bytes()).unwrap_or(i64::MAX));
         metrics.alone.set(1);
         Cluster {
-            wall_origin_ns: unix_ns.saturating_sub(clock.now().as_nanos()),
+            redis_clock: RedisClock::new(unix_ns.saturating_sub(clock.now().as_nanos())),
             suspects,
             view: ArcSwap::from_pointee(View::default()),
             clock,
@@ -181,12 +191,20 @@ impl Cluster {
         self.suspects.memory_bytes()
     }
 
-    fn wall_ms(&self, now: Tick) -> u64 {
-        (self.wall_origin_ns + now.as_nanos()) / 1_000_000
+    /// Redis's time in milliseconds at `now`: the clock windows are cut by.
+    fn cluster_ms(&self, now: Tick) -> u64 {
+        self.redis_clock.ms(now)
     }
 
-    fn wall_ms_now(&self) -> u64 {
-        self.wall_ms(self.clock.now())
+    fn cluster_ms_now(&self) -> u64 {
+        self.cluster_ms(self.clock.now())
+    }
+
+    /// For tests: moves this node's window edges by `by` milliseconds (as a clock that stepped
+    /// would) until the next `TIME` reading, which finds and corrects it.
+    #[doc(hidden)]
+    pub fn shift_clock_ms(&self, by: i64) {
+        self.redis_clock.shift(by.saturating_mul(1_000_000));
     }
 
     /// Asks the sync task for an early round: a key has just become a suspect here, and the
@@ -226,7 +244,7 @@ impl Remote for Cluster {
         }
         let view = self.view.load();
         match view.get(&hash) {
-            Some(rest) => rest.at(self.wall_ms(suspect.now)),
+            Some(rest) => rest.at(self.cluster_ms(suspect.now)),
             None => {
                 if suspect.weight > 0 {
                     self.wake_early();

@@ -1,8 +1,8 @@
 //! Talking to Redis: key names, the one script a sync round runs, and what a round costs on
 //! the wire.
 //!
-//! A round is one pipelined round trip of `EVALSHA` calls, each over at most [`BATCH`]
-//! suspects, so that no single script holds Redis for long. Per suspect the script adds this
+//! A round is one pipelined round trip: `TIME` (the cluster's clock, see `clock.rs`), then
+//! `EVALSHA` calls, each over at most [`BATCH`] suspects, so that no single script holds Redis for long. Per suspect the script adds this
 //! node's new weight to the counters of the current (and, after an outage, the previous)
 //! window, sets their expiry in the same atomic step (a node that dies between the two cannot
 //! leave a counter that never expires), and returns both windows' cluster-wide counts.
@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client};
+use redis::{AsyncConnectionConfig, Client, Value};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Suspects per `EVALSHA`: a script of this size runs in well under a millisecond.
@@ -151,30 +151,33 @@ impl Link {
             .map_err(|_| LinkError::from("timed out"))?
     }
 
-    /// Runs one round: every push in one pipelined round trip, bounded by `timeout`. Returns
-    /// the cluster-wide totals, one per push, in order.
+    /// Redis's `TIME` in unix nanoseconds, bounded by `timeout`.
+    pub(crate) async fn time(&mut self, timeout: Duration) -> Result<u64, LinkError> {
+        let (seconds, micros): (u64, u64) = tokio::time::timeout(
+            timeout,
+            redis::cmd("TIME").query_async(&mut self.connection),
+        )
+        .await
+        .map_err(|_| LinkError::from("timed out"))??;
+        Ok(seconds
+            .saturating_mul(1_000_000_000)
+            .saturating_add(micros.saturating_mul(1_000)))
+    }
+
+    /// Runs one round: Redis's `TIME`, then every push, in one pipelined round trip bounded by
+    /// `timeout`. Returns the cluster-wide totals, one per push, in order, and Redis's time.
     pub(crate) async fn round(
         &mut self,
         pushes: &[Push],
         timeout: Duration,
-    ) -> Result<(Vec<Totals>, Cost), LinkError> {
-        if pushes.is_empty() {
-            // Nothing to push: a PING still tells whether Redis is there.
-            tokio::time::timeout(
-                timeout,
-                redis::cmd("PING").query_async::<()>(&mut self.connection),
-            )
-            .await
-            .map_err(|_| LinkError::from("timed out"))??;
-            let ping = Cost {
-                sent: resp_array(&[4]),
-                received: "+PONG\r\n".len() as u64,
-                commands: 1,
-            };
-            return Ok((Vec::new(), ping));
-        }
+    ) -> Result<Round, LinkError> {
         let mut pipe = redis::pipe();
-        let mut cost = Cost::default();
+        pipe.cmd("TIME");
+        let mut cost = Cost {
+            sent: resp_array(&["TIME".len()]),
+            received: 0,
+            commands: 1,
+        };
         for batch in pushes.chunks(BATCH) {
             let command = pipe.cmd("EVALSHA").arg(&self.sha).arg(batch.len() * 2);
             let mut args: Vec<usize> = vec![
@@ -204,12 +207,24 @@ impl Link {
             // Per counter: INCRBY and PEXPIRE, or one GET.
             cost.commands += 1 + 2 * batch.len() as u64 + writes;
         }
-        let replies: Vec<Vec<i64>> =
+        let mut replies: Vec<Value> =
             tokio::time::timeout(timeout, pipe.query_async(&mut self.connection))
                 .await
                 .map_err(|_| LinkError::from("timed out"))??;
+        if replies.is_empty() {
+            return Err("no reply to TIME".into());
+        }
+        let (seconds, micros): (String, String) = redis::from_redis_value(replies.remove(0))?;
+        cost.received += resp_array(&[seconds.len(), micros.len()]);
+        let redis_ns = seconds
+            .parse::<u64>()
+            .ok()
+            .zip(micros.parse::<u64>().ok())
+            .map(|(s, us)| s.saturating_mul(1_000_000_000).saturating_add(us * 1_000))
+            .ok_or_else(|| format!("TIME answered {seconds:?} {micros:?}"))?;
         let mut totals = Vec::with_capacity(pushes.len());
-        for reply in &replies {
+        for reply in replies {
+            let reply: Vec<i64> = redis::from_redis_value(reply)?;
             cost.received += 3 + digits(reply.len() as u64) as u64;
             for pair in reply.chunks(2) {
                 let count = |i: usize| pair.get(i).copied().unwrap_or(0).max(0) as u64;
@@ -220,8 +235,23 @@ impl Link {
         if totals.len() != pushes.len() {
             return Err(format!("{} counts for {} suspects", totals.len(), pushes.len()).into());
         }
-        Ok((totals, cost))
+        Ok(Round {
+            totals,
+            cost,
+            redis_ns,
+        })
     }
+}
+
+/// What a round brought back.
+#[derive(Debug)]
+pub(crate) struct Round {
+    /// The cluster-wide totals, one per push, in order.
+    pub(crate) totals: Vec<Totals>,
+    /// What it cost.
+    pub(crate) cost: Cost,
+    /// Redis's `TIME`, in unix nanoseconds, read first in the round.
+    pub(crate) redis_ns: u64,
 }
 
 /// Decimal digits of `n`.

@@ -5,22 +5,23 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::Cluster;
-use super::redis::{Link, Push, key_name};
+use super::redis::{Link, Push, Round, key_name};
 use super::view::{Rest, View};
 use tollgate_filter::Collected;
+use tollgate_sketch::Clock;
 
 /// The longest wait between two connection attempts while Redis is away.
 const RETRY_MAX: Duration = Duration::from_secs(2);
 /// While alone, at most one log line per this long says so.
 const ALONE_LOG_EVERY: Duration = Duration::from_secs(30);
 
-/// This node's own counts of one suspect, in the wall-clock windows Redis keys them by.
+/// This node's own counts of one suspect, in the Redis-time windows Redis keys them by.
 #[derive(Clone, Copy, Debug)]
 struct Own {
     key: [u8; tollgate_filter::LimitKey::LEN],
@@ -70,6 +71,10 @@ struct Syncer {
     retry_wait: Duration,
     last_success: Option<Instant>,
     alone_logged: Option<Instant>,
+    /// The last `TIME` reading put this node's window edges further from Redis's than
+    /// `max_clock_error`: the next round shares nothing.
+    clock_refused: bool,
+    clock_logged: Option<Instant>,
 }
 
 /// Runs the sync task of `cluster` until `stop` says so (or its sender is gone): a round
@@ -114,6 +119,8 @@ impl Syncer {
             retry_wait: cluster.config.sync,
             last_success: None,
             alone_logged: None,
+            clock_refused: false,
+            clock_logged: None,
             cluster,
         }
     }
@@ -127,8 +134,8 @@ impl Syncer {
     async fn round(&mut self, early: bool) {
         let cluster = Arc::clone(&self.cluster);
         let metrics = &cluster.metrics;
-        let wall_ms = cluster.wall_ms_now();
-        self.collect(wall_ms);
+        let now_ms = cluster.cluster_ms_now();
+        self.collect(now_ms);
         metrics
             .suspects_overflow
             .inc_by(cluster.suspects.take_overflow());
@@ -136,7 +143,7 @@ impl Syncer {
             self.connect().await;
         }
         if self.link.is_some() {
-            self.push(wall_ms, early).await;
+            self.push(now_ms, early).await;
         }
         metrics
             .suspects
@@ -149,12 +156,12 @@ impl Syncer {
 
     /// Takes the suspects' weight into the own counts, rolled to the current windows;
     /// forgets suspects with nothing counted in either.
-    fn collect(&mut self, wall_ms: u64) {
+    fn collect(&mut self, now_ms: u64) {
         let cap = self.own_cap();
         self.collected.clear();
         self.cluster.suspects.drain(&mut self.collected);
         for item in &self.collected {
-            let window = wall_ms / item.period_ms.max(1);
+            let window = now_ms / item.period_ms.max(1);
             let full = self.own.len() >= cap;
             let own = match self.own.get_mut(&item.hash) {
                 Some(own) => own,
@@ -184,7 +191,7 @@ impl Syncer {
         }
         let view = &mut self.view;
         self.own.retain(|hash, own| {
-            own.roll(wall_ms / own.period_ms.max(1));
+            own.roll(now_ms / own.period_ms.max(1));
             let keep = own.counted != [0, 0];
             if !keep {
                 view.remove(hash);
@@ -194,10 +201,31 @@ impl Syncer {
     }
 
     async fn connect(&mut self) {
-        let config = &self.cluster.config;
+        let cluster = Arc::clone(&self.cluster);
+        let config = &cluster.config;
         let name = format!("tollgate:{}:{}", config.name, config.node);
         let address = self.address();
-        match Link::connect(address, &name, config.timeout).await {
+        let connected = match Link::connect(address, &name, config.timeout).await {
+            Ok(mut link) => {
+                // The first reading on a connection aligns the windows to this Redis (after a
+                // failover, to the new primary's clock): its correction is no error.
+                let sent = self.cluster.clock.now();
+                let time = link.time(config.timeout).await;
+                time.map(|redis_ns| {
+                    let reading =
+                        self.cluster
+                            .redis_clock
+                            .read(sent, self.cluster.clock.now(), redis_ns);
+                    let error = reading
+                        .error
+                        .saturating_sub(Duration::from_nanos(reading.correction_ns.unsigned_abs()));
+                    self.clock_read(redis_ns, error);
+                    link
+                })
+            }
+            Err(error) => Err(error),
+        };
+        match connected {
             Ok(link) => {
                 if self.run_id.as_ref().is_some_and(|id| *id != link.run_id) {
                     // A restarted Redis: what was pushed before is gone; push it all again.
@@ -213,17 +241,18 @@ impl Syncer {
         }
     }
 
-    async fn push(&mut self, wall_ms: u64, early: bool) {
-        let config = &self.cluster.config;
+    async fn push(&mut self, now_ms: u64, early: bool) {
+        let cluster = Arc::clone(&self.cluster);
+        let config = &cluster.config;
         let mut hashes = Vec::new();
         let mut pushes = Vec::new();
-        for (&hash, own) in &self.own {
+        for (&hash, own) in self.own.iter().filter(|_| !self.clock_refused) {
             if (!own.touched && own.counted == own.pushed)
                 || (early && self.view.contains_key(&hash))
             {
                 continue;
             }
-            let window = wall_ms / own.period_ms.max(1);
+            let window = now_ms / own.period_ms.max(1);
             hashes.push(hash);
             pushes.push(Push {
                 current: key_name(&config.name, own.shape, &own.key, own.period_ms, window),
@@ -243,10 +272,16 @@ impl Syncer {
             return;
         };
         let started = Instant::now();
+        let sent = cluster.clock.now();
         let result = link.round(&pushes, config.timeout).await;
-        let metrics = &self.cluster.metrics;
+        let received = cluster.clock.now();
+        let metrics = &cluster.metrics;
         match result {
-            Ok((totals, cost)) => {
+            Ok(Round {
+                totals,
+                cost,
+                redis_ns,
+            }) => {
                 let took = started.elapsed().as_secs_f64();
                 metrics.sync_seconds.observe(took);
                 metrics.last_sync.set(took);
@@ -254,6 +289,13 @@ impl Syncer {
                 metrics.received_bytes.inc_by(cost.received);
                 metrics.redis_commands.inc_by(cost.commands);
                 metrics.syncs.inc();
+                let reading = cluster.redis_clock.read(sent, received, redis_ns);
+                let refused = self.clock_refused;
+                self.clock_read(redis_ns, reading.error);
+                if refused {
+                    // This round shared nothing: the view stays empty, the counts are kept.
+                    return;
+                }
                 for (hash, (current, previous)) in hashes.iter().zip(totals) {
                     let Some(own) = self.own.get_mut(hash) else {
                         continue;
@@ -293,6 +335,54 @@ impl Syncer {
                 self.failed(&error.to_string());
             }
         }
+    }
+
+    /// Records a `TIME` reading of `redis_ns` whose window edges are off by up to `error`:
+    /// the metrics, and whether the next round may share (logged, within the budget, when
+    /// that changes).
+    fn clock_read(&mut self, redis_ns: u64, error: Duration) {
+        let config = &self.cluster.config;
+        let metrics = &self.cluster.metrics;
+        let wall_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        metrics
+            .clock_offset
+            .set((redis_ns as f64 - wall_ns as f64) / 1e9);
+        metrics.clock_error.set(error.as_secs_f64());
+        let refuse = error > config.max_clock_error;
+        if refuse {
+            metrics.clock_refusals.inc();
+            if !self.view.is_empty() {
+                self.view.clear();
+                self.cluster.view.store(Arc::new(View::default()));
+            }
+        }
+        let due = self
+            .clock_logged
+            .is_none_or(|at| at.elapsed() >= ALONE_LOG_EVERY);
+        if refuse && (!self.clock_refused || due) {
+            tracing::warn!(
+                cluster = %config.name,
+                node = %config.node,
+                redis = %self.address(),
+                error_ms = error.as_millis(),
+                max_clock_error_ms = config.max_clock_error.as_millis(),
+                "cluster: this node's windows may be further from Redis's clock than \
+                 max_clock_error; not sharing counts until a reading agrees"
+            );
+            self.clock_logged = Some(Instant::now());
+        } else if !refuse && self.clock_refused {
+            tracing::info!(
+                cluster = %config.name,
+                node = %config.node,
+                error_ms = error.as_millis(),
+                "cluster: clock reading within max_clock_error again; sharing counts"
+            );
+            self.clock_logged = None;
+        }
+        metrics.clock_refused.set(i64::from(refuse));
+        self.clock_refused = refuse;
     }
 
     /// The Redis server talked to now.
@@ -383,7 +473,7 @@ mod tests {
             let _ = filter.decide(&event, now);
         }
         let mut syncer = Syncer::new(Arc::clone(&cluster));
-        syncer.collect(cluster.wall_ms(now));
+        syncer.collect(cluster.cluster_ms(now));
         let owns: Vec<Own> = syncer.own.values().copied().collect();
         let [own] = owns[..] else {
             panic!("one suspect, got {owns:?}");

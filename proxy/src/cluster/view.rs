@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// The rest of the cluster's counts of one suspect (cluster-wide counts less this node's own),
-/// in the wall-clock windows they were read in.
+/// in the Redis-time windows they were read in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Rest {
-    /// The window index (wall-clock milliseconds / period) of `current`.
+    /// The window index (Redis-time milliseconds / period) of `current`.
     pub(crate) window: u64,
     /// The limit's period in milliseconds.
     pub(crate) period_ms: u64,
@@ -19,14 +19,14 @@ pub(crate) struct Rest {
 }
 
 impl Rest {
-    /// The others' sliding-window estimate at wall-clock time `wall_ms`: the two-window
+    /// The others' sliding-window estimate at Redis time `now_ms`: the two-window
     /// interpolation the sketch uses, `current + previous * (1 - elapsed / period)`, moved on
     /// by however many windows have passed since the read (a window the view has not seen
     /// counts 0 until the next sync).
-    pub(crate) fn at(&self, wall_ms: u64) -> u64 {
+    pub(crate) fn at(&self, now_ms: u64) -> u64 {
         let period = self.period_ms.max(1);
-        let window = wall_ms / period;
-        let left = u128::from(period - wall_ms % period);
+        let window = now_ms / period;
+        let left = u128::from(period - now_ms % period);
         let fade = |count: u64| (u128::from(count) * left / u128::from(period)) as u64;
         match window.saturating_sub(self.window) {
             0 => self.current + fade(self.previous),
