@@ -118,6 +118,8 @@ pub struct ClusterConfig {
     pub redis: Vec<SocketAddr>,
     /// This node's name, for logs and Redis' client list (default: the host name).
     pub node: String,
+    /// How the nodes log in to Redis (`AUTH`); `None`: no password.
+    pub auth: Option<RedisAuth>,
     /// The cluster's name, required (no default two deployments sharing one Redis would both
     /// use): its keys' namespace, so several clusters can share one Redis.
     pub name: String,
@@ -135,6 +137,17 @@ pub struct ClusterConfig {
     /// Slots in the suspects table (each of its two), a power of two: at most this many keys
     /// are shared per sync interval; more are counted as overflow and stay local.
     pub suspects: usize,
+}
+
+/// How a cluster node logs in to Redis: `AUTH user password` (or `AUTH password` for the
+/// default user), the password read from a file or the environment at each connection, never
+/// from the config text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisAuth {
+    /// The ACL user; `None`: the default user (`requirepass`).
+    pub user: Option<String>,
+    /// Where the password is.
+    pub password: TokenSource,
 }
 
 /// `[kernel]`: the heaviest offenders dropped by nftables before they reach accept (see
@@ -469,6 +482,11 @@ struct RawCluster {
     redis: Spanned<Vec<Spanned<String>>>,
     node: Option<Spanned<String>>,
     name: Option<Spanned<String>>,
+    user: Option<Spanned<String>>,
+    /// Refused with a message: a password never goes into the config text.
+    password: Option<Spanned<toml::Value>>,
+    password_file: Option<Spanned<String>>,
+    password_env: Option<Spanned<String>>,
     sync: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
     max_clock_error: Option<Spanned<String>>,
@@ -912,6 +930,7 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
         Some(t) => errors.check(t, |&t| Threshold::new(t)),
         None => Some(Threshold(0.25)),
     };
+    let auth = redis_auth(raw, errors);
     let on_failure = match &raw.on_failure {
         Some(o) => errors.check(o, |o| match o.as_str() {
             "local" => Ok(OnFailure::Local),
@@ -938,6 +957,7 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
     Some(ClusterConfig {
         redis: redis?,
         node: node?,
+        auth: auth?,
         name: cluster_name?,
         sync,
         timeout,
@@ -946,6 +966,68 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
         on_failure: on_failure?,
         suspects: suspects?,
     })
+}
+
+/// `[cluster]`'s login: `Some(None)` without one, `None` after an error (reported).
+fn redis_auth(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<Option<RedisAuth>> {
+    let mut ok = true;
+    if let Some(literal) = &raw.password {
+        errors.at(
+            literal,
+            "a password in the config text is refused (configs are copied, printed and \
+             checked in): put it in a file and give `password_file = \"PATH\"`, or in the \
+             environment and give `password_env = \"NAME\"`"
+                .to_owned(),
+        );
+        ok = false;
+    }
+    let password = match (&raw.password_file, &raw.password_env) {
+        (Some(_), Some(env)) => {
+            errors.at(
+                env,
+                "give password_file or password_env, not both".to_owned(),
+            );
+            return None;
+        }
+        (Some(file), None) => Some(errors.check(file, |f| {
+            if f.is_empty() {
+                Err("password_file is empty: name the file that holds the password".to_owned())
+            } else {
+                Ok(TokenSource::File(f.into()))
+            }
+        })?),
+        (None, Some(env)) => Some(errors.check(env, |e| {
+            if e.is_empty() || e.contains('=') || e.contains('\0') {
+                Err(format!("`{e}` is not an environment variable name"))
+            } else {
+                Ok(TokenSource::Env(e.clone()))
+            }
+        })?),
+        (None, None) => None,
+    };
+    let user = match &raw.user {
+        Some(user) => Some(errors.check(user, |u| {
+            if u.is_empty() || u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                Err(format!("user `{u}`: a Redis ACL user name has no spaces"))
+            } else {
+                Ok(u.clone())
+            }
+        })?),
+        None => None,
+    };
+    match (user, password) {
+        (Some(_), None) => {
+            if let Some(user) = &raw.user {
+                errors.at(
+                    user,
+                    "user needs its password: give password_file or password_env".to_owned(),
+                );
+            }
+            None
+        }
+        (user, Some(password)) => ok.then_some(Some(RedisAuth { user, password })),
+        (None, None) => ok.then_some(None),
+    }
 }
 
 /// A node or cluster name: 1 to 64 letters, digits, `.`, `_` or `-` (it goes into Redis key
@@ -1174,6 +1256,17 @@ impl fmt::Display for ProxyConfig {
             )?;
             writeln!(f, "node = {}", quoted(&c.node))?;
             writeln!(f, "name = {}", quoted(&c.name))?;
+            if let Some(auth) = &c.auth {
+                if let Some(user) = &auth.user {
+                    writeln!(f, "user = {}", quoted(user))?;
+                }
+                match &auth.password {
+                    TokenSource::File(path) => {
+                        writeln!(f, "password_file = {}", quoted(&path.display().to_string()))?
+                    }
+                    TokenSource::Env(name) => writeln!(f, "password_env = {}", quoted(name))?,
+                }
+            }
             writeln!(f, "sync = {}", duration(c.sync))?;
             writeln!(f, "timeout = {}", duration(c.timeout))?;
             writeln!(f, "max_clock_error = {}", duration(c.max_clock_error))?;

@@ -113,6 +113,9 @@ impl Shared {
     ) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
         let metrics = Metrics::for_sections(config.cluster.is_some(), config.kernel.is_some());
         let clock = MonotonicClock::new();
+        if let Some(cluster) = &config.cluster {
+            Cluster::check_secret(cluster)?;
+        }
         let cluster = config
             .cluster
             .clone()

@@ -28,6 +28,8 @@ const THRESHOLD: f64 = 0.25;
 struct Redis {
     child: Child,
     port: u16,
+    /// `requirepass`, if started with one.
+    password: Option<String>,
 }
 
 impl Redis {
@@ -46,8 +48,23 @@ impl Redis {
     }
 
     async fn on(port: u16) -> Redis {
+        Redis::spawn(port, None).await
+    }
+
+    /// Starts one on a free port that requires `password` (`requirepass`).
+    async fn with_password(password: &str) -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Redis::spawn(port, Some(password)).await
+    }
+
+    async fn spawn(port: u16, password: Option<&str>) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(password.map(|p| ["--requirepass", p]).into_iter().flatten())
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -58,9 +75,18 @@ impl Redis {
                      redis-server) or leave out --include-ignored"
                 )
             });
-        let redis = Redis { child, port };
+        let redis = Redis {
+            child,
+            port,
+            password: password.map(str::to_owned),
+        };
         let address = redis.address();
-        eventually_async(|| async move { ping(address).await }).await;
+        let password = redis.password.clone();
+        eventually_async(|| {
+            let password = password.clone();
+            async move { ping(address, password.as_deref()).await }
+        })
+        .await;
         redis
     }
 
@@ -87,10 +113,21 @@ impl Drop for Redis {
     }
 }
 
-/// Whether Redis answers a PING at `address` (within a bound).
-async fn ping(address: SocketAddr) -> bool {
+/// Whether Redis answers a PING at `address` (within a bound), logging in with `password`.
+async fn ping(address: SocketAddr, password: Option<&str>) -> bool {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        if let Some(password) = password {
+            stream
+                .write_all(format!("AUTH {password}\r\n").as_bytes())
+                .await
+                .ok()?;
+            let mut ok = [0u8; 5];
+            stream.read_exact(&mut ok).await.ok()?;
+            if &ok != b"+OK\r\n" {
+                return Some(false);
+            }
+        }
         stream.write_all(b"PING\r\n").await.ok()?;
         let mut reply = [0u8; 7];
         stream.read_exact(&mut reply).await.ok()?;
@@ -430,6 +467,95 @@ async fn a_stalled_redis_does_not_stall_the_data_path() {
     redis.signal("-CONT");
     joined(&cluster).await;
     println!("{answered} connections answered while Redis was frozen");
+}
+
+/// A file holding `text`, removed when dropped.
+struct SecretFile(std::path::PathBuf);
+
+impl SecretFile {
+    fn new(name: &str, text: &str) -> SecretFile {
+        let path = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).expect("temp dir writable");
+        SecretFile(path)
+    }
+}
+
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn with_requirepass_nodes_log_in_from_a_file_and_without_it_stay_alone() {
+    let redis = Redis::with_password("s3cret-pass").await;
+    let upstream = echo_upstream().await;
+    let file = SecretFile::new("redis-password", "s3cret-pass\n");
+    let with = |login: String| {
+        config(upstream, Some((&[&redis], 0)), LIMIT)
+            .replace("name = \"test\"\n", &format!("name = \"test\"\n{login}\n"))
+    };
+    let from_file = start(&with(format!("password_file = \"{}\"", file.0.display()))).await;
+    // The named ACL user of `requirepass`.
+    let as_user = start(&with(format!(
+        "user = \"default\"\npassword_file = \"{}\"",
+        file.0.display()
+    )))
+    .await;
+    let without = start(&with(String::new())).await;
+    joined(&[from_file, as_user]).await;
+    eventually(|| cluster_of(&without).metrics().redis_errors.get() >= 2).await;
+    assert!(alone(&without), "no password, no cluster");
+    // A missing secret stops the start, naming where it looked.
+    let missing = tollgate::config::ProxyConfig::parse(&with(
+        "password_file = \"/nonexistent/tollgate-password\"".to_owned(),
+    ))
+    .unwrap();
+    let Err(error) = Server::start(missing, None).await else {
+        panic!("started without its password");
+    };
+    assert!(
+        error
+            .to_string()
+            .contains("password_file /nonexistent/tollgate-password"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_password_in_the_config_text_is_refused_and_logins_are_printed_back() {
+    use tollgate::config::{ProxyConfig, RedisAuth, TokenSource};
+    let base = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]\n";
+    let section = "[cluster]\nredis = [\"127.0.0.1:6379\"]\nname = \"edge\"\n";
+    let literal =
+        ProxyConfig::parse(&format!("{section}password = \"hunter2\"\n{base}")).unwrap_err();
+    assert_eq!(literal.0.len(), 1, "{literal}");
+    assert_eq!(literal.0[0].line, 4);
+    assert!(literal.to_string().contains("password_file"), "{literal}");
+    assert!(!literal.to_string().contains("hunter2"), "{literal}");
+    let both = ProxyConfig::parse(&format!(
+        "{section}password_file = \"/a\"\npassword_env = \"B\"\n{base}"
+    ))
+    .unwrap_err();
+    assert!(both.to_string().contains("not both"), "{both}");
+    let userless = ProxyConfig::parse(&format!("{section}user = \"u\"\n{base}")).unwrap_err();
+    assert!(
+        userless.to_string().contains("needs its password"),
+        "{userless}"
+    );
+    let config = ProxyConfig::parse(&format!(
+        "{section}user = \"u\"\npassword_env = \"P\"\n{base}"
+    ))
+    .unwrap();
+    assert_eq!(
+        config.cluster.as_ref().and_then(|c| c.auth.clone()),
+        Some(RedisAuth {
+            user: Some("u".to_owned()),
+            password: TokenSource::Env("P".to_owned()),
+        })
+    );
+    assert_eq!(ProxyConfig::parse(&config.to_string()).unwrap(), config);
 }
 
 #[test]

@@ -172,6 +172,19 @@ impl Cluster {
         }
     }
 
+    /// Reads the password `config` names, if any, so that a node whose secret is missing
+    /// says so at start rather than at every connection attempt (each connection reads it
+    /// again: a rotated secret is picked up).
+    ///
+    /// # Errors
+    /// A message naming the file or variable (never the password).
+    pub fn check_secret(config: &ClusterConfig) -> Result<(), String> {
+        match &config.auth {
+            Some(auth) => redis::read_password(&auth.password).map(drop),
+            None => Ok(()),
+        }
+    }
+
     /// The settings it runs with.
     #[must_use]
     pub fn config(&self) -> &ClusterConfig {

@@ -11,7 +11,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Value};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
+};
+
+use crate::config::{RedisAuth, TokenSource};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Suspects per `EVALSHA`: a script of this size runs in well under a millisecond.
@@ -105,14 +109,26 @@ pub(crate) struct Link {
 pub(crate) type LinkError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Link {
-    /// Connects to `address`, names the connection `client_name` (so `CLIENT LIST` shows which
-    /// node it is) and loads the script; each step bounded by `timeout`.
+    /// Connects to `address`, logs in with `auth` (its password read now, so a rotated secret
+    /// is picked up at the next connection), names the connection `client_name` (so `CLIENT
+    /// LIST` shows which node it is) and loads the script; each step bounded by `timeout`.
     pub(crate) async fn connect(
         address: SocketAddr,
+        auth: Option<&RedisAuth>,
         client_name: &str,
         timeout: Duration,
     ) -> Result<Link, LinkError> {
-        let client = Client::open(format!("redis://{address}/"))?;
+        let mut login = RedisConnectionInfo::default();
+        if let Some(auth) = auth {
+            if let Some(user) = &auth.user {
+                login = login.set_username(user);
+            }
+            login = login.set_password(read_password(&auth.password)?);
+        }
+        let info = ConnectionAddr::Tcp(address.ip().to_string(), address.port())
+            .into_connection_info()?
+            .set_redis_settings(login);
+        let client = Client::open(info)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
@@ -252,6 +268,30 @@ pub(crate) struct Round {
     pub(crate) cost: Cost,
     /// Redis's `TIME`, in unix nanoseconds, read first in the round.
     pub(crate) redis_ns: u64,
+}
+
+/// The password `source` holds (surrounding whitespace trimmed).
+///
+/// # Errors
+/// A message naming the file or variable when it cannot be read or is empty (never the
+/// password).
+pub(crate) fn read_password(source: &TokenSource) -> Result<String, String> {
+    let (text, place) = match source {
+        TokenSource::File(path) => (
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("[cluster] password_file {}: {e}", path.display()))?,
+            format!("[cluster] password_file {}", path.display()),
+        ),
+        TokenSource::Env(name) => (
+            std::env::var(name).map_err(|e| format!("[cluster] password_env {name}: {e}"))?,
+            format!("[cluster] password_env {name}"),
+        ),
+    };
+    let password = text.trim();
+    if password.is_empty() {
+        return Err(format!("{place} holds no password"));
+    }
+    Ok(password.to_owned())
 }
 
 /// Decimal digits of `n`.

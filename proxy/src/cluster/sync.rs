@@ -205,26 +205,27 @@ impl Syncer {
         let config = &cluster.config;
         let name = format!("tollgate:{}:{}", config.name, config.node);
         let address = self.address();
-        let connected = match Link::connect(address, &name, config.timeout).await {
-            Ok(mut link) => {
-                // The first reading on a connection aligns the windows to this Redis (after a
-                // failover, to the new primary's clock): its correction is no error.
-                let sent = self.cluster.clock.now();
-                let time = link.time(config.timeout).await;
-                time.map(|redis_ns| {
-                    let reading =
-                        self.cluster
-                            .redis_clock
-                            .read(sent, self.cluster.clock.now(), redis_ns);
-                    let error = reading
-                        .error
-                        .saturating_sub(Duration::from_nanos(reading.correction_ns.unsigned_abs()));
-                    self.clock_read(redis_ns, error);
-                    link
-                })
-            }
-            Err(error) => Err(error),
-        };
+        let connected =
+            match Link::connect(address, config.auth.as_ref(), &name, config.timeout).await {
+                Ok(mut link) => {
+                    // The first reading on a connection aligns the windows to this Redis (after a
+                    // failover, to the new primary's clock): its correction is no error.
+                    let sent = self.cluster.clock.now();
+                    let time = link.time(config.timeout).await;
+                    time.map(|redis_ns| {
+                        let reading =
+                            self.cluster
+                                .redis_clock
+                                .read(sent, self.cluster.clock.now(), redis_ns);
+                        let error = reading.error.saturating_sub(Duration::from_nanos(
+                            reading.correction_ns.unsigned_abs(),
+                        ));
+                        self.clock_read(redis_ns, error);
+                        link
+                    })
+                }
+                Err(error) => Err(error),
+            };
         match connected {
             Ok(link) => {
                 if self.run_id.as_ref().is_some_and(|id| *id != link.run_id) {
