@@ -47,12 +47,12 @@ pub struct Before<'a> {
     now: Tick,
 }
 
-/// A local sliding estimate split by window, less the sketch's stated overcount.
+/// A local sliding estimate split by window.
 ///
-/// The sliding estimate is `current + previous * (1 - elapsed / period) + overcount`. Pushed to
-/// a cluster as one current-window count it would weigh the previous window's share in full
-/// until the window ends (and half of it for the next window), and the overcount with it; split,
-/// the share fades as it does here and the overcount is not shared at all.
+/// The sliding estimate is `current + previous * (1 - elapsed / period)`. Pushed to a cluster
+/// as one current-window count it would weigh the previous window's share in full until the
+/// window ends (and half of it for the next window); split, the share fades out of the others'
+/// estimates no later than out of this node's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Split {
     /// Counted in the current window.
@@ -86,9 +86,14 @@ impl<'a> Before<'a> {
         self.estimate.saturating_sub(self.counted)
     }
 
-    /// [`Before::estimate`] split by window, less the sketch's stated overcount (taken from
-    /// the current window's part first: what is shared then fades sooner, never later, than
-    /// what was counted). Reads the sketch again: call it once per key, not per event.
+    /// [`Before::estimate`] split by window. Reads the sketch again: call it once per key,
+    /// not per event.
+    ///
+    /// The sketch's overcount stays in (the split is of the estimate, which never falls below
+    /// the true count): the stated bound is an upper bound that includes the key's own first
+    /// event in a window (held by the Bloom front), and taking it off made three processes
+    /// admit 1.40x a limit of 30 per 10 s instead of 1.07x. What remains of it makes the
+    /// cluster stricter by at most that bound per node, never looser.
     #[must_use]
     pub fn split(&self) -> Split {
         let estimate = self.estimate();
@@ -97,12 +102,9 @@ impl<'a> Before<'a> {
             .current_count(self.key, self.now)
             .saturating_sub(self.counted)
             .min(estimate);
-        let previous = estimate - current;
-        let overcount = self.counter.overcount_bound(self.now);
-        let cut = overcount.min(current);
         Split {
-            current: current - cut,
-            previous: previous.saturating_sub(overcount - cut),
+            current,
+            previous: estimate - current,
         }
     }
 }

@@ -173,8 +173,7 @@ impl Syncer {
                 // others see all of it, not only what came after the threshold: the current
                 // window's part as a count of the current window, the previous window's share
                 // (already faded here) as one of the previous window, so that it fades out of
-                // the others' estimates no later than out of this node's, and without the
-                // sketch's overcount.
+                // the others' estimates no later than out of this node's.
                 None => self.own.entry(item.hash).or_insert(Own {
                     key: item.key,
                     period_ms: item.period_ms,
@@ -303,13 +302,23 @@ impl Syncer {
                     };
                     own.pushed = own.counted;
                     own.touched = false;
+                    let current = current.saturating_sub(own.pushed[0]);
+                    let (growth, growth_ms) = match self.view.get(hash) {
+                        Some(last) if last.window == own.window && last.read_ms < now_ms => {
+                            (current.saturating_sub(last.current), now_ms - last.read_ms)
+                        }
+                        _ => (0, 0),
+                    };
                     self.view.insert(
                         *hash,
                         Rest {
                             window: own.window,
                             period_ms: own.period_ms,
-                            current: current.saturating_sub(own.pushed[0]),
+                            current,
                             previous: previous.saturating_sub(own.pushed[1]),
+                            read_ms: now_ms,
+                            growth,
+                            growth_ms,
                         },
                     );
                 }
@@ -480,7 +489,7 @@ mod tests {
             panic!("one suspect, got {owns:?}");
         };
         // Never more in the current window than the 16 events counted in it; the previous
-        // window's share (10, less the overcount) in the previous window.
+        // window's share (10) in the previous window.
         assert!(own.counted[0] <= 16, "current {:?}", own.counted);
         assert!(
             (1..=10).contains(&own.counted[1]),
