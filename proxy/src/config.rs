@@ -115,7 +115,11 @@ pub enum TokenSource {
 pub struct ClusterConfig {
     /// The Redis servers, in order of preference: the sync task talks to one at a time and
     /// moves to the next when it fails (a primary, then the replicas a failover may promote).
+    /// With `sentinel`, the fallback when no sentinel answers (may then be empty).
     pub redis: Vec<SocketAddr>,
+    /// Sentinel discovery: the master's address is asked of these sentinels at each
+    /// connection.
+    pub sentinel: Option<Sentinel>,
     /// This node's name, for logs and Redis' client list (default: the host name).
     pub node: String,
     /// How the nodes log in to Redis (`AUTH`); `None`: no password.
@@ -137,6 +141,15 @@ pub struct ClusterConfig {
     /// Slots in the suspects table (each of its two), a power of two: at most this many keys
     /// are shared per sync interval; more are counted as overflow and stay local.
     pub suspects: usize,
+}
+
+/// Where the sentinels are and which master they watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sentinel {
+    /// The master's name (`sentinel monitor NAME ...`).
+    pub master: String,
+    /// The sentinels, asked in turn.
+    pub sentinels: Vec<SocketAddr>,
 }
 
 /// How a cluster node logs in to Redis: `AUTH user password` (or `AUTH password` for the
@@ -479,7 +492,9 @@ struct RawTcpOnlyFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCluster {
-    redis: Spanned<Vec<Spanned<String>>>,
+    redis: Option<Spanned<Vec<Spanned<String>>>>,
+    sentinels: Option<Spanned<Vec<Spanned<String>>>>,
+    master: Option<Spanned<String>>,
     node: Option<Spanned<String>>,
     name: Option<Spanned<String>>,
     user: Option<Spanned<String>>,
@@ -900,15 +915,29 @@ fn udp_refusals(text: &str, errors: &mut Errors<'_>) {
 }
 
 fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
-    let addresses = raw.redis.get_ref();
-    if addresses.is_empty() {
-        errors.at(&raw.redis, "give at least one Redis address".to_owned());
-    }
+    let addresses = raw.redis.as_ref().map_or(&[][..], |r| &r.get_ref()[..]);
+    let sentinel = sentinel(raw, errors);
     let redis: Vec<SocketAddr> = addresses
         .iter()
         .filter_map(|a| errors.check(a, |a| socket_addr(a)))
         .collect();
-    let redis = (redis.len() == addresses.len() && !redis.is_empty()).then_some(redis);
+    let redis = (redis.len() == addresses.len()).then_some(redis);
+    if addresses.is_empty() && raw.sentinels.is_none() {
+        match &raw.redis {
+            Some(list) => errors.at(list, "give at least one Redis address".to_owned()),
+            None => {
+                let message = "[cluster] needs `redis = [\"HOST:PORT\", ...]` or `sentinels` \
+                               and `master`"
+                    .to_owned();
+                // Located at the name if given, else at the file's start.
+                match &raw.name {
+                    Some(name) => errors.at(name, message),
+                    None => errors.0.error(0..0, message),
+                }
+            }
+        }
+        return None;
+    }
     let node = match &raw.node {
         Some(node) => errors.check(node, |n| name(n, "node")),
         None => Some(hostname()),
@@ -916,13 +945,15 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
     let cluster_name = match &raw.name {
         Some(n) => errors.check(n, |n| name(n, "cluster")),
         None => {
-            errors.at(
-                &raw.redis,
-                "[cluster] needs `name = \"...\"`: the namespace of this cluster's keys in \
-                 Redis (there is no default, so two deployments sharing one Redis never count \
-                 into each other's keys by accident)"
-                    .to_owned(),
-            );
+            let message = "[cluster] needs `name = \"...\"`: the namespace of this cluster's \
+                           keys in Redis (there is no default, so two deployments sharing one \
+                           Redis never count into each other's keys by accident)"
+                .to_owned();
+            // Located at the first line of the section there is.
+            match raw.redis.as_ref().or(raw.sentinels.as_ref()) {
+                Some(list) => errors.at(list, message),
+                None => errors.0.error(0..0, message),
+            }
             None
         }
     };
@@ -956,6 +987,7 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
     let max_clock_error = errors.duration(raw.max_clock_error.as_ref(), Duration::from_millis(250));
     Some(ClusterConfig {
         redis: redis?,
+        sentinel: sentinel?,
         node: node?,
         auth: auth?,
         name: cluster_name?,
@@ -966,6 +998,48 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
         on_failure: on_failure?,
         suspects: suspects?,
     })
+}
+
+/// `[cluster]`'s sentinels: `Some(None)` without them, `None` after an error (reported).
+fn sentinel(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<Option<Sentinel>> {
+    match (&raw.sentinels, &raw.master) {
+        (None, None) => Some(None),
+        (Some(list), None) => {
+            errors.at(
+                list,
+                "sentinels need `master = \"NAME\"`: the name they monitor it by".to_owned(),
+            );
+            None
+        }
+        (None, Some(master)) => {
+            errors.at(
+                master,
+                "master needs `sentinels = [\"HOST:PORT\", ...]`".to_owned(),
+            );
+            None
+        }
+        (Some(list), Some(master)) => {
+            if list.get_ref().is_empty() {
+                errors.at(list, "give at least one sentinel address".to_owned());
+            }
+            let sentinels: Vec<SocketAddr> = list
+                .get_ref()
+                .iter()
+                .filter_map(|a| errors.check(a, |a| socket_addr(a)))
+                .collect();
+            let master = errors.check(master, |m| {
+                if m.is_empty() || m.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    Err(format!(
+                        "master `{m}`: a sentinel master name has no spaces"
+                    ))
+                } else {
+                    Ok(m.clone())
+                }
+            })?;
+            (sentinels.len() == list.get_ref().len() && !sentinels.is_empty())
+                .then_some(Some(Sentinel { master, sentinels }))
+        }
+    }
 }
 
 /// `[cluster]`'s login: `Some(None)` without one, `None` after an error (reported).
@@ -1254,6 +1328,14 @@ impl fmt::Display for ProxyConfig {
                 "redis = {}",
                 list(c.redis.iter().map(ToString::to_string).collect())
             )?;
+            if let Some(sentinel) = &c.sentinel {
+                writeln!(
+                    f,
+                    "sentinels = {}",
+                    list(sentinel.sentinels.iter().map(ToString::to_string).collect())
+                )?;
+                writeln!(f, "master = {}", quoted(&sentinel.master))?;
+            }
             writeln!(f, "node = {}", quoted(&c.node))?;
             writeln!(f, "name = {}", quoted(&c.name))?;
             if let Some(auth) = &c.auth {

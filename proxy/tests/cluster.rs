@@ -61,20 +61,63 @@ impl Redis {
         Redis::spawn(port, Some(password)).await
     }
 
+    /// A replica of `master` on a free port.
+    async fn replica_of(master: &Redis) -> Redis {
+        let port = common::process::free_port().port();
+        let of = master.port.to_string();
+        Redis::launch(port, None, &["--replicaof", "127.0.0.1", &of]).await
+    }
+
+    /// A sentinel on a free port watching `master` as `m` (quorum 2, down after 500 ms); its
+    /// config file in its own temporary folder, as sentinels rewrite theirs.
+    async fn sentinel_of(master: &Redis) -> Redis {
+        let port = common::process::free_port().port();
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-{}-sentinel-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir writable");
+        let path = dir.join("sentinel.conf");
+        std::fs::write(
+            &path,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor m 127.0.0.1 {} 2\n\
+                 sentinel down-after-milliseconds m 500\nsentinel failover-timeout m 3000\n",
+                dir.display(),
+                master.port
+            ),
+        )
+        .expect("temp dir writable");
+        let mut child = Command::new("redis-server");
+        child
+            .arg(&path)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Redis::wait(child, port, None).await
+    }
+
     async fn spawn(port: u16, password: Option<&str>) -> Redis {
-        let child = Command::new("redis-server")
+        Redis::launch(port, password, &[]).await
+    }
+
+    async fn launch(port: u16, password: Option<&str>, extra: &[&str]) -> Redis {
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(password.map(|p| ["--requirepass", p]).into_iter().flatten())
+            .args(extra)
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|err| {
-                panic!(
-                    "cannot start redis-server ({err}): install it (apt-get install \
+            .stderr(Stdio::null());
+        Redis::wait(command, port, password).await
+    }
+
+    async fn wait(mut command: Command, port: u16, password: Option<&str>) -> Redis {
+        let child = command.spawn().unwrap_or_else(|err| {
+            panic!(
+                "cannot start redis-server ({err}): install it (apt-get install \
                      redis-server) or leave out --include-ignored"
-                )
-            });
+            )
+        });
         let redis = Redis {
             child,
             port,
@@ -524,6 +567,35 @@ async fn with_requirepass_nodes_log_in_from_a_file_and_without_it_stay_alone() {
 }
 
 #[test]
+fn sentinels_need_their_master_and_the_list_becomes_the_fallback() {
+    use tollgate::config::ProxyConfig;
+    let base = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]\n";
+    let text = format!(
+        "[cluster]\nsentinels = [\"127.0.0.1:26379\", \"127.0.0.1:26380\"]\nmaster = \"m\"\n\
+         name = \"edge\"\n{base}"
+    );
+    let config = ProxyConfig::parse(&text).unwrap();
+    let cluster = config.cluster.clone().expect("a cluster");
+    let sentinel = cluster.sentinel.clone().expect("sentinels");
+    assert_eq!(
+        (sentinel.master.as_str(), sentinel.sentinels.len()),
+        ("m", 2)
+    );
+    assert!(cluster.redis.is_empty(), "no fallback list given");
+    assert_eq!(ProxyConfig::parse(&config.to_string()).unwrap(), config);
+    let masterless = ProxyConfig::parse(&format!(
+        "[cluster]\nsentinels = [\"127.0.0.1:26379\"]\nname = \"edge\"\n{base}"
+    ))
+    .unwrap_err();
+    assert!(
+        masterless.to_string().contains("need `master"),
+        "{masterless}"
+    );
+    let nowhere = ProxyConfig::parse(&format!("[cluster]\nname = \"edge\"\n{base}")).unwrap_err();
+    assert!(nowhere.to_string().contains("sentinels"), "{nowhere}");
+}
+
+#[test]
 fn a_password_in_the_config_text_is_refused_and_logins_are_printed_back() {
     use tollgate::config::{ProxyConfig, RedisAuth, TokenSource};
     let base = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]\n";
@@ -748,5 +820,65 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
                 assert_eq!(attempt("127.0.0.6", node.front).await, Wire::Echoed);
             }
         }
+    }
+}
+
+/// Whether the Redis at `address` says it is a master (`ROLE`), within a bound.
+async fn is_master(address: SocketAddr) -> bool {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"ROLE\r\n").await.ok()?;
+        let mut reply = [0u8; 16];
+        let n = stream.read(&mut reply).await.ok()?;
+        Some(reply[..n].windows(6).any(|w| w == b"master"))
+    };
+    tokio::time::timeout(Duration::from_secs(1), exchange)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH (and its --sentinel mode); run with --include-ignored (.ci/run does)"]
+async fn through_sentinels_the_nodes_find_the_master_and_follow_a_failover() {
+    let master = Redis::start().await;
+    let replica = Redis::replica_of(&master).await;
+    let mut sentinels = Vec::new();
+    for _ in 0..3 {
+        sentinels.push(Redis::sentinel_of(&master).await);
+    }
+    let upstream = echo_upstream().await;
+    let listed: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("\"{}\"", s.address()))
+        .collect();
+    let mut cluster = Vec::new();
+    for node in 0..NODES {
+        let text = config(upstream, Some((&[&master], node)), LIMIT).replace(
+            &format!("redis = [\"{}\"]\n", master.address()),
+            &format!("sentinels = [{}]\nmaster = \"m\"\n", listed.join(", ")),
+        );
+        assert!(text.contains("sentinels"), "{text}");
+        cluster.push(start(&text).await);
+    }
+    joined(&cluster).await;
+    let replica_address = replica.address();
+    // The master dies; the sentinels promote the replica; the nodes, having lost their
+    // connection, ask the sentinels again and rejoin on it.
+    drop(master);
+    eventually_async(|| async { cluster.iter().all(alone) }).await;
+    let deadline = tokio::time::Instant::now() + 3 * BOUND;
+    while !(is_master(replica_address).await && cluster.iter().all(|s| !alone(s))) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no failover, or the nodes did not follow it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    two_rounds(&cluster).await;
+    for server in &cluster {
+        assert!(cluster_of(server).metrics().redis_errors.get() > 0);
+        assert!(!alone(server));
     }
 }

@@ -146,6 +146,14 @@ impl Link {
                 .arg(SCRIPT)
                 .query_async(&mut connection)
                 .await?;
+            // A replica (a stale address, or the old master back after a failover) would
+            // refuse the writes: only a master will do.
+            let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut connection).await?;
+            match role.first() {
+                Some(Value::BulkString(r)) if r == b"master" => {}
+                Some(Value::SimpleString(r)) if r == "master" => {}
+                other => return Err(format!("not a master (ROLE {other:?})").into()),
+            }
             let info: String = redis::cmd("INFO")
                 .arg("server")
                 .query_async(&mut connection)
@@ -268,6 +276,44 @@ pub(crate) struct Round {
     pub(crate) cost: Cost,
     /// Redis's `TIME`, in unix nanoseconds, read first in the round.
     pub(crate) redis_ns: u64,
+}
+
+/// The address of `master` as the sentinel at `sentinel` knows it
+/// (`SENTINEL get-master-addr-by-name`), bounded by `timeout`.
+pub(crate) async fn master_of(
+    sentinel: SocketAddr,
+    master: &str,
+    timeout: Duration,
+) -> Result<SocketAddr, LinkError> {
+    let ask = async {
+        let client = Client::open(
+            ConnectionAddr::Tcp(sentinel.ip().to_string(), sentinel.port())
+                .into_connection_info()?,
+        )?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let answer: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(master)
+            .query_async(&mut connection)
+            .await?;
+        let (host, port) =
+            answer.ok_or_else(|| format!("sentinel {sentinel} does not know master `{master}`"))?;
+        let address = tokio::net::lookup_host((host.as_str(), port))
+            .await?
+            .next()
+            .ok_or_else(|| {
+                format!("sentinel {sentinel}: master `{master}` at {host}, no address")
+            })?;
+        Ok::<_, LinkError>(address)
+    };
+    tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| LinkError::from(format!("sentinel {sentinel} timed out")))?
 }
 
 /// The password `source` holds (surrounding whitespace trimmed).

@@ -66,6 +66,10 @@ struct Syncer {
     run_id: Option<String>,
     /// Which of the configured Redis servers is talked to (modulo their number).
     server: usize,
+    /// Which sentinel is asked first (modulo their number).
+    sentinel: usize,
+    /// The server talked to (or last tried).
+    current: Option<std::net::SocketAddr>,
     collected: Vec<Collected>,
     retry_at: Instant,
     retry_wait: Duration,
@@ -114,6 +118,8 @@ impl Syncer {
             link: None,
             run_id: None,
             server: 0,
+            sentinel: 0,
+            current: None,
             collected: Vec::new(),
             retry_at: Instant::now(),
             retry_wait: cluster.config.sync,
@@ -203,7 +209,17 @@ impl Syncer {
         let cluster = Arc::clone(&self.cluster);
         let config = &cluster.config;
         let name = format!("tollgate:{}:{}", config.name, config.node);
-        let address = self.address();
+        let address = match self.discover().await {
+            Some(address) => address,
+            None => match config.redis.get(self.server % config.redis.len().max(1)) {
+                Some(&address) => address,
+                None => {
+                    self.failed("no sentinel answered and no `redis` address to fall back to");
+                    return;
+                }
+            },
+        };
+        self.current = Some(address);
         let connected =
             match Link::connect(address, config.auth.as_ref(), &name, config.timeout).await {
                 Ok(mut link) => {
@@ -395,10 +411,30 @@ impl Syncer {
         self.clock_refused = refuse;
     }
 
-    /// The Redis server talked to now.
-    fn address(&self) -> std::net::SocketAddr {
-        let servers = &self.cluster.config.redis;
-        servers[self.server % servers.len()]
+    /// The master's address as the first sentinel to answer knows it (starting with the one
+    /// that answered last); `None` without sentinels or when none answers (each failure
+    /// logged at debug level: the fallback list or the retry follows).
+    async fn discover(&mut self) -> Option<std::net::SocketAddr> {
+        let cluster = Arc::clone(&self.cluster);
+        let sentinel = cluster.config.sentinel.as_ref()?;
+        let count = sentinel.sentinels.len();
+        for _ in 0..count {
+            let at = sentinel.sentinels[self.sentinel % count];
+            match super::redis::master_of(at, &sentinel.master, cluster.config.timeout).await {
+                Ok(address) => return Some(address),
+                Err(error) => {
+                    tracing::debug!(sentinel = %at, %error, "cluster: sentinel did not answer");
+                    self.sentinel = self.sentinel.wrapping_add(1);
+                }
+            }
+        }
+        None
+    }
+
+    /// The Redis server talked to now (or last tried), for logs.
+    fn address(&self) -> String {
+        self.current
+            .map_or_else(|| "none yet".to_owned(), |a| a.to_string())
     }
 
     /// Redis is away: limit alone (an empty view), count the error, log within the budget,
