@@ -384,7 +384,14 @@ impl Policy {
                         let sketches = [&self.counters[at[0]], &self.counters[at[1]]];
                         (key, Penalty { length, sketches })
                     });
-                let serving = penalty.is_some_and(|(key, penalty)| penalty.in_force(&key, now));
+                // In force here, or set by another node of the cluster.
+                let serving = penalty.is_some_and(|(key, penalty)| {
+                    penalty.in_force(&key, now)
+                        || self
+                            .remote
+                            .as_ref()
+                            .is_some_and(|shared| shared.remote.penalised(&key, now))
+                });
                 if serving && decision.verdict == Verdict::Allow {
                     decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
                 }
@@ -452,6 +459,9 @@ impl Policy {
                     // A mark is read back at once: the rule's other limits at this prefix then
                     // see the penalty in force and do not mark again.
                     penalty.mark(&key, now);
+                    if let Some(shared) = &self.remote {
+                        shared.remote.penalty_started(&key, penalty.length, now);
+                    }
                 }
             }
         }

@@ -122,6 +122,28 @@ pub trait Remote: Send + Sync + fmt::Debug {
     /// has counted for its key under its limit, as a sliding-window estimate at its `now` (0
     /// when unknown).
     fn suspect(&self, suspect: &Suspect<'_>) -> u64;
+
+    /// This node has just put `key` (a penalty key: rule, penalty length, prefix, masked
+    /// address) in a penalty of `length` at `now`: the rest of the cluster should refuse it
+    /// too. Called once per penalty started, not per event; the default does nothing.
+    fn penalty_started(&self, key: &LimitKey, length: Duration, now: Tick) {
+        let _ = (key, length, now);
+    }
+
+    /// Whether another node holds `key` (a penalty key) in a penalty at `now`: one lookup in
+    /// memory, called for every event a rule with a penalty counts. The default: never.
+    fn penalised(&self, key: &LimitKey, now: Tick) -> bool {
+        let _ = (key, now);
+        false
+    }
+
+    /// A hook for run-time list entries (the admin's `/lists`): an entry added on one node
+    /// (`deny` or allow, a network, for how long) that the cluster should carry to every
+    /// node. Not carried yet: the default does nothing, and so does the proxy's cluster (see
+    /// its docs for what carrying them would take).
+    fn list_entry_added(&self, network: &crate::Cidr, deny: bool, lasts: Option<Duration>) {
+        let _ = (network, deny, lasts);
+    }
 }
 
 #[cfg(test)]

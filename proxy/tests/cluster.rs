@@ -882,3 +882,40 @@ async fn through_sentinels_the_nodes_find_the_master_and_follow_a_failover() {
         assert!(!alone(server));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn a_penalty_one_node_starts_is_refused_by_the_others_from_the_next_round() {
+    let redis = Redis::start().await;
+    let upstream = echo_upstream().await;
+    // Node 0 limits to 5 a minute; the others to 1000 (another rule shape: their counts are
+    // not shared with node 0's), so only a shared penalty can make them refuse the source.
+    let mut cluster = Vec::new();
+    for (node, limit) in [(0, 5), (1, 1000), (2, 1000)] {
+        let text = config(upstream, Some((&[&redis], node)), limit).replace(
+            &format!("limits = [{{ rate = \"{limit}/60s\" }}]"),
+            &format!("limits = [{{ rate = \"{limit}/60s\" }}]\npenalty = \"60s\""),
+        );
+        assert!(text.contains("penalty"), "{text}");
+        cluster.push(start(&text).await);
+    }
+    joined(&cluster).await;
+    let front = |i: usize| cluster[i].local_addr("front").unwrap();
+    for _ in 0..5 {
+        assert_eq!(attempt("127.0.0.7", front(0)).await, Wire::Echoed);
+    }
+    // Over the limit: node 0 starts a penalty, and shares it.
+    assert_ne!(attempt("127.0.0.7", front(0)).await, Wire::Echoed);
+    eventually(|| cluster_of(&cluster[0]).metrics().penalties_shared.get() == 1).await;
+    two_rounds(&cluster).await;
+    for (node, server) in cluster.iter().enumerate().skip(1) {
+        assert_eq!(cluster_of(server).metrics().penalties_held.get(), 1);
+        let wire = attempt("127.0.0.7", front(node)).await;
+        assert_ne!(
+            wire,
+            Wire::Echoed,
+            "node {node} serves a source penalised on node 0"
+        );
+        assert_eq!(attempt("127.0.0.8", front(node)).await, Wire::Echoed);
+    }
+}

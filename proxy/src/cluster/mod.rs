@@ -56,6 +56,16 @@
 //!    and previous windows (everything again if Redis restarted: its `run_id` changed) and the
 //!    view returns.
 //!
+//! 5. **Penalties.** A penalty this node starts is queued (at most 4,096 between two rounds;
+//!    a lock, once per penalty started) and added by the next round to the sorted set
+//!    `tollgate:NAME:penalties` (member the penalty key, score the Redis-time ms it ends);
+//!    each round also removes the ones that ended and reads back the rest (at most
+//!    4,096), which deciders look up for every event a rule with a
+//!    penalty counts: the others refuse the source from their next round on, and keep doing
+//!    so while Redis is away. Run-time list entries do not travel yet
+//!    ([`Remote::list_entry_added`] is the hook; carrying them would be the same set-and-read
+//!    with the network, its side and its end, applied to the filter's run-time lists).
+//!
 //! Windows are cut by Redis's clock (`TIME / period`), not by each node's: every round
 //! reads `TIME` first in its pipeline and carries it to the next with the node's monotonic
 //! clock, so nodes agree on window edges to within half a round trip whatever their own
@@ -117,12 +127,14 @@ mod redis;
 mod sync;
 mod view;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use tokio::sync::Notify;
-use tollgate_filter::{Remote, Suspect};
+use tollgate_filter::{LimitKey, Remote, Suspect};
 use tollgate_sketch::{Clock, MonotonicClock, Tick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -151,7 +163,17 @@ pub struct Cluster {
     wake_pending: AtomicBool,
     /// Wakes the sync task early for such a suspect.
     wake: Notify,
+    /// Penalties started here since the last round: (penalty key, Redis-time ms it ends), at
+    /// most [`PENALTIES_OUT`].
+    penalties_out: Mutex<Vec<([u8; LimitKey::LEN], u64)>>,
+    /// Penalties in force anywhere in the cluster, as of the last round: penalty key to the
+    /// Redis-time ms it ends.
+    penalties_in: ArcSwap<HashMap<[u8; LimitKey::LEN], u64>>,
 }
+
+/// Penalties one node may start between two rounds and share; more are counted in
+/// `tollgate_cluster_penalties_dropped_total` and stay local.
+const PENALTIES_OUT: usize = 4096;
 
 impl Cluster {
     /// A node of the cluster `config` describes, deciding with ticks of `clock`, reporting in
@@ -175,6 +197,8 @@ impl Cluster {
             metrics,
             wake_pending: AtomicBool::new(false),
             wake: Notify::new(),
+            penalties_out: Mutex::new(Vec::new()),
+            penalties_in: ArcSwap::from_pointee(HashMap::new()),
         }
     }
 
@@ -271,5 +295,28 @@ impl Remote for Cluster {
                 0
             }
         }
+    }
+
+    /// Queued for the next round (a lock, but once per penalty started, not per event).
+    fn penalty_started(&self, key: &LimitKey, length: Duration, now: Tick) {
+        let length_ms = u64::try_from(length.as_millis()).unwrap_or(u64::MAX);
+        let until = self.cluster_ms(now).saturating_add(length_ms);
+        let mut out = self.penalties_out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.len() < PENALTIES_OUT {
+            let mut bytes = [0u8; LimitKey::LEN];
+            bytes.copy_from_slice(key.as_bytes());
+            out.push((bytes, until));
+            drop(out);
+            self.wake_early();
+        } else {
+            self.metrics.penalties_dropped.inc();
+        }
+    }
+
+    fn penalised(&self, key: &LimitKey, now: Tick) -> bool {
+        self.penalties_in
+            .load()
+            .get(key.as_bytes())
+            .is_some_and(|&until| until > self.cluster_ms(now))
     }
 }

@@ -72,6 +72,12 @@ pub(crate) fn key_name(
     name
 }
 
+/// The Redis key of the cluster's penalties: `tollgate:`, the cluster's name, `:penalties`.
+/// (A suspect's key has a fixed-length binary suffix after the name's `:`, never this text.)
+pub(crate) fn penalty_set(cluster: &str) -> Vec<u8> {
+    format!("tollgate:{cluster}:penalties").into_bytes()
+}
+
 /// One suspect's part of a round.
 #[derive(Clone, Debug)]
 pub(crate) struct Push {
@@ -193,6 +199,7 @@ impl Link {
     pub(crate) async fn round(
         &mut self,
         pushes: &[Push],
+        penalties: &Penalties<'_>,
         timeout: Duration,
     ) -> Result<Round, LinkError> {
         let mut pipe = redis::pipe();
@@ -231,6 +238,35 @@ impl Link {
             // Per counter: INCRBY and PEXPIRE, or one GET.
             cost.commands += 1 + 2 * batch.len() as u64 + writes;
         }
+        // Then the penalties: this node's new ones added (scored by when they end), the ended
+        // ones removed, and every one still in force read back (at most PENALTIES_READ).
+        let set = penalties.set;
+        for (key, until) in penalties.add {
+            pipe.cmd("ZADD").arg(set).arg(*until).arg(&key[..]).ignore();
+            cost.sent += resp_array(&[4, set.len(), digits(*until), key.len()]);
+        }
+        if !penalties.add.is_empty() {
+            // An abandoned cluster's set goes away a day after its last penalty.
+            pipe.cmd("PEXPIRE").arg(set).arg(86_400_000).ignore();
+            cost.sent += resp_array(&[7, set.len(), 8]);
+        }
+        pipe.cmd("ZREMRANGEBYSCORE")
+            .arg(set)
+            .arg("-inf")
+            .arg(penalties.now_ms)
+            .ignore();
+        pipe.cmd("ZRANGEBYSCORE")
+            .arg(set)
+            .arg(format!("({}", penalties.now_ms))
+            .arg("+inf")
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(PENALTIES_READ);
+        let now_digits = digits(penalties.now_ms);
+        cost.sent += resp_array(&[16, set.len(), 4, now_digits])
+            + resp_array(&[13, set.len(), now_digits + 1, 4, 10, 5, 1, 4]);
+        cost.commands += penalties.add.len() as u64 + u64::from(!penalties.add.is_empty()) + 2;
         let mut replies: Vec<Value> =
             tokio::time::timeout(timeout, pipe.query_async(&mut self.connection))
                 .await
@@ -246,6 +282,16 @@ impl Link {
             .zip(micros.parse::<u64>().ok())
             .map(|(s, us)| s.saturating_mul(1_000_000_000).saturating_add(us * 1_000))
             .ok_or_else(|| format!("TIME answered {seconds:?} {micros:?}"))?;
+        let live_reply = replies.pop().ok_or("no reply to ZRANGEBYSCORE")?;
+        let pairs: Vec<(Vec<u8>, u64)> = redis::from_redis_value(live_reply)?;
+        let mut live = Vec::with_capacity(pairs.len());
+        cost.received += 3 + digits(pairs.len() as u64 * 2) as u64;
+        for (member, until) in pairs {
+            cost.received += resp_array(&[member.len(), digits(until)]) - 4;
+            if let Ok(key) = <[u8; tollgate_filter::LimitKey::LEN]>::try_from(&member[..]) {
+                live.push((key, until));
+            }
+        }
         let mut totals = Vec::with_capacity(pushes.len());
         for reply in replies {
             let reply: Vec<i64> = redis::from_redis_value(reply)?;
@@ -263,8 +309,24 @@ impl Link {
             totals,
             cost,
             redis_ns,
+            live,
         })
     }
+}
+
+/// Penalties read back per round at most: under an attack with more penalised sources than
+/// this in force, the others hold the first this many (by end time) and the rest locally.
+pub(crate) const PENALTIES_READ: usize = 4096;
+
+/// A round's part in the cluster's penalties.
+#[derive(Debug)]
+pub(crate) struct Penalties<'a> {
+    /// The sorted set holding them: member the penalty key, score the Redis-time ms it ends.
+    pub(crate) set: &'a [u8],
+    /// Penalties started here since the last round: (penalty key, ends at).
+    pub(crate) add: &'a [([u8; tollgate_filter::LimitKey::LEN], u64)],
+    /// Redis time now, in ms: penalties that ended by then are removed.
+    pub(crate) now_ms: u64,
 }
 
 /// What a round brought back.
@@ -276,6 +338,8 @@ pub(crate) struct Round {
     pub(crate) cost: Cost,
     /// Redis's `TIME`, in unix nanoseconds, read first in the round.
     pub(crate) redis_ns: u64,
+    /// Penalties in force in the cluster: (penalty key, ends at, Redis-time ms).
+    pub(crate) live: Vec<([u8; tollgate_filter::LimitKey::LEN], u64)>,
 }
 
 /// The address of `master` as the sentinel at `sentinel` knows it

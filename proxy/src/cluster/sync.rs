@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::Cluster;
-use super::redis::{Link, Push, Round, key_name};
+use super::redis::{Link, Penalties, Push, Round, key_name, penalty_set};
 use super::view::{Rest, View};
 use tollgate_filter::Collected;
 use tollgate_sketch::Clock;
@@ -288,8 +288,20 @@ impl Syncer {
             return;
         };
         let started = Instant::now();
+        let added: Vec<_> = std::mem::take(
+            &mut *cluster
+                .penalties_out
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let set = penalty_set(&config.name);
+        let penalties = Penalties {
+            set: &set,
+            add: &added,
+            now_ms,
+        };
         let sent = cluster.clock.now();
-        let result = link.round(&pushes, config.timeout).await;
+        let result = link.round(&pushes, &penalties, config.timeout).await;
         let received = cluster.clock.now();
         let metrics = &cluster.metrics;
         match result {
@@ -297,7 +309,15 @@ impl Syncer {
                 totals,
                 cost,
                 redis_ns,
+                live,
             }) => {
+                metrics.penalties_shared.inc_by(added.len() as u64);
+                metrics
+                    .penalties_held
+                    .set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+                cluster
+                    .penalties_in
+                    .store(Arc::new(live.into_iter().collect()));
                 let took = started.elapsed().as_secs_f64();
                 metrics.sync_seconds.observe(took);
                 metrics.last_sync.set(took);
@@ -357,6 +377,15 @@ impl Syncer {
                 }
             }
             Err(error) => {
+                // Not shared yet: they go with the next round (the ones that ended by then
+                // are removed by it at once).
+                let mut out = cluster
+                    .penalties_out
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let room = super::PENALTIES_OUT.saturating_sub(out.len());
+                out.extend(added.into_iter().take(room));
+                drop(out);
                 self.link = None;
                 self.failed(&error.to_string());
             }

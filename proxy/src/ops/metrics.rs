@@ -305,6 +305,12 @@ pub struct ClusterMetrics {
     pub clock_refused: Gauge,
     /// Rounds in which the node refused to share for that reason.
     pub clock_refusals: Counter,
+    /// Penalties this node started and shared with the cluster.
+    pub penalties_shared: Counter,
+    /// Penalties not shared: more than 4096 started between two rounds.
+    pub penalties_dropped: Counter,
+    /// Penalties in force in the cluster as of the last round (this node's included).
+    pub penalties_held: Gauge,
 }
 
 impl Default for ClusterMetrics {
@@ -336,6 +342,9 @@ impl ClusterMetrics {
             clock_error: Gauge::default(),
             clock_refused: Gauge::default(),
             clock_refusals: Counter::default(),
+            penalties_shared: Counter::default(),
+            penalties_dropped: Counter::default(),
+            penalties_held: Gauge::default(),
         };
         metrics.alone.set(1);
         metrics
@@ -417,6 +426,21 @@ impl ClusterMetrics {
             "cluster_clock_refusals",
             "Sync rounds in which the node refused to share counts for its clock error",
             self.clock_refusals.clone(),
+        );
+        r.register(
+            "cluster_penalties_shared",
+            "Penalties this node started and shared with the cluster",
+            self.penalties_shared.clone(),
+        );
+        r.register(
+            "cluster_penalties_dropped",
+            "Penalties not shared: more than 4096 started between two sync rounds",
+            self.penalties_dropped.clone(),
+        );
+        r.register(
+            "cluster_penalties_held",
+            "Penalties in force in the cluster as of the last sync round",
+            self.penalties_held.clone(),
         );
         r.register(
             "cluster_memory_bytes",
