@@ -52,7 +52,7 @@ pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
 pub use policy::{Event, LimitEstimate, Policy, PolicyError};
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;
-pub use remote::{Before, Remote, Split, Suspect};
+pub use remote::{Before, Remote, Rest, Split, Suspect};
 pub use rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Transport, Weight};
 pub use suspects::{Collected, PROBES, SuspectTable};
 pub use units::{DurationText, Rate, parse_duration, parse_rate, parse_size};

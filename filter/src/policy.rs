@@ -15,7 +15,7 @@ use crate::packet::{PacketInfo, parse_frame};
 use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
-use crate::remote::{Before, Remote, Suspect};
+use crate::remote::{Before, Remote, Rest, Suspect};
 use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
 
@@ -410,11 +410,14 @@ impl Policy {
                     }
                 };
                 let mut estimate = local;
+                // Without what the others are predicted to have added: a penalty starts only
+                // on counts.
+                let mut counted_estimate = local;
                 if let Some(shared) = &self.remote {
                     // The event is reported to the cluster once per key, by the first limit.
                     let counted = if count && first { weight } else { 0 };
                     let counter = &self.counters[bound.counter];
-                    estimate = shared.with_rest(limit, estimate, || Suspect {
+                    let rest = shared.with_rest(limit, estimate, || Suspect {
                         key: &key,
                         per: limit.rate.per,
                         shape: compiled.shape,
@@ -422,6 +425,8 @@ impl Policy {
                         weight: counted,
                         now,
                     });
+                    counted_estimate = local.saturating_add(rest.counted);
+                    estimate = counted_estimate.saturating_add(rest.ahead);
                 }
                 if estimate <= limit.rate.count {
                     continue;
@@ -455,7 +460,9 @@ impl Policy {
                 if replace {
                     decision.verdict = Verdict::Throttle(throttle);
                 }
-                if let Some((key, penalty)) = penalty.filter(|_| count && !serving) {
+                if let Some((key, penalty)) =
+                    penalty.filter(|_| count && !serving && counted_estimate > limit.rate.count)
+                {
                     // A mark is read back at once: the rule's other limits at this prefix then
                     // see the penalty in force and do not mark again.
                     penalty.mark(&key, now);
@@ -470,20 +477,19 @@ impl Policy {
 }
 
 impl Shared {
-    /// `estimate` plus the rest of the cluster's count if the key is a suspect under `limit`
-    /// (reporting the suspect `suspect` builds), or `estimate` as it is.
+    /// The rest of the cluster's count if the key (local estimate `estimate`) is a suspect
+    /// under `limit` (reporting the suspect `suspect` builds), or nothing.
     #[inline]
     fn with_rest<'a>(
         &self,
         limit: &Limit,
         estimate: u64,
         suspect: impl FnOnce() -> Suspect<'a>,
-    ) -> u64 {
+    ) -> Rest {
         if (estimate as f64) < self.threshold * limit.rate.count as f64 {
-            return estimate;
+            return Rest::default();
         }
-        let rest = self.remote.suspect(&suspect());
-        estimate.saturating_add(rest)
+        self.remote.suspect(&suspect())
     }
 }
 

@@ -109,6 +109,16 @@ impl<'a> Before<'a> {
     }
 }
 
+/// What the rest of a cluster holds of a suspect key (see [`Remote::suspect`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rest {
+    /// Counted by the others, as of the remote's last read.
+    pub counted: u64,
+    /// Likely added by the others since that read (a prediction): it counts towards a
+    /// throttle, never towards starting a penalty.
+    pub ahead: u64,
+}
+
 /// Counts from the rest of a cluster, for keys over the suspect threshold.
 ///
 /// Implementations are called on the decide path: they must not block, allocate per call or
@@ -120,8 +130,8 @@ pub trait Remote: Send + Sync + fmt::Debug {
 
     /// Records `suspect` (when its weight is not 0) and returns what the rest of the cluster
     /// has counted for its key under its limit, as a sliding-window estimate at its `now` (0
-    /// when unknown).
-    fn suspect(&self, suspect: &Suspect<'_>) -> u64;
+    /// when unknown), and what it is likely to have added since.
+    fn suspect(&self, suspect: &Suspect<'_>) -> Rest;
 
     /// This node has just put `key` (a penalty key: rule, penalty length, prefix, masked
     /// address) in a penalty of `length` at `now`: the rest of the cluster should refuse it
@@ -158,6 +168,7 @@ mod tests {
     #[derive(Debug, Default)]
     struct Fixed {
         rest: u64,
+        ahead: u64,
         seen: Mutex<Vec<(u64, u64, Duration)>>,
     }
 
@@ -166,10 +177,13 @@ mod tests {
             0.5
         }
 
-        fn suspect(&self, suspect: &Suspect<'_>) -> u64 {
+        fn suspect(&self, suspect: &Suspect<'_>) -> Rest {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             seen.push((suspect.before.estimate(), suspect.weight, suspect.per));
-            self.rest
+            Rest {
+                counted: self.rest,
+                ahead: self.ahead,
+            }
         }
     }
 
@@ -212,6 +226,29 @@ mod tests {
         let seen = remote.seen.lock().unwrap().clone();
         let per = Duration::from_secs(10);
         assert_eq!(seen, [(4, 1, per), (5, 1, per)]);
+    }
+
+    #[test]
+    fn a_predicted_rest_throttles_but_never_starts_a_penalty() {
+        let remote = Arc::new(Fixed {
+            ahead: 100,
+            ..Fixed::default()
+        });
+        let config = Config::parse(
+            "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/10s\" }]\n\
+             penalty = \"60s\"\n",
+        )
+        .expect("valid");
+        let filter =
+            Filter::with_remote(config, Arc::clone(&remote) as Arc<dyn Remote>).expect("fits");
+        for _ in 0..4 {
+            assert_eq!(filter.decide(&event(), Tick::ZERO).verdict, Verdict::Allow);
+        }
+        // A suspect from the fifth event: 5 counted and 100 predicted is over 10.
+        for _ in 0..3 {
+            let verdict = filter.decide(&event(), Tick::ZERO).verdict;
+            assert!(matches!(verdict, Verdict::Throttle(_)), "{verdict:?}");
+        }
     }
 
     #[test]

@@ -698,7 +698,8 @@ fn processes(
             let rest = format!(
                 "[cluster]\nredis = [\"{}\"]\nnode = \"process-{node}\"\nname = \"processes\"\n\
                  {login}\nsync = \"100ms\"\ntimeout = \"300ms\"\n\n\
-                 [[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/{period}\" }}]\n",
+                 [[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/{period}\" }}]\n\
+                 penalty = \"60s\"\n",
                 redis.address()
             );
             let shell = format!(
@@ -774,7 +775,7 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
     let file = SecretFile::new("process-password", "process-secret\n");
     let upstream = echo_upstream().await;
     let mut figures = Vec::new();
-    // The issue asks for <= 1.1x at 10 s (met: 1.00-1.03x measured) and <= 1.3x at 1 s (not
+    // The issue asks for <= 1.1x at 10 s (met: 1.00-1.07x measured) and <= 1.3x at 1 s (not
     // met: 1.27-1.77x measured); at 1 s this asserts the stated bound, `max(L, n θ L) + r (s +
     // rtt)` with `r` = 10 L per second and `s` = 100 ms: 2 L, and a little for the round trip.
     for (limit, period, seconds, most) in [(30, "10s", 10, 1.1), (30, "1s", 1, 2.1)] {
@@ -797,6 +798,21 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             ratio <= most,
             "{period}: {ratio:.2}x > {most}x ({figures:?})"
         );
+        // The source went over: the penalty one process started reaches the others, which
+        // hold it and refuse the source.
+        processes_reach(&nodes, |p| {
+            p.iter()
+                .all(|p| p.metric("tollgate_cluster_penalties_held ") >= 1.0)
+        })
+        .await;
+        let started: f64 = nodes
+            .iter()
+            .map(|p| p.metric("tollgate_cluster_penalties_shared_total"))
+            .sum();
+        assert!(started >= 1.0, "{started}");
+        for node in &nodes {
+            assert_ne!(attempt(source, node.front).await, Wire::Echoed);
+        }
         if seconds == 1 {
             // Redis frozen, then killed, then back: every node answers throughout (each
             // attempt is bounded) and rejoins by itself.

@@ -33,12 +33,15 @@ impl Rest {
     /// apart. A source spread over the nodes then meets the others' traffic of the sync
     /// interval in flight, not only what had reached Redis; one that stops is over-counted
     /// for at most one interval.
-    pub(crate) fn at(&self, now_ms: u64) -> u64 {
+    pub(crate) fn at(&self, now_ms: u64) -> tollgate_filter::Rest {
         let since = now_ms.saturating_sub(self.read_ms).min(self.growth_ms);
         let ahead = (u128::from(self.growth) * u128::from(since))
             .checked_div(u128::from(self.growth_ms))
             .map_or(0, |a| a as u64);
-        self.counted_at(now_ms).saturating_add(ahead)
+        tollgate_filter::Rest {
+            counted: self.counted_at(now_ms),
+            ahead,
+        }
     }
 
     /// [`Rest::at`] without what the others are likely to have added since the read.
@@ -91,11 +94,12 @@ mod tests {
             previous: 100,
             ..Rest::default()
         };
-        assert_eq!(rest.at(10_000), 140);
-        assert_eq!(rest.at(10_250), 40 + 75);
-        assert_eq!(rest.at(11_000), 40);
-        assert_eq!(rest.at(11_500), 20);
-        assert_eq!(rest.at(12_000), 0);
+        let at = |ms| rest.at(ms).counted;
+        assert_eq!(at(10_000), 140);
+        assert_eq!(at(10_250), 40 + 75);
+        assert_eq!(at(11_000), 40);
+        assert_eq!(at(11_500), 20);
+        assert_eq!(at(12_000), 0);
     }
 
     #[test]
@@ -109,10 +113,14 @@ mod tests {
             growth: 10,
             growth_ms: 100,
         };
-        assert_eq!(rest.at(10_200), 40);
-        assert_eq!(rest.at(10_250), 45);
-        assert_eq!(rest.at(10_300), 50);
+        let at = |ms| {
+            let rest = rest.at(ms);
+            (rest.counted, rest.ahead)
+        };
+        assert_eq!(at(10_200), (40, 0));
+        assert_eq!(at(10_250), (40, 5));
+        assert_eq!(at(10_300), (40, 10));
         // No further than the interval the growth was seen over.
-        assert_eq!(rest.at(10_900), 50);
+        assert_eq!(at(10_900), (40, 10));
     }
 }
