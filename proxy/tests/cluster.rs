@@ -106,6 +106,9 @@ impl Redis {
             .args(password.map(|p| ["--requirepass", p]).into_iter().flatten())
             .args(extra)
             .args(["--save", "", "--appendonly", "no"])
+            // A replica writes the master's snapshot to its folder: the temporary one.
+            .arg("--dir")
+            .arg(std::env::temp_dir())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         Redis::wait(command, port, password).await
