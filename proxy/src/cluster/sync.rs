@@ -140,14 +140,15 @@ impl Syncer {
     async fn round(&mut self, early: bool) {
         let cluster = Arc::clone(&self.cluster);
         let metrics = &cluster.metrics;
+        if self.link.is_none() && Instant::now() >= self.retry_at {
+            self.connect().await;
+        }
+        // After a connection's first `TIME` reading, so that the windows are Redis's.
         let now_ms = cluster.cluster_ms_now();
         self.collect(now_ms);
         metrics
             .suspects_overflow
             .inc_by(cluster.suspects.take_overflow());
-        if self.link.is_none() && Instant::now() >= self.retry_at {
-            self.connect().await;
-        }
         if self.link.is_some() {
             self.push(now_ms, early).await;
         }
