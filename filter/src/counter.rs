@@ -126,6 +126,17 @@ impl Counter {
         here.saturating_add(self.retired_estimate(key, now))
     }
 
+    /// The part of [`Counter::estimate`] counted in the current window (see
+    /// [`RateSketch::current_count`]); the rest is the previous window's share.
+    pub(crate) fn current_count(&self, key: &[u8], now: Tick) -> u64 {
+        self.retired
+            .iter()
+            .filter(|r| now < r.until)
+            .fold(self.sketch.current_count(key, now), |sum, r| {
+                sum.saturating_add(r.sketch.current_count(key, now))
+            })
+    }
+
     /// The stated overcount of [`Counter::estimate`] at `now`: the sum of the sketches' bounds.
     pub(crate) fn overcount_bound(&self, now: Tick) -> u64 {
         self.retired

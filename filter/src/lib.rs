@@ -58,7 +58,7 @@ pub use policy::{
 };
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;
-pub use remote::{Remote, Suspect};
+pub use remote::{Before, Remote, Rest, Split, Suspect};
 pub use rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Transport, Weight};
 pub use saved::{Restored, SavedKind, SavedSketch};
 pub use suspects::{Collected, PROBES, SuspectTable};

@@ -16,7 +16,7 @@ use crate::packet::{PacketInfo, parse_frame};
 use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
-use crate::remote::{Remote, Suspect};
+use crate::remote::{Before, Remote, Rest, Suspect};
 use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
 
@@ -105,6 +105,8 @@ struct Compiled {
     order: [Vec<usize>; 2],
     /// The penalty's length and its two sketches' indices, if the rule has a penalty.
     penalty: Option<(Duration, [usize; 2])>,
+    /// [`Rule::shape`], for a cluster's keys.
+    shape: u64,
 }
 
 /// An immutable policy: swap a new one in to reload (see [`crate::Filter`]).
@@ -196,6 +198,7 @@ impl Policy {
                     order
                 };
                 Compiled {
+                    shape: rule.shape(),
                     sources: networks(rule.sources.iter().map(|c| (*c, ()))),
                     order: [ordered(|l| l.ipv4_prefix), ordered(|l| l.ipv6_prefix)],
                     limits,
@@ -460,7 +463,14 @@ impl Policy {
                         let sketches = [&self.counters[at[0]], &self.counters[at[1]]];
                         (key, Penalty { length, sketches })
                     });
-                let serving = penalty.is_some_and(|(key, penalty)| penalty.in_force(&key, now));
+                // In force here, or set by another node of the cluster.
+                let serving = penalty.is_some_and(|(key, penalty)| {
+                    penalty.in_force(&key, now)
+                        || self
+                            .remote
+                            .as_ref()
+                            .is_some_and(|shared| shared.remote.penalised(&key, now))
+                });
                 if serving && decision.verdict == Verdict::Allow {
                     decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
                 }
@@ -479,10 +489,23 @@ impl Policy {
                     }
                 };
                 let mut estimate = local;
+                // Without what the others are predicted to have added: a penalty starts only
+                // on counts.
+                let mut counted_estimate = local;
                 if let Some(shared) = &self.remote {
                     // The event is reported to the cluster once per key, by the first limit.
                     let counted = if count && first { weight } else { 0 };
-                    estimate = shared.with_rest(&key, limit, estimate, counted, now);
+                    let counter = &self.counters[bound.counter];
+                    let rest = shared.with_rest(limit, estimate, || Suspect {
+                        key: &key,
+                        per: limit.rate.per,
+                        shape: compiled.shape,
+                        before: Before::new(estimate, counted, key.as_bytes(), counter, now),
+                        weight: counted,
+                        now,
+                    });
+                    counted_estimate = local.saturating_add(rest.counted);
+                    estimate = counted_estimate.saturating_add(rest.ahead);
                 }
                 if estimate <= limit.rate.count {
                     continue;
@@ -516,10 +539,15 @@ impl Policy {
                 if replace {
                     decision.verdict = Verdict::Throttle(throttle);
                 }
-                if let Some((key, penalty)) = penalty.filter(|_| count && !serving) {
+                if let Some((key, penalty)) =
+                    penalty.filter(|_| count && !serving && counted_estimate > limit.rate.count)
+                {
                     // A mark is read back at once: the rule's other limits at this prefix then
                     // see the penalty in force and do not mark again.
                     penalty.mark(&key, now);
+                    if let Some(shared) = &self.remote {
+                        shared.remote.penalty_started(&key, penalty.length, now);
+                    }
                 }
             }
         }
@@ -528,28 +556,19 @@ impl Policy {
 }
 
 impl Shared {
-    /// `estimate` plus the rest of the cluster's count if the key is a suspect under `limit`
-    /// (reporting the `counted` weight), or `estimate` as it is.
+    /// The rest of the cluster's count if the key (local estimate `estimate`) is a suspect
+    /// under `limit` (reporting the suspect `suspect` builds), or nothing.
     #[inline]
-    fn with_rest(
+    fn with_rest<'a>(
         &self,
-        key: &LimitKey,
         limit: &Limit,
         estimate: u64,
-        counted: u64,
-        now: Tick,
-    ) -> u64 {
+        suspect: impl FnOnce() -> Suspect<'a>,
+    ) -> Rest {
         if (estimate as f64) < self.threshold * limit.rate.count as f64 {
-            return estimate;
+            return Rest::default();
         }
-        let rest = self.remote.suspect(&Suspect {
-            key,
-            per: limit.rate.per,
-            before: estimate.saturating_sub(counted),
-            weight: counted,
-            now,
-        });
-        estimate.saturating_add(rest)
+        self.remote.suspect(&suspect())
     }
 }
 

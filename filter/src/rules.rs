@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::key::RuleId;
 use crate::prefix::Prefix;
@@ -207,4 +208,46 @@ pub struct Rule {
     /// With `action = "reply"`: the bytes to write before closing, a template (the proxy's
     /// default, an HTTP 429, applies when unset; see the proxy's docs for the placeholders).
     pub reply: Option<String>,
+}
+
+impl Rule {
+    /// A hash of what the rule counts: its name, protocol, sources, weight and limits (rate,
+    /// period, prefix lengths), not what it does over a limit. A cluster puts it in the keys
+    /// of the rule's shared counts, so nodes whose rules of one name count different things
+    /// never add into each other's counts (and a rule changed at a reload starts new ones).
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_filter::Config;
+    /// let a = Config::parse("[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]\n")?;
+    /// let b = Config::parse("[[rule]]\nname = \"r\"\nlimits = [{ rate = \"20/1s\" }]\n")?;
+    /// assert_ne!(a.rules[0].shape(), b.rules[0].shape());
+    /// assert_eq!(a.rules[0].shape(), a.clone().rules[0].shape());
+    /// # Ok::<(), tollgate_filter::ConfigErrors>(())
+    /// ```
+    #[must_use]
+    pub fn shape(&self) -> u64 {
+        use std::fmt::Write as _;
+        let mut text = format!(
+            "{}\n{}\n{}\n",
+            self.name,
+            self.protocol.as_str(),
+            self.weight.as_str()
+        );
+        for cidr in &self.sources {
+            // Writing to a String cannot fail.
+            let _ = write!(text, "{cidr} ");
+        }
+        for limit in &self.limits {
+            let _ = write!(
+                text,
+                "\n{} {} {} {}",
+                limit.rate.count,
+                limit.rate.per.as_nanos(),
+                limit.ipv4_prefix,
+                limit.ipv6_prefix
+            );
+        }
+        xxh3_64(text.as_bytes())
+    }
 }

@@ -3,7 +3,7 @@
 //! It lives here, beside the hook, and not in the proxy, so that its races can be modelled
 //! with loom (`tests/loom/tests/suspects.rs`) in a crate that does not depend on tokio.
 //!
-//! Two tables of `capacity` slots (64 bytes each, one cache line) take turns: deciders add to
+//! Two tables of `capacity` slots (128 bytes each, two cache lines) take turns: deciders add to
 //! the active one; each sync round the sync task makes the other active and drains the one it
 //! left. A slot is claimed with one compare-and-swap on the key's hash, then written (key,
 //! period, the estimate before the first event) and published with a Release store of its
@@ -17,6 +17,7 @@
 //! descheduled that long) can lose its event's weight.
 
 use crate::key::LimitKey;
+use crate::remote::Split;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// Slots probed from a key's home before the event counts as overflow.
@@ -31,8 +32,12 @@ struct Slot {
     tag: AtomicU64,
     /// Weight added since the last drain.
     weight: AtomicU64,
-    /// The local estimate before the event that claimed the slot.
-    before: AtomicU64,
+    /// The local estimate before the event that claimed the slot: the current window's part.
+    before_current: AtomicU64,
+    /// And the previous window's share.
+    before_previous: AtomicU64,
+    /// The key's rule's [`crate::Rule::shape`].
+    shape: AtomicU64,
     /// The limit's period in milliseconds; 0 until the key is written (the publishing store).
     period_ms: AtomicU64,
     key: [AtomicU64; KEY_WORDS],
@@ -43,7 +48,9 @@ impl Slot {
         Slot {
             tag: AtomicU64::new(0),
             weight: AtomicU64::new(0),
-            before: AtomicU64::new(0),
+            before_current: AtomicU64::new(0),
+            before_previous: AtomicU64::new(0),
+            shape: AtomicU64::new(0),
             period_ms: AtomicU64::new(0),
             key: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -59,8 +66,10 @@ pub struct Collected {
     pub hash: u64,
     /// The limit's period in milliseconds.
     pub period_ms: u64,
-    /// The local estimate before the first event the slot saw.
-    pub before: u64,
+    /// The key's rule's [`crate::Rule::shape`].
+    pub shape: u64,
+    /// The local estimate before the first event the slot saw, by window.
+    pub before: Split,
     /// The weight added since the last drain.
     pub weight: u64,
 }
@@ -97,10 +106,18 @@ impl SuspectTable {
         2 * self.capacity() * std::mem::size_of::<Slot>()
     }
 
-    /// Adds `weight` to suspect `key` (hash `hash`, odd, of the key and a limit's period
-    /// `period_ms`); `before` is its local estimate before this event. Lock-free; no
-    /// allocation.
-    pub fn add(&self, key: &LimitKey, hash: u64, period_ms: u64, before: u64, weight: u64) {
+    /// Adds `weight` to suspect `key` (hash `hash`, odd, of the key, a limit's period
+    /// `period_ms` and its rule's shape `shape`); `before` gives its local estimate before this event, called only by the
+    /// event that claims a slot for the key. Lock-free; no allocation.
+    pub fn add(
+        &self,
+        key: &LimitKey,
+        hash: u64,
+        period_ms: u64,
+        shape: u64,
+        before: impl FnOnce() -> Split,
+        weight: u64,
+    ) {
         // Acquire: pairs with the sync task's Release store of a freshly cleared table.
         let table = &self.tables[self.active.load(Ordering::Acquire) & 1];
         let tag = hash;
@@ -125,7 +142,13 @@ impl SuspectTable {
                             word.store(u64::from_le_bytes(padded), Ordering::Relaxed);
                         }
                         // Relaxed: published by the Release store below.
-                        slot.before.store(before, Ordering::Relaxed);
+                        slot.shape.store(shape, Ordering::Relaxed);
+                        let before = before();
+                        // Relaxed: published by the Release store below.
+                        slot.before_current.store(before.current, Ordering::Relaxed);
+                        // Relaxed: published by the Release store below.
+                        slot.before_previous
+                            .store(before.previous, Ordering::Relaxed);
                         // Release: the key and estimate above are visible to whoever sees
                         // the period (the sync task's Acquire load).
                         slot.period_ms.store(period_ms.max(1), Ordering::Release);
@@ -197,7 +220,13 @@ fn collect(table: &[Slot], into: &mut Vec<Collected>) {
             hash: slot.tag.load(Ordering::Relaxed),
             period_ms,
             // Relaxed: as the key.
-            before: slot.before.load(Ordering::Relaxed),
+            shape: slot.shape.load(Ordering::Relaxed),
+            before: Split {
+                // Relaxed: as the key.
+                current: slot.before_current.load(Ordering::Relaxed),
+                // Relaxed: as the key.
+                previous: slot.before_previous.load(Ordering::Relaxed),
+            },
             weight,
         });
     }
@@ -219,25 +248,32 @@ mod tests {
         )
     }
 
+    fn split(current: u64) -> Split {
+        Split {
+            current,
+            previous: 1,
+        }
+    }
+
     #[test]
     fn weight_is_collected_once_per_key_and_the_tables_take_turns() {
         let table = SuspectTable::new(64);
-        table.add(&key(1), 3, 1000, 10, 1);
-        table.add(&key(1), 3, 1000, 11, 2);
-        table.add(&key(2), 5, 1000, 7, 4);
+        table.add(&key(1), 3, 1000, 9, || split(10), 1);
+        table.add(&key(1), 3, 1000, 9, || split(11), 2);
+        table.add(&key(2), 5, 1000, 9, || split(7), 4);
         let mut got = Vec::new();
         table.drain(&mut got);
         got.sort_by_key(|c| c.hash);
         assert_eq!(got.len(), 2);
         assert_eq!(
             (got[0].key, got[0].before, got[0].weight),
-            (*key(1).as_bytes().first_chunk().unwrap(), 10, 3)
+            (*key(1).as_bytes().first_chunk().unwrap(), split(10), 3)
         );
-        assert_eq!((got[1].before, got[1].weight), (7, 4));
+        assert_eq!((got[1].before, got[1].weight), (split(7), 4));
         // A late add to the drained table is picked up by the next drain, once.
         // Hashes 3 and 5 share home slot 0: 3 took it first.
         table.tables[0][0].weight.fetch_add(5, Ordering::Relaxed);
-        table.add(&key(2), 5, 1000, 20, 1);
+        table.add(&key(2), 5, 1000, 9, || split(20), 1);
         got.clear();
         table.drain(&mut got);
         got.sort_by_key(|c| c.hash);
@@ -255,7 +291,7 @@ mod tests {
         let table = SuspectTable::new(8);
         for i in 0..PROBES as u64 + 3 {
             // Odd hashes with one home: every key probes the same slots.
-            table.add(&key(i as u8), (i << 20) | 1, 1000, 0, 1);
+            table.add(&key(i as u8), (i << 20) | 1, 1000, 9, Split::default, 1);
         }
         assert_eq!(table.take_overflow(), 3);
         let mut got = Vec::new();

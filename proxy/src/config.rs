@@ -133,15 +133,25 @@ pub enum TokenSource {
 pub struct ClusterConfig {
     /// The Redis servers, in order of preference: the sync task talks to one at a time and
     /// moves to the next when it fails (a primary, then the replicas a failover may promote).
+    /// With `sentinel`, the fallback when no sentinel answers (may then be empty).
     pub redis: Vec<SocketAddr>,
+    /// Sentinel discovery: the master's address is asked of these sentinels at each
+    /// connection.
+    pub sentinel: Option<Sentinel>,
     /// This node's name, for logs and Redis' client list (default: the host name).
     pub node: String,
-    /// The cluster's name: its keys' namespace, so several clusters can share one Redis.
+    /// How the nodes log in to Redis (`AUTH`); `None`: no password.
+    pub auth: Option<RedisAuth>,
+    /// The cluster's name, required (no default two deployments sharing one Redis would both
+    /// use): its keys' namespace, so several clusters can share one Redis.
     pub name: String,
     /// How often the suspects' counts are pushed and the cluster's read back.
     pub sync: Duration,
     /// How long a connection attempt or a sync round may take before Redis counts as away.
     pub timeout: Duration,
+    /// How far this node's window edges may be from Redis's clock (half a `TIME` round trip
+    /// plus the correction a reading makes) before it refuses to share counts.
+    pub max_clock_error: Duration,
     /// The fraction of a limit a key's local estimate must reach to be shared.
     pub threshold: Threshold,
     /// What the node does while Redis is away.
@@ -149,6 +159,26 @@ pub struct ClusterConfig {
     /// Slots in the suspects table (each of its two), a power of two: at most this many keys
     /// are shared per sync interval; more are counted as overflow and stay local.
     pub suspects: usize,
+}
+
+/// Where the sentinels are and which master they watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sentinel {
+    /// The master's name (`sentinel monitor NAME ...`).
+    pub master: String,
+    /// The sentinels, asked in turn.
+    pub sentinels: Vec<SocketAddr>,
+}
+
+/// How a cluster node logs in to Redis: `AUTH user password` (or `AUTH password` for the
+/// default user), the password read from a file or the environment at each connection, never
+/// from the config text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisAuth {
+    /// The ACL user; `None`: the default user (`requirepass`).
+    pub user: Option<String>,
+    /// Where the password is.
+    pub password: TokenSource,
 }
 
 /// `[kernel]`: the heaviest offenders dropped by nftables before they reach accept (see
@@ -210,9 +240,6 @@ impl KernelAction {
         }
     }
 }
-
-/// The default cluster name (the Redis key namespace).
-pub const DEFAULT_CLUSTER_NAME: &str = "tollgate";
 
 /// A fraction of a limit, in `(0, 1]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -490,11 +517,19 @@ struct RawTransportOnlyFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCluster {
-    redis: Spanned<Vec<Spanned<String>>>,
+    redis: Option<Spanned<Vec<Spanned<String>>>>,
+    sentinels: Option<Spanned<Vec<Spanned<String>>>>,
+    master: Option<Spanned<String>>,
     node: Option<Spanned<String>>,
     name: Option<Spanned<String>>,
+    user: Option<Spanned<String>>,
+    /// Refused with a message: a password never goes into the config text.
+    password: Option<Spanned<toml::Value>>,
+    password_file: Option<Spanned<String>>,
+    password_env: Option<Spanned<String>>,
     sync: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
+    max_clock_error: Option<Spanned<String>>,
     threshold: Option<Spanned<f64>>,
     on_failure: Option<Spanned<String>>,
     suspects: Option<Spanned<usize>>,
@@ -962,27 +997,53 @@ fn refuse_fields(
 }
 
 fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
-    let addresses = raw.redis.get_ref();
-    if addresses.is_empty() {
-        errors.at(&raw.redis, "give at least one Redis address".to_owned());
-    }
+    let addresses = raw.redis.as_ref().map_or(&[][..], |r| &r.get_ref()[..]);
+    let sentinel = sentinel(raw, errors);
     let redis: Vec<SocketAddr> = addresses
         .iter()
         .filter_map(|a| errors.check(a, |a| socket_addr(a)))
         .collect();
-    let redis = (redis.len() == addresses.len() && !redis.is_empty()).then_some(redis);
+    let redis = (redis.len() == addresses.len()).then_some(redis);
+    if addresses.is_empty() && raw.sentinels.is_none() {
+        match &raw.redis {
+            Some(list) => errors.at(list, "give at least one Redis address".to_owned()),
+            None => {
+                let message = "[cluster] needs `redis = [\"HOST:PORT\", ...]` or `sentinels` \
+                               and `master`"
+                    .to_owned();
+                // Located at the name if given, else at the file's start.
+                match &raw.name {
+                    Some(name) => errors.at(name, message),
+                    None => errors.0.error(0..0, message),
+                }
+            }
+        }
+        return None;
+    }
     let node = match &raw.node {
         Some(node) => errors.check(node, |n| name(n, "node")),
         None => Some(hostname()),
     };
     let cluster_name = match &raw.name {
         Some(n) => errors.check(n, |n| name(n, "cluster")),
-        None => Some(DEFAULT_CLUSTER_NAME.to_owned()),
+        None => {
+            let message = "[cluster] needs `name = \"...\"`: the namespace of this cluster's \
+                           keys in Redis (there is no default, so two deployments sharing one \
+                           Redis never count into each other's keys by accident)"
+                .to_owned();
+            // Located at the first line of the section there is.
+            match raw.redis.as_ref().or(raw.sentinels.as_ref()) {
+                Some(list) => errors.at(list, message),
+                None => errors.0.error(0..0, message),
+            }
+            None
+        }
     };
     let threshold = match &raw.threshold {
         Some(t) => errors.check(t, |&t| Threshold::new(t)),
         None => Some(Threshold(0.25)),
     };
+    let auth = redis_auth(raw, errors);
     let on_failure = match &raw.on_failure {
         Some(o) => errors.check(o, |o| match o.as_str() {
             "local" => Ok(OnFailure::Local),
@@ -1005,16 +1066,124 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
     // Checked before any `?` below, so their errors are reported with the others.
     let sync = errors.duration(raw.sync.as_ref(), Duration::from_millis(200));
     let timeout = errors.duration(raw.timeout.as_ref(), Duration::from_secs(1));
+    let max_clock_error = errors.duration(raw.max_clock_error.as_ref(), Duration::from_millis(250));
     Some(ClusterConfig {
         redis: redis?,
+        sentinel: sentinel?,
         node: node?,
+        auth: auth?,
         name: cluster_name?,
         sync,
         timeout,
+        max_clock_error,
         threshold: threshold?,
         on_failure: on_failure?,
         suspects: suspects?,
     })
+}
+
+/// `[cluster]`'s sentinels: `Some(None)` without them, `None` after an error (reported).
+fn sentinel(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<Option<Sentinel>> {
+    match (&raw.sentinels, &raw.master) {
+        (None, None) => Some(None),
+        (Some(list), None) => {
+            errors.at(
+                list,
+                "sentinels need `master = \"NAME\"`: the name they monitor it by".to_owned(),
+            );
+            None
+        }
+        (None, Some(master)) => {
+            errors.at(
+                master,
+                "master needs `sentinels = [\"HOST:PORT\", ...]`".to_owned(),
+            );
+            None
+        }
+        (Some(list), Some(master)) => {
+            if list.get_ref().is_empty() {
+                errors.at(list, "give at least one sentinel address".to_owned());
+            }
+            let sentinels: Vec<SocketAddr> = list
+                .get_ref()
+                .iter()
+                .filter_map(|a| errors.check(a, |a| socket_addr(a)))
+                .collect();
+            let master = errors.check(master, |m| {
+                if m.is_empty() || m.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    Err(format!(
+                        "master `{m}`: a sentinel master name has no spaces"
+                    ))
+                } else {
+                    Ok(m.clone())
+                }
+            })?;
+            (sentinels.len() == list.get_ref().len() && !sentinels.is_empty())
+                .then_some(Some(Sentinel { master, sentinels }))
+        }
+    }
+}
+
+/// `[cluster]`'s login: `Some(None)` without one, `None` after an error (reported).
+fn redis_auth(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<Option<RedisAuth>> {
+    let mut ok = true;
+    if let Some(literal) = &raw.password {
+        errors.at(
+            literal,
+            "a password in the config text is refused (configs are copied, printed and \
+             checked in): put it in a file and give `password_file = \"PATH\"`, or in the \
+             environment and give `password_env = \"NAME\"`"
+                .to_owned(),
+        );
+        ok = false;
+    }
+    let password = match (&raw.password_file, &raw.password_env) {
+        (Some(_), Some(env)) => {
+            errors.at(
+                env,
+                "give password_file or password_env, not both".to_owned(),
+            );
+            return None;
+        }
+        (Some(file), None) => Some(errors.check(file, |f| {
+            if f.is_empty() {
+                Err("password_file is empty: name the file that holds the password".to_owned())
+            } else {
+                Ok(TokenSource::File(f.into()))
+            }
+        })?),
+        (None, Some(env)) => Some(errors.check(env, |e| {
+            if e.is_empty() || e.contains('=') || e.contains('\0') {
+                Err(format!("`{e}` is not an environment variable name"))
+            } else {
+                Ok(TokenSource::Env(e.clone()))
+            }
+        })?),
+        (None, None) => None,
+    };
+    let user = match &raw.user {
+        Some(user) => Some(errors.check(user, |u| {
+            if u.is_empty() || u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                Err(format!("user `{u}`: a Redis ACL user name has no spaces"))
+            } else {
+                Ok(u.clone())
+            }
+        })?),
+        None => None,
+    };
+    match (user, password) {
+        (Some(_), None) => {
+            if let Some(user) = &raw.user {
+                errors.at(
+                    user,
+                    "user needs its password: give password_file or password_env".to_owned(),
+                );
+            }
+            None
+        }
+        (user, Some(password)) => ok.then_some(Some(RedisAuth { user, password })),
+        (None, None) => ok.then_some(None),
+    }
 }
 
 /// A node or cluster name: 1 to 64 letters, digits, `.`, `_` or `-` (it goes into Redis key
@@ -1249,10 +1418,30 @@ impl fmt::Display for ProxyConfig {
                 "redis = {}",
                 list(c.redis.iter().map(ToString::to_string).collect())
             )?;
+            if let Some(sentinel) = &c.sentinel {
+                writeln!(
+                    f,
+                    "sentinels = {}",
+                    list(sentinel.sentinels.iter().map(ToString::to_string).collect())
+                )?;
+                writeln!(f, "master = {}", quoted(&sentinel.master))?;
+            }
             writeln!(f, "node = {}", quoted(&c.node))?;
             writeln!(f, "name = {}", quoted(&c.name))?;
+            if let Some(auth) = &c.auth {
+                if let Some(user) = &auth.user {
+                    writeln!(f, "user = {}", quoted(user))?;
+                }
+                match &auth.password {
+                    TokenSource::File(path) => {
+                        writeln!(f, "password_file = {}", quoted(&path.display().to_string()))?
+                    }
+                    TokenSource::Env(name) => writeln!(f, "password_env = {}", quoted(name))?,
+                }
+            }
             writeln!(f, "sync = {}", duration(c.sync))?;
             writeln!(f, "timeout = {}", duration(c.timeout))?;
+            writeln!(f, "max_clock_error = {}", duration(c.max_clock_error))?;
             writeln!(f, "threshold = {:?}", c.threshold.get())?;
             writeln!(f, "on_failure = {}", quoted(c.on_failure.as_str()))?;
             writeln!(f, "suspects = {}", c.suspects)?;

@@ -141,6 +141,9 @@ impl Shared {
         path: Option<PathBuf>,
     ) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
         let metrics = Metrics::for_sections(config.cluster.is_some(), config.kernel.is_some());
+        if let Some(cluster) = &config.cluster {
+            Cluster::check_secret(cluster)?;
+        }
         // A state file that reads resumes the saved ticks: its windows age by the time the
         // proxy was down. Anything wrong with it is logged and the start is cold.
         let resumed = config.state.as_ref().and_then(|file| {

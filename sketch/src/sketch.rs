@@ -114,6 +114,43 @@ impl RateSketch {
         self.slide(at, self.counters.estimate(hash, at.index), presence)
     }
 
+    /// The part of [`RateSketch::estimate`] counted in the window `now` falls in (with what
+    /// the front may have absorbed of the key there), rounded up like the estimate; the rest
+    /// of the estimate is the previous window's fading share. A cluster sharing a key's count
+    /// needs the two apart: the current window's count holds until the window ends, the
+    /// previous window's share is gone by then.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_sketch::{RateSketch, Tick};
+    /// let sketch = RateSketch::builder()
+    ///     .window(Duration::from_secs(10))
+    ///     .memory_bytes(2 << 20)
+    ///     .build()?;
+    /// let now = Tick::from_nanos(1_000_000);
+    /// let _ = sketch.observe(b"k", 4, now);
+    /// let later = now + Duration::from_secs(15);
+    /// let _ = sketch.observe(b"k", 3, later);
+    /// // 3 in this window, and half of the previous window's 4.
+    /// assert_eq!(sketch.estimate(b"k", later), 5);
+    /// assert_eq!(sketch.current_count(b"k", later), 3);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    #[must_use]
+    pub fn current_count(&self, key: &[u8], now: Tick) -> u64 {
+        let hash = self.hash(key);
+        let at = self.windows.position(now);
+        let presence = self.front.presence(hash, at.index);
+        let counts = self.counters.estimate(hash, at.index);
+        let current = u64::from(counts.current);
+        if presence.current {
+            current.saturating_add(self.front_slack(at.index))
+        } else {
+            current
+        }
+    }
+
     /// Adds what the fronts may have absorbed of the key to the counters' estimate and
     /// interpolates the windows.
     ///

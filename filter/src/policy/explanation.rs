@@ -11,6 +11,7 @@ use crate::Event;
 use crate::key::{LimitKey, Source};
 use crate::penalty::Penalty;
 use crate::prefix::Prefix;
+use crate::remote::{Before, Suspect};
 use crate::rules::{Limit, Transport};
 use crate::verdict::{Decision, LimitRef};
 
@@ -126,10 +127,17 @@ impl Policy {
                 let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
                 let counter = &self.counters[bound.counter];
                 let estimate = counter.estimate(key.as_bytes(), now);
+                // Weight 0: the rest of the cluster is asked, nothing is reported to it.
                 let cluster = self.remote.as_ref().map(|shared| {
-                    shared
-                        .with_rest(&key, &limit, estimate, 0, now)
-                        .saturating_sub(estimate)
+                    let rest = shared.with_rest(&limit, estimate, || Suspect {
+                        key: &key,
+                        per: limit.rate.per,
+                        shape: compiled.shape,
+                        before: Before::new(estimate, 0, key.as_bytes(), counter, now),
+                        weight: 0,
+                        now,
+                    });
+                    rest.counted.saturating_add(rest.ahead)
                 });
                 let total = estimate.saturating_add(cluster.unwrap_or(0));
                 let over = total > limit.rate.count;
@@ -412,9 +420,12 @@ mod tests {
             0.5
         }
 
-        fn suspect(&self, suspect: &crate::Suspect<'_>) -> u64 {
+        fn suspect(&self, suspect: &crate::Suspect<'_>) -> crate::Rest {
             self.seen.lock().unwrap().push(suspect.weight);
-            4
+            crate::Rest {
+                counted: 4,
+                ahead: 0,
+            }
         }
     }
 

@@ -1,8 +1,8 @@
 //! Talking to Redis: key names, the one script a sync round runs, and what a round costs on
 //! the wire.
 //!
-//! A round is one pipelined round trip of `EVALSHA` calls, each over at most [`BATCH`]
-//! suspects, so that no single script holds Redis for long. Per suspect the script adds this
+//! A round is one pipelined round trip: `TIME` (the cluster's clock, see `clock.rs`), then
+//! `EVALSHA` calls, each over at most [`BATCH`] suspects, so that no single script holds Redis for long. Per suspect the script adds this
 //! node's new weight to the counters of the current (and, after an outage, the previous)
 //! window, sets their expiry in the same atomic step (a node that dies between the two cannot
 //! leave a counter that never expires), and returns both windows' cluster-wide counts.
@@ -11,13 +11,19 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
+};
+
+use crate::config::{RedisAuth, TokenSource};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Suspects per `EVALSHA`: a script of this size runs in well under a millisecond.
 pub(crate) const BATCH: usize = 512;
 
-/// Bytes of a suspect's key after the cluster name: the filter's key, the period, the window.
-const SUFFIX: usize = tollgate_filter::LimitKey::LEN + 8 + 8;
+/// Bytes of a suspect's key after the cluster name and `:`: the namespace tag, the filter's
+/// key, the period, the window.
+const SUFFIX: usize = 8 + tollgate_filter::LimitKey::LEN + 8 + 8;
 
 /// KEYS: the current and previous window's counters of each suspect, in pairs. ARGV: per
 /// suspect, the expiry in milliseconds and the weight to add to each of the two.
@@ -41,19 +47,35 @@ return out
 ";
 
 /// The Redis key of one suspect's counter in one window: `tollgate:` and the cluster's name
-/// and `:`, then a fixed-length binary suffix: the filter's key (rule id, family, prefix
-/// length, masked address), the limit's period in milliseconds and the window index, both
-/// big-endian u64. The suffix has a fixed length, so keys of different clusters, rules,
-/// prefixes, periods or windows never coincide.
-pub(crate) fn key_name(cluster: &str, key: &[u8], period_ms: u64, window: u64) -> Vec<u8> {
+/// and `:`, then a fixed-length binary suffix: a tag (xxh3 of the cluster's name seeded with
+/// the rule's shape, `tollgate_filter::Rule::shape`: its name, protocol, sources, weight and
+/// limits), the filter's key (rule id, family, prefix length, masked address), the limit's
+/// period in milliseconds and the window index, all big-endian u64 but the key. The suffix
+/// has a fixed length, so keys of different clusters, rules, prefixes, periods or windows
+/// never coincide; and two clusters given one name by mistake still count apart unless their
+/// rules of one name count exactly the same things (then they are one cluster).
+pub(crate) fn key_name(
+    cluster: &str,
+    shape: u64,
+    key: &[u8],
+    period_ms: u64,
+    window: u64,
+) -> Vec<u8> {
     let mut name = Vec::with_capacity(10 + cluster.len() + SUFFIX);
     name.extend_from_slice(b"tollgate:");
     name.extend_from_slice(cluster.as_bytes());
     name.push(b':');
+    name.extend_from_slice(&xxh3_64_with_seed(cluster.as_bytes(), shape).to_be_bytes());
     name.extend_from_slice(key);
     name.extend_from_slice(&period_ms.to_be_bytes());
     name.extend_from_slice(&window.to_be_bytes());
     name
+}
+
+/// The Redis key of the cluster's penalties: `tollgate:`, the cluster's name, `:penalties`.
+/// (A suspect's key has a fixed-length binary suffix after the name's `:`, never this text.)
+pub(crate) fn penalty_set(cluster: &str) -> Vec<u8> {
+    format!("tollgate:{cluster}:penalties").into_bytes()
 }
 
 /// One suspect's part of a round.
@@ -93,14 +115,26 @@ pub(crate) struct Link {
 pub(crate) type LinkError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Link {
-    /// Connects to `address`, names the connection `client_name` (so `CLIENT LIST` shows which
-    /// node it is) and loads the script; each step bounded by `timeout`.
+    /// Connects to `address`, logs in with `auth` (its password read now, so a rotated secret
+    /// is picked up at the next connection), names the connection `client_name` (so `CLIENT
+    /// LIST` shows which node it is) and loads the script; each step bounded by `timeout`.
     pub(crate) async fn connect(
         address: SocketAddr,
+        auth: Option<&RedisAuth>,
         client_name: &str,
         timeout: Duration,
     ) -> Result<Link, LinkError> {
-        let client = Client::open(format!("redis://{address}/"))?;
+        let mut login = RedisConnectionInfo::default();
+        if let Some(auth) = auth {
+            if let Some(user) = &auth.user {
+                login = login.set_username(user);
+            }
+            login = login.set_password(read_password(&auth.password)?);
+        }
+        let info = ConnectionAddr::Tcp(address.ip().to_string(), address.port())
+            .into_connection_info()?
+            .set_redis_settings(login);
+        let client = Client::open(info)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
@@ -118,6 +152,14 @@ impl Link {
                 .arg(SCRIPT)
                 .query_async(&mut connection)
                 .await?;
+            // A replica (a stale address, or the old master back after a failover) would
+            // refuse the writes: only a master will do.
+            let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut connection).await?;
+            match role.first() {
+                Some(Value::BulkString(r)) if r == b"master" => {}
+                Some(Value::SimpleString(r)) if r == "master" => {}
+                other => return Err(format!("not a master (ROLE {other:?})").into()),
+            }
             let info: String = redis::cmd("INFO")
                 .arg("server")
                 .query_async(&mut connection)
@@ -139,30 +181,34 @@ impl Link {
             .map_err(|_| LinkError::from("timed out"))?
     }
 
-    /// Runs one round: every push in one pipelined round trip, bounded by `timeout`. Returns
-    /// the cluster-wide totals, one per push, in order.
+    /// Redis's `TIME` in unix nanoseconds, bounded by `timeout`.
+    pub(crate) async fn time(&mut self, timeout: Duration) -> Result<u64, LinkError> {
+        let (seconds, micros): (u64, u64) = tokio::time::timeout(
+            timeout,
+            redis::cmd("TIME").query_async(&mut self.connection),
+        )
+        .await
+        .map_err(|_| LinkError::from("timed out"))??;
+        Ok(seconds
+            .saturating_mul(1_000_000_000)
+            .saturating_add(micros.saturating_mul(1_000)))
+    }
+
+    /// Runs one round: Redis's `TIME`, then every push, in one pipelined round trip bounded by
+    /// `timeout`. Returns the cluster-wide totals, one per push, in order, and Redis's time.
     pub(crate) async fn round(
         &mut self,
         pushes: &[Push],
+        penalties: &Penalties<'_>,
         timeout: Duration,
-    ) -> Result<(Vec<Totals>, Cost), LinkError> {
-        if pushes.is_empty() {
-            // Nothing to push: a PING still tells whether Redis is there.
-            tokio::time::timeout(
-                timeout,
-                redis::cmd("PING").query_async::<()>(&mut self.connection),
-            )
-            .await
-            .map_err(|_| LinkError::from("timed out"))??;
-            let ping = Cost {
-                sent: resp_array(&[4]),
-                received: "+PONG\r\n".len() as u64,
-                commands: 1,
-            };
-            return Ok((Vec::new(), ping));
-        }
+    ) -> Result<Round, LinkError> {
         let mut pipe = redis::pipe();
-        let mut cost = Cost::default();
+        pipe.cmd("TIME");
+        let mut cost = Cost {
+            sent: resp_array(&["TIME".len()]),
+            received: 0,
+            commands: 1,
+        };
         for batch in pushes.chunks(BATCH) {
             let command = pipe.cmd("EVALSHA").arg(&self.sha).arg(batch.len() * 2);
             let mut args: Vec<usize> = vec![
@@ -192,12 +238,63 @@ impl Link {
             // Per counter: INCRBY and PEXPIRE, or one GET.
             cost.commands += 1 + 2 * batch.len() as u64 + writes;
         }
-        let replies: Vec<Vec<i64>> =
+        // Then the penalties: this node's new ones added (scored by when they end), the ended
+        // ones removed, and every one still in force read back (at most PENALTIES_READ).
+        let set = penalties.set;
+        for (key, until) in penalties.add {
+            pipe.cmd("ZADD").arg(set).arg(*until).arg(&key[..]).ignore();
+            cost.sent += resp_array(&[4, set.len(), digits(*until), key.len()]);
+        }
+        if !penalties.add.is_empty() {
+            // An abandoned cluster's set goes away a day after its last penalty.
+            pipe.cmd("PEXPIRE").arg(set).arg(86_400_000).ignore();
+            cost.sent += resp_array(&[7, set.len(), 8]);
+        }
+        pipe.cmd("ZREMRANGEBYSCORE")
+            .arg(set)
+            .arg("-inf")
+            .arg(penalties.now_ms)
+            .ignore();
+        pipe.cmd("ZRANGEBYSCORE")
+            .arg(set)
+            .arg(format!("({}", penalties.now_ms))
+            .arg("+inf")
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(PENALTIES_READ);
+        let now_digits = digits(penalties.now_ms);
+        cost.sent += resp_array(&[16, set.len(), 4, now_digits])
+            + resp_array(&[13, set.len(), now_digits + 1, 4, 10, 5, 1, 4]);
+        cost.commands += penalties.add.len() as u64 + u64::from(!penalties.add.is_empty()) + 2;
+        let mut replies: Vec<Value> =
             tokio::time::timeout(timeout, pipe.query_async(&mut self.connection))
                 .await
                 .map_err(|_| LinkError::from("timed out"))??;
+        if replies.is_empty() {
+            return Err("no reply to TIME".into());
+        }
+        let (seconds, micros): (String, String) = redis::from_redis_value(replies.remove(0))?;
+        cost.received += resp_array(&[seconds.len(), micros.len()]);
+        let redis_ns = seconds
+            .parse::<u64>()
+            .ok()
+            .zip(micros.parse::<u64>().ok())
+            .map(|(s, us)| s.saturating_mul(1_000_000_000).saturating_add(us * 1_000))
+            .ok_or_else(|| format!("TIME answered {seconds:?} {micros:?}"))?;
+        let live_reply = replies.pop().ok_or("no reply to ZRANGEBYSCORE")?;
+        let pairs: Vec<(Vec<u8>, u64)> = redis::from_redis_value(live_reply)?;
+        let mut live = Vec::with_capacity(pairs.len());
+        cost.received += 3 + digits(pairs.len() as u64 * 2) as u64;
+        for (member, until) in pairs {
+            cost.received += resp_array(&[member.len(), digits(until)]) - 4;
+            if let Ok(key) = <[u8; tollgate_filter::LimitKey::LEN]>::try_from(&member[..]) {
+                live.push((key, until));
+            }
+        }
         let mut totals = Vec::with_capacity(pushes.len());
-        for reply in &replies {
+        for reply in replies {
+            let reply: Vec<i64> = redis::from_redis_value(reply)?;
             cost.received += 3 + digits(reply.len() as u64) as u64;
             for pair in reply.chunks(2) {
                 let count = |i: usize| pair.get(i).copied().unwrap_or(0).max(0) as u64;
@@ -208,8 +305,103 @@ impl Link {
         if totals.len() != pushes.len() {
             return Err(format!("{} counts for {} suspects", totals.len(), pushes.len()).into());
         }
-        Ok((totals, cost))
+        Ok(Round {
+            totals,
+            cost,
+            redis_ns,
+            live,
+        })
     }
+}
+
+/// Penalties read back per round at most: under an attack with more penalised sources than
+/// this in force, the others hold the first this many (by end time) and the rest locally.
+pub(crate) const PENALTIES_READ: usize = 4096;
+
+/// A round's part in the cluster's penalties.
+#[derive(Debug)]
+pub(crate) struct Penalties<'a> {
+    /// The sorted set holding them: member the penalty key, score the Redis-time ms it ends.
+    pub(crate) set: &'a [u8],
+    /// Penalties started here since the last round: (penalty key, ends at).
+    pub(crate) add: &'a [([u8; tollgate_filter::LimitKey::LEN], u64)],
+    /// Redis time now, in ms: penalties that ended by then are removed.
+    pub(crate) now_ms: u64,
+}
+
+/// What a round brought back.
+#[derive(Debug)]
+pub(crate) struct Round {
+    /// The cluster-wide totals, one per push, in order.
+    pub(crate) totals: Vec<Totals>,
+    /// What it cost.
+    pub(crate) cost: Cost,
+    /// Redis's `TIME`, in unix nanoseconds, read first in the round.
+    pub(crate) redis_ns: u64,
+    /// Penalties in force in the cluster: (penalty key, ends at, Redis-time ms).
+    pub(crate) live: Vec<([u8; tollgate_filter::LimitKey::LEN], u64)>,
+}
+
+/// The address of `master` as the sentinel at `sentinel` knows it
+/// (`SENTINEL get-master-addr-by-name`), bounded by `timeout`.
+pub(crate) async fn master_of(
+    sentinel: SocketAddr,
+    master: &str,
+    timeout: Duration,
+) -> Result<SocketAddr, LinkError> {
+    let ask = async {
+        let client = Client::open(
+            ConnectionAddr::Tcp(sentinel.ip().to_string(), sentinel.port())
+                .into_connection_info()?,
+        )?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let answer: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(master)
+            .query_async(&mut connection)
+            .await?;
+        let (host, port) =
+            answer.ok_or_else(|| format!("sentinel {sentinel} does not know master `{master}`"))?;
+        let address = tokio::net::lookup_host((host.as_str(), port))
+            .await?
+            .next()
+            .ok_or_else(|| {
+                format!("sentinel {sentinel}: master `{master}` at {host}, no address")
+            })?;
+        Ok::<_, LinkError>(address)
+    };
+    tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| LinkError::from(format!("sentinel {sentinel} timed out")))?
+}
+
+/// The password `source` holds (surrounding whitespace trimmed).
+///
+/// # Errors
+/// A message naming the file or variable when it cannot be read or is empty (never the
+/// password).
+pub(crate) fn read_password(source: &TokenSource) -> Result<String, String> {
+    let (text, place) = match source {
+        TokenSource::File(path) => (
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("[cluster] password_file {}: {e}", path.display()))?,
+            format!("[cluster] password_file {}", path.display()),
+        ),
+        TokenSource::Env(name) => (
+            std::env::var(name).map_err(|e| format!("[cluster] password_env {name}: {e}"))?,
+            format!("[cluster] password_env {name}"),
+        ),
+    };
+    let password = text.trim();
+    if password.is_empty() {
+        return Err(format!("{place} holds no password"));
+    }
+    Ok(password.to_owned())
 }
 
 /// Decimal digits of `n`.
@@ -236,12 +428,17 @@ mod tests {
     #[test]
     fn keys_of_different_clusters_periods_and_windows_differ() {
         let key = [7u8; tollgate_filter::LimitKey::LEN];
-        let base = key_name("a", &key, 1000, 5);
-        assert_ne!(base, key_name("b", &key, 1000, 5));
-        assert_ne!(base, key_name("a", &key, 2000, 5));
-        assert_ne!(base, key_name("a", &key, 1000, 6));
+        let base = key_name("a", 1, &key, 1000, 5);
+        assert_eq!(base, key_name("a", 1, &key, 1000, 5));
+        assert_ne!(base, key_name("b", 1, &key, 1000, 5));
+        assert_ne!(base, key_name("a", 2, &key, 1000, 5), "another rule shape");
+        assert_ne!(base, key_name("a", 1, &key, 2000, 5));
+        assert_ne!(base, key_name("a", 1, &key, 1000, 6));
         // The suffix has a fixed length: a cluster name cannot imitate another's keys.
-        assert_ne!(key_name("a:", &key, 1000, 5), key_name("a", &key, 1000, 5));
+        assert_ne!(
+            key_name("a:", 1, &key, 1000, 5),
+            key_name("a", 1, &key, 1000, 5)
+        );
         assert_eq!(base.len(), "tollgate:a:".len() + SUFFIX);
     }
 

@@ -5,26 +5,29 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::Cluster;
-use super::redis::{Link, Push, key_name};
+use super::redis::{Link, Penalties, Push, Round, key_name, penalty_set};
 use super::view::{Rest, View};
 use tollgate_filter::Collected;
+use tollgate_sketch::Clock;
 
 /// The longest wait between two connection attempts while Redis is away.
 const RETRY_MAX: Duration = Duration::from_secs(2);
 /// While alone, at most one log line per this long says so.
 const ALONE_LOG_EVERY: Duration = Duration::from_secs(30);
 
-/// This node's own counts of one suspect, in the wall-clock windows Redis keys them by.
+/// This node's own counts of one suspect, in the Redis-time windows Redis keys them by.
 #[derive(Clone, Copy, Debug)]
 struct Own {
     key: [u8; tollgate_filter::LimitKey::LEN],
     period_ms: u64,
+    /// The key's rule's shape (`tollgate_filter::Rule::shape`).
+    shape: u64,
     /// The window index of `counted[0]` and `pushed[0]`.
     window: u64,
     /// Weight counted here: current window, previous window.
@@ -63,11 +66,19 @@ struct Syncer {
     run_id: Option<String>,
     /// Which of the configured Redis servers is talked to (modulo their number).
     server: usize,
+    /// Which sentinel is asked first (modulo their number).
+    sentinel: usize,
+    /// The server talked to (or last tried).
+    current: Option<std::net::SocketAddr>,
     collected: Vec<Collected>,
     retry_at: Instant,
     retry_wait: Duration,
     last_success: Option<Instant>,
     alone_logged: Option<Instant>,
+    /// The last `TIME` reading put this node's window edges further from Redis's than
+    /// `max_clock_error`: the next round shares nothing.
+    clock_refused: bool,
+    clock_logged: Option<Instant>,
 }
 
 /// Runs the sync task of `cluster` until `stop` says so (or its sender is gone): a round
@@ -107,11 +118,15 @@ impl Syncer {
             link: None,
             run_id: None,
             server: 0,
+            sentinel: 0,
+            current: None,
             collected: Vec::new(),
             retry_at: Instant::now(),
             retry_wait: cluster.config.sync,
             last_success: None,
             alone_logged: None,
+            clock_refused: false,
+            clock_logged: None,
             cluster,
         }
     }
@@ -125,16 +140,17 @@ impl Syncer {
     async fn round(&mut self, early: bool) {
         let cluster = Arc::clone(&self.cluster);
         let metrics = &cluster.metrics;
-        let wall_ms = cluster.wall_ms_now();
-        self.collect(wall_ms);
-        metrics
-            .suspects_overflow
-            .inc_by(cluster.suspects.take_overflow());
         if self.link.is_none() && Instant::now() >= self.retry_at {
             self.connect().await;
         }
+        // After a connection's first `TIME` reading, so that the windows are Redis's.
+        let now_ms = cluster.cluster_ms_now();
+        self.collect(now_ms);
+        metrics
+            .suspects_overflow
+            .inc_by(cluster.suspects.take_overflow());
         if self.link.is_some() {
-            self.push(wall_ms, early).await;
+            self.push(now_ms, early).await;
         }
         metrics
             .suspects
@@ -147,12 +163,12 @@ impl Syncer {
 
     /// Takes the suspects' weight into the own counts, rolled to the current windows;
     /// forgets suspects with nothing counted in either.
-    fn collect(&mut self, wall_ms: u64) {
+    fn collect(&mut self, now_ms: u64) {
         let cap = self.own_cap();
         self.collected.clear();
         self.cluster.suspects.drain(&mut self.collected);
         for item in &self.collected {
-            let window = wall_ms / item.period_ms.max(1);
+            let window = now_ms / item.period_ms.max(1);
             let full = self.own.len() >= cap;
             let own = match self.own.get_mut(&item.hash) {
                 Some(own) => own,
@@ -161,12 +177,16 @@ impl Syncer {
                     continue;
                 }
                 // A new suspect brings what was counted here before it became one, so the
-                // others see all of it, not only what came after the threshold.
+                // others see all of it, not only what came after the threshold: the current
+                // window's part as a count of the current window, the previous window's share
+                // (already faded here) as one of the previous window, so that it fades out of
+                // the others' estimates no later than out of this node's.
                 None => self.own.entry(item.hash).or_insert(Own {
                     key: item.key,
                     period_ms: item.period_ms,
+                    shape: item.shape,
                     window,
-                    counted: [item.before, 0],
+                    counted: [item.before.current, item.before.previous],
                     pushed: [0, 0],
                     touched: true,
                 }),
@@ -177,7 +197,7 @@ impl Syncer {
         }
         let view = &mut self.view;
         self.own.retain(|hash, own| {
-            own.roll(wall_ms / own.period_ms.max(1));
+            own.roll(now_ms / own.period_ms.max(1));
             let keep = own.counted != [0, 0];
             if !keep {
                 view.remove(hash);
@@ -187,10 +207,42 @@ impl Syncer {
     }
 
     async fn connect(&mut self) {
-        let config = &self.cluster.config;
+        let cluster = Arc::clone(&self.cluster);
+        let config = &cluster.config;
         let name = format!("tollgate:{}:{}", config.name, config.node);
-        let address = self.address();
-        match Link::connect(address, &name, config.timeout).await {
+        let address = match self.discover().await {
+            Some(address) => address,
+            None => match config.redis.get(self.server % config.redis.len().max(1)) {
+                Some(&address) => address,
+                None => {
+                    self.failed("no sentinel answered and no `redis` address to fall back to");
+                    return;
+                }
+            },
+        };
+        self.current = Some(address);
+        let connected =
+            match Link::connect(address, config.auth.as_ref(), &name, config.timeout).await {
+                Ok(mut link) => {
+                    // The first reading on a connection aligns the windows to this Redis (after a
+                    // failover, to the new primary's clock): its correction is no error.
+                    let sent = self.cluster.clock.now();
+                    let time = link.time(config.timeout).await;
+                    time.map(|redis_ns| {
+                        let reading =
+                            self.cluster
+                                .redis_clock
+                                .read(sent, self.cluster.clock.now(), redis_ns);
+                        let error = reading.error.saturating_sub(Duration::from_nanos(
+                            reading.correction_ns.unsigned_abs(),
+                        ));
+                        self.clock_read(redis_ns, error);
+                        link
+                    })
+                }
+                Err(error) => Err(error),
+            };
+        match connected {
             Ok(link) => {
                 if self.run_id.as_ref().is_some_and(|id| *id != link.run_id) {
                     // A restarted Redis: what was pushed before is gone; push it all again.
@@ -206,22 +258,24 @@ impl Syncer {
         }
     }
 
-    async fn push(&mut self, wall_ms: u64, early: bool) {
-        let config = &self.cluster.config;
+    async fn push(&mut self, now_ms: u64, early: bool) {
+        let cluster = Arc::clone(&self.cluster);
+        let config = &cluster.config;
         let mut hashes = Vec::new();
         let mut pushes = Vec::new();
-        for (&hash, own) in &self.own {
+        for (&hash, own) in self.own.iter().filter(|_| !self.clock_refused) {
             if (!own.touched && own.counted == own.pushed)
                 || (early && self.view.contains_key(&hash))
             {
                 continue;
             }
-            let window = wall_ms / own.period_ms.max(1);
+            let window = now_ms / own.period_ms.max(1);
             hashes.push(hash);
             pushes.push(Push {
-                current: key_name(&config.name, &own.key, own.period_ms, window),
+                current: key_name(&config.name, own.shape, &own.key, own.period_ms, window),
                 previous: key_name(
                     &config.name,
+                    own.shape,
                     &own.key,
                     own.period_ms,
                     window.saturating_sub(1),
@@ -235,10 +289,36 @@ impl Syncer {
             return;
         };
         let started = Instant::now();
-        let result = link.round(&pushes, config.timeout).await;
-        let metrics = &self.cluster.metrics;
+        let added: Vec<_> = std::mem::take(
+            &mut *cluster
+                .penalties_out
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let set = penalty_set(&config.name);
+        let penalties = Penalties {
+            set: &set,
+            add: &added,
+            now_ms,
+        };
+        let sent = cluster.clock.now();
+        let result = link.round(&pushes, &penalties, config.timeout).await;
+        let received = cluster.clock.now();
+        let metrics = &cluster.metrics;
         match result {
-            Ok((totals, cost)) => {
+            Ok(Round {
+                totals,
+                cost,
+                redis_ns,
+                live,
+            }) => {
+                metrics.penalties_shared.inc_by(added.len() as u64);
+                metrics
+                    .penalties_held
+                    .set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+                cluster
+                    .penalties_in
+                    .store(Arc::new(live.into_iter().collect()));
                 let took = started.elapsed().as_secs_f64();
                 metrics.sync_seconds.observe(took);
                 metrics.last_sync.set(took);
@@ -246,19 +326,36 @@ impl Syncer {
                 metrics.received_bytes.inc_by(cost.received);
                 metrics.redis_commands.inc_by(cost.commands);
                 metrics.syncs.inc();
+                let reading = cluster.redis_clock.read(sent, received, redis_ns);
+                let refused = self.clock_refused;
+                self.clock_read(redis_ns, reading.error);
+                if refused {
+                    // This round shared nothing: the view stays empty, the counts are kept.
+                    return;
+                }
                 for (hash, (current, previous)) in hashes.iter().zip(totals) {
                     let Some(own) = self.own.get_mut(hash) else {
                         continue;
                     };
                     own.pushed = own.counted;
                     own.touched = false;
+                    let current = current.saturating_sub(own.pushed[0]);
+                    let (growth, growth_ms) = match self.view.get(hash) {
+                        Some(last) if last.window == own.window && last.read_ms < now_ms => {
+                            (current.saturating_sub(last.current), now_ms - last.read_ms)
+                        }
+                        _ => (0, 0),
+                    };
                     self.view.insert(
                         *hash,
                         Rest {
                             window: own.window,
                             period_ms: own.period_ms,
-                            current: current.saturating_sub(own.pushed[0]),
+                            current,
                             previous: previous.saturating_sub(own.pushed[1]),
+                            read_ms: now_ms,
+                            growth,
+                            growth_ms,
                         },
                     );
                 }
@@ -281,16 +378,93 @@ impl Syncer {
                 }
             }
             Err(error) => {
+                // Not shared yet: they go with the next round (the ones that ended by then
+                // are removed by it at once).
+                let mut out = cluster
+                    .penalties_out
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let room = super::PENALTIES_OUT.saturating_sub(out.len());
+                out.extend(added.into_iter().take(room));
+                drop(out);
                 self.link = None;
                 self.failed(&error.to_string());
             }
         }
     }
 
-    /// The Redis server talked to now.
-    fn address(&self) -> std::net::SocketAddr {
-        let servers = &self.cluster.config.redis;
-        servers[self.server % servers.len()]
+    /// Records a `TIME` reading of `redis_ns` whose window edges are off by up to `error`:
+    /// the metrics, and whether the next round may share (logged, within the budget, when
+    /// that changes).
+    fn clock_read(&mut self, redis_ns: u64, error: Duration) {
+        let config = &self.cluster.config;
+        let metrics = &self.cluster.metrics;
+        let wall_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        metrics
+            .clock_offset
+            .set((redis_ns as f64 - wall_ns as f64) / 1e9);
+        metrics.clock_error.set(error.as_secs_f64());
+        let refuse = error > config.max_clock_error;
+        if refuse {
+            metrics.clock_refusals.inc();
+            if !self.view.is_empty() {
+                self.view.clear();
+                self.cluster.view.store(Arc::new(View::default()));
+            }
+        }
+        let due = self
+            .clock_logged
+            .is_none_or(|at| at.elapsed() >= ALONE_LOG_EVERY);
+        if refuse && (!self.clock_refused || due) {
+            tracing::warn!(
+                cluster = %config.name,
+                node = %config.node,
+                redis = %self.address(),
+                error_ms = error.as_millis(),
+                max_clock_error_ms = config.max_clock_error.as_millis(),
+                "cluster: this node's windows may be further from Redis's clock than \
+                 max_clock_error; not sharing counts until a reading agrees"
+            );
+            self.clock_logged = Some(Instant::now());
+        } else if !refuse && self.clock_refused {
+            tracing::info!(
+                cluster = %config.name,
+                node = %config.node,
+                error_ms = error.as_millis(),
+                "cluster: clock reading within max_clock_error again; sharing counts"
+            );
+            self.clock_logged = None;
+        }
+        metrics.clock_refused.set(i64::from(refuse));
+        self.clock_refused = refuse;
+    }
+
+    /// The master's address as the first sentinel to answer knows it (starting with the one
+    /// that answered last); `None` without sentinels or when none answers (each failure
+    /// logged at debug level: the fallback list or the retry follows).
+    async fn discover(&mut self) -> Option<std::net::SocketAddr> {
+        let cluster = Arc::clone(&self.cluster);
+        let sentinel = cluster.config.sentinel.as_ref()?;
+        let count = sentinel.sentinels.len();
+        for _ in 0..count {
+            let at = sentinel.sentinels[self.sentinel % count];
+            match super::redis::master_of(at, &sentinel.master, cluster.config.timeout).await {
+                Ok(address) => return Some(address),
+                Err(error) => {
+                    tracing::debug!(sentinel = %at, %error, "cluster: sentinel did not answer");
+                    self.sentinel = self.sentinel.wrapping_add(1);
+                }
+            }
+        }
+        None
+    }
+
+    /// The Redis server talked to now (or last tried), for logs.
+    fn address(&self) -> String {
+        self.current
+            .map_or_else(|| "none yet".to_owned(), |a| a.to_string())
     }
 
     /// Redis is away: limit alone (an empty view), count the error, log within the budget,
@@ -326,13 +500,76 @@ impl Syncer {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
+    use tollgate_filter::{Event, Filter, Remote, Source, Transport};
+    use tollgate_sketch::{MonotonicClock, Tick};
+
     use super::*;
+    use crate::config::ProxyConfig;
+    use crate::ops::metrics::ClusterMetrics;
+
+    #[test]
+    fn a_new_suspect_pushes_each_windows_part_in_its_window() {
+        let config = ProxyConfig::parse(
+            r#"
+            [sketch]
+            memory = "4MiB"
+            [cluster]
+            redis = ["127.0.0.1:1"]
+            node = "a"
+            name = "t"
+            threshold = 0.25
+            [[rule]]
+            name = "r"
+            limits = [{ rate = "100/10s" }]
+            "#,
+        )
+        .expect("valid");
+        let cluster = Arc::new(Cluster::new(
+            config.cluster.clone().expect("a [cluster]"),
+            MonotonicClock::new(),
+            ClusterMetrics::new(),
+        ));
+        let remote = Arc::clone(&cluster) as Arc<dyn Remote>;
+        let filter = Filter::with_remote(config.policy.clone(), remote).expect("fits");
+        let event = Event {
+            source: Source::from(Ipv4Addr::new(192, 0, 2, 1)),
+            transport: Transport::Tcp,
+            bytes: 1,
+        };
+        // 20 events in the sketch's first window: under the threshold of 25.
+        for _ in 0..20 {
+            let _ = filter.decide(&event, Tick::from_nanos(1_000_000_000));
+        }
+        // Halfway through the next window 10 of them still count: with 16 more events here
+        // the key becomes a suspect on the way.
+        let now = Tick::from_nanos(15_000_000_000);
+        for _ in 0..16 {
+            let _ = filter.decide(&event, now);
+        }
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        syncer.collect(cluster.cluster_ms(now));
+        let owns: Vec<Own> = syncer.own.values().copied().collect();
+        let [own] = owns[..] else {
+            panic!("one suspect, got {owns:?}");
+        };
+        // Never more in the current window than the 16 events counted in it; the previous
+        // window's share (10) in the previous window.
+        assert!(own.counted[0] <= 16, "current {:?}", own.counted);
+        assert!(
+            (1..=10).contains(&own.counted[1]),
+            "previous {:?}",
+            own.counted
+        );
+    }
 
     #[test]
     fn own_counts_roll_with_the_windows() {
         let mut own = Own {
             key: [0; tollgate_filter::LimitKey::LEN],
             period_ms: 1000,
+            shape: 0,
             window: 7,
             counted: [5, 3],
             pushed: [4, 3],

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// The rest of the cluster's counts of one suspect (cluster-wide counts less this node's own),
-/// in the wall-clock windows they were read in.
+/// in the Redis-time windows they were read in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Rest {
-    /// The window index (wall-clock milliseconds / period) of `current`.
+    /// The window index (Redis-time milliseconds / period) of `current`.
     pub(crate) window: u64,
     /// The limit's period in milliseconds.
     pub(crate) period_ms: u64,
@@ -16,17 +16,39 @@ pub(crate) struct Rest {
     pub(crate) current: u64,
     /// Counted by the others in window `window - 1`.
     pub(crate) previous: u64,
+    /// Redis time of the read, in milliseconds.
+    pub(crate) read_ms: u64,
+    /// What the others added between the read before and this one (0 for a new suspect or
+    /// across a window edge), and over how long.
+    pub(crate) growth: u64,
+    pub(crate) growth_ms: u64,
 }
 
 impl Rest {
-    /// The others' sliding-window estimate at wall-clock time `wall_ms`: the two-window
+    /// The others' sliding-window estimate at Redis time `now_ms`: the two-window
     /// interpolation the sketch uses, `current + previous * (1 - elapsed / period)`, moved on
     /// by however many windows have passed since the read (a window the view has not seen
-    /// counts 0 until the next sync).
-    pub(crate) fn at(&self, wall_ms: u64) -> u64 {
+    /// counts 0 until the next sync), plus what the others are likely to have added since the
+    /// read: they go on as between the last two reads, for at most as long as those were
+    /// apart. A source spread over the nodes then meets the others' traffic of the sync
+    /// interval in flight, not only what had reached Redis; one that stops is over-counted
+    /// for at most one interval.
+    pub(crate) fn at(&self, now_ms: u64) -> tollgate_filter::Rest {
+        let since = now_ms.saturating_sub(self.read_ms).min(self.growth_ms);
+        let ahead = (u128::from(self.growth) * u128::from(since))
+            .checked_div(u128::from(self.growth_ms))
+            .map_or(0, |a| a as u64);
+        tollgate_filter::Rest {
+            counted: self.counted_at(now_ms),
+            ahead,
+        }
+    }
+
+    /// [`Rest::at`] without what the others are likely to have added since the read.
+    fn counted_at(&self, now_ms: u64) -> u64 {
         let period = self.period_ms.max(1);
-        let window = wall_ms / period;
-        let left = u128::from(period - wall_ms % period);
+        let window = now_ms / period;
+        let left = u128::from(period - now_ms % period);
         let fade = |count: u64| (u128::from(count) * left / u128::from(period)) as u64;
         match window.saturating_sub(self.window) {
             0 => self.current + fade(self.previous),
@@ -70,11 +92,35 @@ mod tests {
             period_ms: 1000,
             current: 40,
             previous: 100,
+            ..Rest::default()
         };
-        assert_eq!(rest.at(10_000), 140);
-        assert_eq!(rest.at(10_250), 40 + 75);
-        assert_eq!(rest.at(11_000), 40);
-        assert_eq!(rest.at(11_500), 20);
-        assert_eq!(rest.at(12_000), 0);
+        let at = |ms| rest.at(ms).counted;
+        assert_eq!(at(10_000), 140);
+        assert_eq!(at(10_250), 40 + 75);
+        assert_eq!(at(11_000), 40);
+        assert_eq!(at(11_500), 20);
+        assert_eq!(at(12_000), 0);
+    }
+
+    #[test]
+    fn the_others_are_taken_to_go_on_for_at_most_one_interval() {
+        let rest = Rest {
+            window: 10,
+            period_ms: 1000,
+            current: 40,
+            previous: 0,
+            read_ms: 10_200,
+            growth: 10,
+            growth_ms: 100,
+        };
+        let at = |ms| {
+            let rest = rest.at(ms);
+            (rest.counted, rest.ahead)
+        };
+        assert_eq!(at(10_200), (40, 0));
+        assert_eq!(at(10_250), (40, 5));
+        assert_eq!(at(10_300), (40, 10));
+        // No further than the interval the growth was seen over.
+        assert_eq!(at(10_900), (40, 10));
     }
 }

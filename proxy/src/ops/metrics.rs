@@ -314,6 +314,22 @@ pub struct ClusterMetrics {
     pub suspects_overflow: Counter,
     /// Bytes held by the suspects tables.
     pub memory: Gauge,
+    /// Redis's clock less this node's wall clock at the last round, in seconds (windows follow
+    /// Redis's clock, so this may be anything; it shows how far off the node's clock is).
+    pub clock_offset: Gauge<f64, AtomicU64>,
+    /// How far this node's window edges may be from Redis's, in seconds: half the last `TIME`
+    /// round trip plus the correction that round made.
+    pub clock_error: Gauge<f64, AtomicU64>,
+    /// 1 while the node refuses to share because `clock_error` is beyond `max_clock_error`.
+    pub clock_refused: Gauge,
+    /// Rounds in which the node refused to share for that reason.
+    pub clock_refusals: Counter,
+    /// Penalties this node started and shared with the cluster.
+    pub penalties_shared: Counter,
+    /// Penalties not shared: more than 4096 started between two rounds.
+    pub penalties_dropped: Counter,
+    /// Penalties in force in the cluster as of the last round (this node's included).
+    pub penalties_held: Gauge,
 }
 
 impl Default for ClusterMetrics {
@@ -341,6 +357,13 @@ impl ClusterMetrics {
             suspects: Gauge::default(),
             suspects_overflow: Counter::default(),
             memory: Gauge::default(),
+            clock_offset: Gauge::default(),
+            clock_error: Gauge::default(),
+            clock_refused: Gauge::default(),
+            clock_refusals: Counter::default(),
+            penalties_shared: Counter::default(),
+            penalties_dropped: Counter::default(),
+            penalties_held: Gauge::default(),
         };
         metrics.alone.set(1);
         metrics
@@ -401,6 +424,42 @@ impl ClusterMetrics {
             "cluster_suspects_overflow",
             "Suspect events not shared because the suspects table was full (they count locally)",
             self.suspects_overflow.clone(),
+        );
+        r.register(
+            "cluster_clock_offset_seconds",
+            "Redis's clock less this node's wall clock at the last sync round",
+            self.clock_offset.clone(),
+        );
+        r.register(
+            "cluster_clock_error_seconds",
+            "How far this node's window edges may be from Redis's: half the last TIME round \
+             trip plus the correction it made",
+            self.clock_error.clone(),
+        );
+        r.register(
+            "cluster_clock_refused",
+            "1 while the node refuses to share counts: its clock error is beyond max_clock_error",
+            self.clock_refused.clone(),
+        );
+        r.register(
+            "cluster_clock_refusals",
+            "Sync rounds in which the node refused to share counts for its clock error",
+            self.clock_refusals.clone(),
+        );
+        r.register(
+            "cluster_penalties_shared",
+            "Penalties this node started and shared with the cluster",
+            self.penalties_shared.clone(),
+        );
+        r.register(
+            "cluster_penalties_dropped",
+            "Penalties not shared: more than 4096 started between two sync rounds",
+            self.penalties_dropped.clone(),
+        );
+        r.register(
+            "cluster_penalties_held",
+            "Penalties in force in the cluster as of the last sync round",
+            self.penalties_held.clone(),
         );
         r.register(
             "cluster_memory_bytes",

@@ -9,11 +9,17 @@ use std::net::Ipv4Addr;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate_filter::{Collected, LimitKey, PROBES, Prefix, RuleId, Source, SuspectTable};
+use tollgate_filter::{Collected, LimitKey, PROBES, Prefix, RuleId, Source, Split, SuspectTable};
 use tollgate_loom::check;
 
 const HASH: u64 = 0x0123_4567_89ab_cdef;
 const PERIOD_MS: u64 = 1_000;
+const SHAPE: u64 = 0x5ea;
+/// The local estimate every first event brings.
+const BEFORE: Split = Split {
+    current: 7,
+    previous: 3,
+};
 
 fn key() -> LimitKey {
     LimitKey::new(
@@ -26,14 +32,17 @@ fn key() -> LimitKey {
 /// Adds `weight` for the model's key from another thread.
 fn adder(table: &Arc<SuspectTable>, weight: u64) -> thread::JoinHandle<()> {
     let table = Arc::clone(table);
-    thread::spawn(move || table.add(&key(), HASH, PERIOD_MS, 7, weight))
+    thread::spawn(move || table.add(&key(), HASH, PERIOD_MS, SHAPE, || BEFORE, weight))
 }
 
 /// Every collected entry is the model's key, whole, and their weights sum to `total`.
 fn assert_collected(collected: &[Collected], total: u64) {
     for entry in collected {
         assert_eq!(&entry.key[..], key().as_bytes(), "a torn or foreign key");
-        assert_eq!((entry.period_ms, entry.before), (PERIOD_MS, 7));
+        assert_eq!(
+            (entry.period_ms, entry.shape, entry.before),
+            (PERIOD_MS, SHAPE, BEFORE)
+        );
     }
     assert_eq!(collected.iter().map(|c| c.weight).sum::<u64>(), total);
 }
@@ -43,7 +52,7 @@ fn two_first_events_of_one_key_claim_one_slot() {
     check(|| {
         let table = Arc::new(SuspectTable::new(PROBES));
         let other = adder(&table, 2);
-        table.add(&key(), HASH, PERIOD_MS, 7, 1);
+        table.add(&key(), HASH, PERIOD_MS, SHAPE, || BEFORE, 1);
         other.join().expect("adder");
         let mut collected = Vec::new();
         table.drain(&mut collected);
@@ -65,9 +74,9 @@ fn first_events_of_two_keys_at_one_home_claim_two_slots() {
         let second_hash = HASH ^ 0b10;
         let other = {
             let table = Arc::clone(&table);
-            thread::spawn(move || table.add(&second, second_hash, PERIOD_MS, 7, 2))
+            thread::spawn(move || table.add(&second, second_hash, PERIOD_MS, SHAPE, || BEFORE, 2))
         };
-        table.add(&key(), HASH, PERIOD_MS, 7, 1);
+        table.add(&key(), HASH, PERIOD_MS, SHAPE, || BEFORE, 1);
         other.join().expect("adder");
         let mut collected = Vec::new();
         table.drain(&mut collected);
