@@ -18,6 +18,7 @@ use crate::config::{Protocol, ProxyConfig, Settings, located};
 use crate::ops::log_limit::LogLimit;
 use crate::ops::metrics::{ListenerMetrics, Metrics, Refusal};
 use crate::ops::offenders::Offenders;
+use crate::ops::saved_lists::{self, SavedEntry};
 use crate::ops::state::{self, Saver};
 
 /// How many sources the offender list keeps.
@@ -186,10 +187,27 @@ impl Shared {
             Some(cluster) => policy.with_remote(Arc::clone(cluster) as Arc<dyn Remote>),
             None => policy,
         });
-        let saver = config.state.as_ref().map(|file| {
-            let carried = resumed.map(|r| r.state.lists).unwrap_or_default();
-            Saver::new(file.path.clone(), file.interval, carried)
-        });
+        if let (Some(resumed), Some(file)) = (resumed, &config.state) {
+            let saved = resumed
+                .state
+                .lists
+                .into_iter()
+                .map(SavedEntry::from)
+                .collect();
+            match saved_lists::restore(&filter.lists(), saved, clock.now(), state::unix_ms()) {
+                Ok(entries) => {
+                    tracing::info!(path = %file.path.display(), entries, "run-time list entries restored");
+                }
+                Err(err) => tracing::error!(
+                    path = %file.path.display(),
+                    "run-time list entries not restored: {err}"
+                ),
+            }
+        }
+        let saver = config
+            .state
+            .as_ref()
+            .map(|file| Saver::new(file.path.clone(), file.interval));
         let connections = ConcurrencySketch::new(
             config.settings.connection_memory,
             CONNECTION_DEPTH,

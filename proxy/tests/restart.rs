@@ -215,3 +215,61 @@ async fn the_state_is_saved_every_interval_and_at_shutdown() {
     assert_eq!(saves(&shared), 1.0);
     assert!(after >= 3.0, "{after}");
 }
+
+#[tokio::test]
+async fn run_time_list_entries_are_kept_across_a_restart() {
+    use std::time::Duration;
+    use tollgate_filter::{Cidr, ListKind};
+    let state = state_path("restart-lists");
+    let text = format!(
+        "[proxy]\nstate_file = \"{}\"\nstate_interval = \"1h\"\n\n[admin]\nenabled = false\n\n\
+         [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"3/10m\" }}]\n",
+        state.display()
+    );
+    let server = common::start(&text).await;
+    let shared = server.shared();
+    let hour = Duration::from_secs(3600);
+    let deny = Cidr::parse("192.0.2.0/24").unwrap();
+    let allow = Cidr::parse("2001:db8::/48").unwrap();
+    let lists = shared.filter.lists();
+    lists
+        .add(deny, ListKind::Deny, hour, "flood".into(), shared.now())
+        .unwrap();
+    lists
+        .add(
+            allow,
+            ListKind::Allow,
+            hour * 2,
+            "partner".into(),
+            shared.now(),
+        )
+        .unwrap();
+    server.shutdown().await;
+
+    let again = common::start(&text).await;
+    let shared = again.shared();
+    let mut entries: Vec<_> = shared
+        .filter
+        .lists()
+        .entries(shared.now())
+        .into_iter()
+        .map(|e| {
+            let left = e.expires.saturating_since(shared.now());
+            (e.cidr, e.kind, e.reason, left)
+        })
+        .collect();
+    entries.sort_by_key(|(_, _, reason, _)| reason.clone());
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(
+        (entries[0].0, entries[0].1, entries[0].2.as_str()),
+        (deny, ListKind::Deny, "flood")
+    );
+    assert_eq!(
+        (entries[1].0, entries[1].1, entries[1].2.as_str()),
+        (allow, ListKind::Allow, "partner")
+    );
+    // Each keeps what was left of its time to live (less the time the restart took).
+    assert!(entries[0].3 <= hour && entries[0].3 > hour / 2);
+    assert!(entries[1].3 <= hour * 2 && entries[1].3 > hour);
+    again.shutdown().await;
+}

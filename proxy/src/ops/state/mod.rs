@@ -6,8 +6,8 @@
 //!   previous and current window (counters and Bloom front) with its shape and hash seed,
 //!   penalties included (they are marks in sketches of their own), and the sketches a reload
 //!   retired but still reads. Then the run-time allow/deny entries, `(cidr, allow|deny, expiry
-//!   in Unix ms, reason)`, in a section of their own (the proxy has none of its own yet: the
-//!   entries a file holds are carried over to the next save until they expire).
+//!   in Unix ms, reason)`, in a section of their own, put back at start (those expired by
+//!   then are left out) through [`crate::ops::saved_lists`].
 //! - **Time.** The file holds the proxy's tick and the wall-clock time of the save. A restart
 //!   resumes the clock at the saved tick plus the wall-clock time since (zero if the wall
 //!   clock went back), so every window ages by the time the proxy was down: a restart after
@@ -42,11 +42,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tollgate_filter::Restored;
+use tollgate_filter::{ListKind, Restored};
 use tollgate_sketch::Tick;
 
 pub use format::{FormatError, ListEntry, State, decode, encode};
 
+use crate::ops::saved_lists::SavedEntry;
 use crate::shared::Shared;
 
 /// The longest the proxy waits for a save at SIGTERM before it exits without it.
@@ -172,21 +173,18 @@ pub struct Saved {
 pub struct Saver {
     path: PathBuf,
     interval: Duration,
-    /// Run-time list entries read at start, written back until they expire.
-    carried: Vec<ListEntry>,
     /// Held for a whole save: the periodic save and the one at SIGTERM write one temporary
     /// file.
     writing: Mutex<()>,
 }
 
 impl Saver {
-    /// The saver of `path`, every `interval`, carrying `carried` over.
+    /// The saver of `path`, every `interval`.
     #[must_use]
-    pub fn new(path: PathBuf, interval: Duration, carried: Vec<ListEntry>) -> Saver {
+    pub fn new(path: PathBuf, interval: Duration) -> Saver {
         Saver {
             path,
             interval,
-            carried,
             writing: Mutex::new(()),
         }
     }
@@ -217,11 +215,10 @@ impl Saver {
         let started = Instant::now();
         let tick = shared.now();
         let saved_at_unix_ms = unix_ms();
-        let lists: Vec<ListEntry> = self
-            .carried
-            .iter()
-            .filter(|e| e.expires_unix_ms > saved_at_unix_ms)
-            .cloned()
+        let lists: Vec<ListEntry> = shared
+            .saved_lists()
+            .into_iter()
+            .map(ListEntry::from)
             .collect();
         let policy = shared.filter.policy();
         let mut sketches = 0;
@@ -309,6 +306,32 @@ pub async fn run(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
         }
         // One save at a time: the next interval starts when this one is done.
         let _ = save_bounded(&shared, false).await;
+    }
+}
+
+impl From<SavedEntry> for ListEntry {
+    fn from(entry: SavedEntry) -> ListEntry {
+        ListEntry {
+            cidr: entry.cidr,
+            deny: entry.kind == ListKind::Deny,
+            expires_unix_ms: entry.expires_unix_ms,
+            reason: entry.reason,
+        }
+    }
+}
+
+impl From<ListEntry> for SavedEntry {
+    fn from(entry: ListEntry) -> SavedEntry {
+        SavedEntry {
+            cidr: entry.cidr,
+            kind: if entry.deny {
+                ListKind::Deny
+            } else {
+                ListKind::Allow
+            },
+            expires_unix_ms: entry.expires_unix_ms,
+            reason: entry.reason,
+        }
     }
 }
 
