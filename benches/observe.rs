@@ -15,6 +15,10 @@
 //! - `tollgate/{2,32}MiB`: [`RateSketch::observe`] (key = the id's 8 little-endian bytes,
 //!   weight 1), 10 s window, default depth and front, at a total budget of 2 MiB and 32 MiB;
 //!   `tollgate_depth8/*` the same with 8 rows (one thread only).
+//! - `tollgate_capped/{2,32}MiB`: the same sketch through [`RateSketch::observe_capped`] with
+//!   the cap a limiter of 100 per window passes ([`CAP`], twice the limit plus one): keys
+//!   under it are counted exactly as above, keys at it only read their cells (no
+//!   compare-and-swap), which is what the filter does for every limit.
 //! - `pingora/{2,32}MiB`: pingora-limits' `Rate` at the same total memory. A `Rate` holds two
 //!   estimators of `4 x slots` 8-byte counters, so 2 MiB is `slots = 2^15` and 32 MiB is
 //!   `slots = 2^19`. Per event it does what a limiter needs: `observe(&id, 1)` and then
@@ -116,6 +120,20 @@ impl Limiter for Governor {
     fn hit(&self, id: u64, _now: Tick) {
         // The verdict is data (allowed, or not before some instant), never an error to handle.
         let _ = black_box(self.0.check_key(&id));
+    }
+}
+
+/// The cap of `tollgate_capped`: a limit of 100 per window (as for governor), doubled, plus
+/// one. The filter passes each limit's `2 * count + 1`, so keys up to twice their limit count
+/// exactly as without a cap.
+const CAP: u64 = 2 * 100 + 1;
+
+struct TollgateCapped(RateSketch);
+
+impl Limiter for TollgateCapped {
+    #[inline]
+    fn hit(&self, id: u64, now: Tick) {
+        black_box(self.0.observe_capped(&id.to_le_bytes(), 1, CAP, now));
     }
 }
 
@@ -289,6 +307,13 @@ fn observe(c: &mut Criterion) {
                 stream,
                 threads,
                 &tollgate(budget, DEFAULT_DEPTH),
+            );
+            bench(
+                &mut group,
+                id("tollgate_capped"),
+                stream,
+                threads,
+                &TollgateCapped(tollgate(budget, DEFAULT_DEPTH).0),
             );
             if threads == 1 && name == "observe_1_thread" {
                 // The deeper sketch the accuracy tool shows meeting the 2 MiB skew goal.

@@ -144,6 +144,13 @@ impl CountMin {
         self.read(self.slots(hash))
     }
 
+    /// The key's estimated counts in `window` and the one before, from the words of
+    /// `snapshot` as they were read.
+    #[inline]
+    pub(crate) fn counts(&self, snapshot: &Snapshot, window: u64) -> Halves {
+        self.min(snapshot, window)
+    }
+
     /// The key's estimated counts in `window` and the one before, from a fresh read of the
     /// cells of `snapshot` (left in it).
     #[inline]
