@@ -51,7 +51,9 @@ pub struct LimitEstimate {
     pub limit: Limit,
     /// The prefix the source is counted at under this limit.
     pub prefix: Prefix,
-    /// The sliding-window estimate now (an upper bound of the true count, whp close to it).
+    /// The sliding-window estimate now (an upper bound of the true count, whp close to it, up
+    /// to twice the limit plus one; a key counted past that reads at least it, see
+    /// [`Policy::decide`]).
     pub estimate: u64,
 }
 
@@ -87,6 +89,20 @@ struct Bound {
     limit: Limit,
     /// Its sketch's index in [`Policy::counters`].
     counter: usize,
+    /// The count past which its key is not counted exactly (see [`cap`]), for IPv4 sources
+    /// then IPv6 ones: its own and that of every limit that shares its key.
+    cap: [u64; 2],
+}
+
+/// The cap a limit of `count` passes to the sketch (`RateSketch::observe_capped`): twice the
+/// count, plus one. A key is counted exactly up to twice its limit, so every decision, penalty
+/// and retry-after for a key that stays there is what an uncapped count gives. A key that
+/// passes it in a window only reads its cells from then on (a flood's hot keys cost no
+/// compare-and-swap, and two cores share their lines) and reads at least the cap until the
+/// next window ends; the exact count would keep it over its limit for at least the first half
+/// of that window anyway.
+fn cap(count: u64) -> u64 {
+    count.saturating_mul(2).saturating_add(1)
 }
 
 /// A rule made ready to decide with.
@@ -157,13 +173,29 @@ impl Policy {
             .rules
             .iter()
             .map(|rule| {
+                // Limits of one period and prefix length share a key, hence a cap: the
+                // largest of theirs, per family.
+                let shared_cap = |l: &Limit, prefix: fn(&Limit) -> Prefix| {
+                    rule.limits
+                        .iter()
+                        .filter(|o| o.rate.per == l.rate.per && prefix(o).len() == prefix(l).len())
+                        .map(|o| cap(o.rate.count))
+                        .max()
+                        .unwrap_or(cap(l.rate.count))
+                };
                 let limits: Vec<Bound> = rule
                     .limits
                     .iter()
                     // Every period has its share (see `budget::shares`): the lookup finds it.
                     .filter_map(|l| {
-                        index_of(Counts::Limits, l.rate.per)
-                            .map(|counter| Bound { limit: *l, counter })
+                        index_of(Counts::Limits, l.rate.per).map(|counter| Bound {
+                            limit: *l,
+                            counter,
+                            cap: [
+                                shared_cap(l, |l| l.ipv4_prefix),
+                                shared_cap(l, |l| l.ipv6_prefix),
+                            ],
+                        })
                     })
                     .collect();
                 let ordered = |prefix: fn(&Limit) -> Prefix| {
@@ -284,7 +316,11 @@ impl Policy {
                     },
                     limit,
                     prefix,
-                    estimate: self.counters[bound.counter].estimate(key.as_bytes(), now),
+                    estimate: self.counters[bound.counter].estimate_capped(
+                        key.as_bytes(),
+                        bound.cap[usize::from(!source.addr().is_ipv4())],
+                        now,
+                    ),
                 });
             }
         }
@@ -332,6 +368,11 @@ impl Policy {
 
     /// Decides on `event` at `now`, counting it against every limit of every rule it matches
     /// (throttled events count too: a source over its limit stays over while it keeps sending).
+    ///
+    /// Each key is counted exactly up to twice the largest limit on it, plus one (the cap);
+    /// past that in a window it is only read (no write: a flood's hot keys cost no
+    /// compare-and-swap), and it reads at least the cap, so stays over its limit, until the
+    /// next window ends. Sources up to twice their limit are decided exactly as without a cap.
     pub fn decide(&self, event: &Event, now: Tick) -> Decision {
         self.judge(event, now, true)
     }
@@ -390,10 +431,11 @@ impl Policy {
                     Some((grouped, estimate)) if grouped == key => (estimate, false),
                     _ => {
                         let counter = &self.counters[bound.counter];
+                        let cap = bound.cap[family];
                         let estimate = if count {
-                            counter.observe(key.as_bytes(), weight, now)
+                            counter.observe_capped(key.as_bytes(), weight, cap, now)
                         } else {
-                            counter.estimate(key.as_bytes(), now)
+                            counter.estimate_capped(key.as_bytes(), cap, now)
                         };
                         group = Some((key, estimate));
                         (estimate, true)

@@ -47,6 +47,33 @@ fn throttled(filter: &Filter, addr: &str, times: usize, now: Tick) -> usize {
 }
 
 #[test]
+fn sources_up_to_twice_their_limit_count_exactly_and_a_flood_stays_over_through_the_next_window() {
+    // 10 per 10 s per address: the sketch counts a key exactly up to 21 (twice the limit,
+    // plus one), then only reads it. The two sources are in different /24s (limit 40).
+    let f = filter(POLICY);
+    let at = |millis: u64| Tick::from_nanos(millis * 1_000_000);
+    assert_eq!(throttled(&f, "203.0.113.1", 20, at(1_000)), 10);
+    assert_eq!(throttled(&f, "198.51.100.2", 500, at(1_000)), 490);
+    // Late in the next window the share of the previous one has faded: 1 of 20 (and 5 of
+    // 500) plus the event itself.
+    assert_eq!(
+        throttled(&f, "203.0.113.1", 1, at(19_900)),
+        0,
+        "twice the limit: counted exactly, the share fades"
+    );
+    assert_eq!(
+        throttled(&f, "198.51.100.2", 1, at(19_900)),
+        1,
+        "past the cap: at least the cap until the next window ends"
+    );
+    assert_eq!(
+        throttled(&f, "198.51.100.2", 1, at(20_000)),
+        0,
+        "and then no more"
+    );
+}
+
+#[test]
 fn heavy_sources_are_throttled_and_benign_ones_are_not() {
     let f = filter(POLICY);
     let now = Tick::from_nanos(1);
