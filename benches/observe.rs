@@ -16,7 +16,8 @@
 //!   weight 1), 10 s window, default depth and front, at a total budget of 2 MiB and 32 MiB;
 //!   `tollgate_depth8/*` the same with 8 rows (one thread only).
 //! - `tollgate_capped/{2,32}MiB`: the same sketch through [`RateSketch::observe_capped`] with
-//!   the cap a limiter of 100 per window passes ([`CAP`], twice the limit plus one): keys
+//!   the cap the filter passes for a limit of 100 per window ([`CAP`], 8 times the limit plus
+//!   one): keys
 //!   under it are counted exactly as above, keys at it only read their cells (no
 //!   compare-and-swap), which is what the filter does for every limit.
 //! - `pingora/{2,32}MiB`: pingora-limits' `Rate` at the same total memory. A `Rate` holds two
@@ -123,10 +124,10 @@ impl Limiter for Governor {
     }
 }
 
-/// The cap of `tollgate_capped`: a limit of 100 per window (as for governor), doubled, plus
-/// one. The filter passes each limit's `2 * count + 1`, so keys up to twice their limit count
-/// exactly as without a cap.
-const CAP: u64 = 2 * 100 + 1;
+/// The cap of `tollgate_capped`: what the filter passes for a limit of 100 per window (as for
+/// governor), `EXACT_MULTIPLE * count + 1`: keys up to 8 times their limit count exactly as
+/// without a cap.
+const CAP: u64 = tollgate_filter::EXACT_MULTIPLE * 100 + 1;
 
 struct TollgateCapped(RateSketch);
 
@@ -338,7 +339,7 @@ fn observe(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     // A 2-core machine shared with other work: few, long samples keep the run to a few minutes
-    // (11 cases) while the medians stay stable.
+    // (27 cases) while the medians stay stable.
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_secs(3))

@@ -49,7 +49,7 @@ pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
-pub use policy::{Event, LimitEstimate, Policy, PolicyError};
+pub use policy::{EXACT_MULTIPLE, Event, FRAME_BATCH, LimitEstimate, Policy, PolicyError};
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;
 pub use remote::{Remote, Suspect};

@@ -21,7 +21,8 @@ pub struct Throttle {
     /// The limit it exceeded.
     pub at: LimitRef,
     /// The sliding-window estimate including this event: never below the true count up to
-    /// twice the limit plus one (the cap), at least the cap above it.
+    /// [`EXACT_MULTIPLE`](crate::EXACT_MULTIPLE) times the limit plus one (the cap), at least
+    /// the cap above it.
     pub estimate: u64,
     /// The limit's count per period.
     pub allowed: u64,

@@ -106,6 +106,27 @@ impl RateSketch {
         self.slide(at, counts, presence)
     }
 
+    /// Loads the cache lines an observe of the key at `hash` will need, counting nothing and
+    /// waiting for nothing. For batches: touch every key of a batch first, then observe them;
+    /// the memory misses of the batch then overlap instead of coming one key at a time.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_sketch::{RateSketch, Tick};
+    /// let sketch = RateSketch::builder().build()?;
+    /// let keys: [&[u8]; 3] = [b"a", b"b", b"c"];
+    /// let hashes = keys.map(|key| sketch.hash(key));
+    /// hashes.iter().for_each(|&hash| sketch.touch(hash));
+    /// let counts = hashes.map(|hash| sketch.observe_hashed(hash, 1, Tick::ZERO));
+    /// assert_eq!(counts, [1, 1, 1]);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    #[inline]
+    pub fn touch(&self, hash: KeyHash) {
+        self.counters.touch(hash);
+        self.front.touch(hash);
+    }
+
     /// Counts an event like [`RateSketch::observe`] for a caller that acts on counts up to
     /// `cap` only (a limiter: its limit + 1, or more), and returns the key's sliding-window
     /// estimate, **never below `min(cap, true sliding count)`**.
