@@ -40,6 +40,11 @@
 //! time per event is the time per iteration divided by [`BATCH`]. The time is wall time from the
 //! moment every thread is ready (a barrier; spawning is not timed) until the last one finishes.
 //!
+//! `TOLLGATE_BENCH_CLOCK=cpu` times each iteration by the longest thread's time on a CPU
+//! (`/proc/thread-self/schedstat`) instead of wall time: on a machine shared with other work
+//! the wall time includes whatever the scheduler ran meanwhile, the time on a CPU does not
+//! (the caches the others dirty still count).
+//!
 //! # Time
 //! The sketch takes `now` as an argument; here it is a synthetic clock that moves
 //! [`NANOS_PER_EVENT`] per event (about the real pace of a single thread), so a case crosses a
@@ -207,7 +212,7 @@ impl<'a> Replay<'a> {
         let (cursor, first_event) = (self.cursor, self.events);
         let barrier = Barrier::new(threads);
 
-        let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
+        let spans: Vec<(Instant, Instant, Duration)> = thread::scope(|scope| {
             let workers: Vec<_> = self
                 .stream
                 .chunks_exact(part_len)
@@ -216,6 +221,7 @@ impl<'a> Replay<'a> {
                     let barrier = &barrier;
                     scope.spawn(move || {
                         barrier.wait();
+                        let cpu = on_cpu();
                         let start = Instant::now();
                         for n in 0..per_thread {
                             // Threads interleave in synthetic time, so it runs at the same pace
@@ -226,7 +232,8 @@ impl<'a> Replay<'a> {
                                 Tick::from_nanos(event * NANOS_PER_EVENT),
                             );
                         }
-                        (start, Instant::now())
+                        let end = Instant::now();
+                        (start, end, on_cpu().saturating_sub(cpu))
                     })
                 })
                 .collect();
@@ -241,8 +248,31 @@ impl<'a> Replay<'a> {
         let start = spans.iter().map(|span| span.0).min();
         let end = spans.iter().map(|span| span.1).max();
         let (start, end) = start.zip(end).expect("there is at least one thread");
-        end - start
+        if cpu_clock() {
+            // The longest thread's time on a CPU: the wall time had each had its own core.
+            spans.iter().map(|span| span.2).max().unwrap_or_default()
+        } else {
+            end - start
+        }
     }
+}
+
+/// Whether to time on-CPU time instead of wall time (`TOLLGATE_BENCH_CLOCK=cpu`): on a
+/// machine shared with other work, wall time counts the time the scheduler gave to others.
+fn cpu_clock() -> bool {
+    std::env::var("TOLLGATE_BENCH_CLOCK").is_ok_and(|clock| clock == "cpu")
+}
+
+/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`, nanoseconds), or zero
+/// where that is not available. Read outside the timed loop only.
+fn on_cpu() -> Duration {
+    if !cpu_clock() {
+        return Duration::ZERO;
+    }
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
 fn bench<L: Limiter>(

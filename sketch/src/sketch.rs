@@ -177,6 +177,10 @@ impl RateSketch {
     pub fn observe_hashed_capped(&self, hash: KeyHash, weight: u64, cap: u64, now: Tick) -> u64 {
         let at = self.windows.position(now);
         let snapshot = self.counters.snapshot(hash);
+        // The front's line too, now: the branch below waits for the cells, and when it guesses
+        // wrong the front's miss would otherwise start only after theirs (measured: capped
+        // observes were slower than plain ones at 32 MiB without this).
+        self.front.touch(hash);
         // A stale word only reads lower (a window's count never falls while it is current, and
         // a word of an older window decodes as older), so a stale read never stops a count
         // that should go on; it just takes the counting path below.
