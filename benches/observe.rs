@@ -55,6 +55,8 @@
 #[path = "workload.rs"]
 mod workload;
 
+use workload::{cpu_clock, on_cpu};
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Barrier;
@@ -255,24 +257,6 @@ impl<'a> Replay<'a> {
             end - start
         }
     }
-}
-
-/// Whether to time on-CPU time instead of wall time (`TOLLGATE_BENCH_CLOCK=cpu`): on a
-/// machine shared with other work, wall time counts the time the scheduler gave to others.
-fn cpu_clock() -> bool {
-    std::env::var("TOLLGATE_BENCH_CLOCK").is_ok_and(|clock| clock == "cpu")
-}
-
-/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`, nanoseconds), or zero
-/// where that is not available. Read outside the timed loop only.
-fn on_cpu() -> Duration {
-    if !cpu_clock() {
-        return Duration::ZERO;
-    }
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse().ok())
-        .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
 fn bench<L: Limiter>(
