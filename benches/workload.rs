@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each bench target uses a different part of this module
 
+use std::time::Duration;
+
 use etherparse::PacketBuilder;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -60,4 +62,22 @@ pub(crate) fn synthetic_frame(id: u64) -> Vec<u8> {
     };
     written.expect("a well-formed frame");
     bytes
+}
+
+/// Whether to time on-CPU time instead of wall time (`TOLLGATE_BENCH_CLOCK=cpu`): on a
+/// machine shared with other work, wall time counts the time the scheduler gave to others.
+pub(crate) fn cpu_clock() -> bool {
+    std::env::var("TOLLGATE_BENCH_CLOCK").is_ok_and(|clock| clock == "cpu")
+}
+
+/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`, nanoseconds), or zero
+/// where that is not available. Read outside the timed loop only.
+pub(crate) fn on_cpu() -> Duration {
+    if !cpu_clock() {
+        return Duration::ZERO;
+    }
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
 }

@@ -18,7 +18,14 @@ pub(crate) enum Front {
     Plain,
     /// The default front with `depth(8)`.
     Deep,
+    /// The default sketch counted as the filter counts a limit of 100: with
+    /// `observe_capped` and [`CAP`].
+    Capped,
 }
+
+/// The cap the filter passes for the tables' limit of 100 per window: keys are counted exactly
+/// up to `EXACT_MULTIPLE` times it, plus one.
+const CAP: u64 = tollgate_filter::EXACT_MULTIPLE * 100 + 1;
 
 /// A [`RateSketch`] keyed by a `u64`'s little-endian bytes, counting events of weight 1.
 #[derive(Debug)]
@@ -39,7 +46,7 @@ impl Ours {
             .memory_bytes(memory_bytes)
             .seed(SEED);
         let builder = match front {
-            Front::Default => builder,
+            Front::Default | Front::Capped => builder,
             Front::Plain => builder.front_share(0.0),
             Front::Deep => builder.depth(8),
         };
@@ -52,14 +59,23 @@ impl Ours {
     /// The key's estimate at `now`, counting nothing.
     pub(crate) fn estimate(&self, key: u64, now: u64) -> u64 {
         self.sketch
-            .estimate(&key.to_le_bytes(), Tick::from_nanos(now))
+            .estimate_capped(&key.to_le_bytes(), self.cap(), Tick::from_nanos(now))
+    }
+
+    /// The cap it counts with: none (`u64::MAX`) but for [`Front::Capped`].
+    fn cap(&self) -> u64 {
+        if self.front == Front::Capped {
+            CAP
+        } else {
+            u64::MAX
+        }
     }
 }
 
 impl Limiter for Ours {
     fn observe(&mut self, key: u64, now: u64) -> u64 {
         self.sketch
-            .observe(&key.to_le_bytes(), 1, Tick::from_nanos(now))
+            .observe_capped(&key.to_le_bytes(), 1, self.cap(), Tick::from_nanos(now))
     }
 
     fn name(&self) -> String {
@@ -67,6 +83,7 @@ impl Limiter for Ours {
             Front::Default => "tollgate (front)".into(),
             Front::Plain => "tollgate (plain)".into(),
             Front::Deep => "tollgate (front, depth 8)".into(),
+            Front::Capped => "tollgate (front, capped as the filter)".into(),
         }
     }
 

@@ -19,6 +19,8 @@ pub(crate) enum Peer {
     /// Our sketch with its default front and 8 rows instead of the default 4: slower per
     /// event, fewer keys fully covered by heavy ones at small budgets.
     Deep,
+    /// Our sketch with its default front, counted as the filter counts (capped).
+    Capped,
     /// pingora-limits' `Rate`, simulated.
     Pingora,
 }
@@ -34,6 +36,7 @@ impl Peer {
             Peer::Front => Box::new(Ours::new(window, memory_bytes, Front::Default)?),
             Peer::Plain => Box::new(Ours::new(window, memory_bytes, Front::Plain)?),
             Peer::Deep => Box::new(Ours::new(window, memory_bytes, Front::Deep)?),
+            Peer::Capped => Box::new(Ours::new(window, memory_bytes, Front::Capped)?),
             Peer::Pingora => Box::new(PingoraRate::new(window, memory_bytes)),
         })
     }

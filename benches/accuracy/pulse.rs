@@ -80,7 +80,7 @@ pub(crate) fn run(report: &mut Report) -> Result<(), Box<dyn Error>> {
         ],
     );
     let mut sliding: Vec<Box<dyn Limiter>> = vec![Box::new(Exact::sliding(window))];
-    for peer in [Peer::Front, Peer::Plain, Peer::Pingora] {
+    for peer in [Peer::Front, Peer::Plain, Peer::Capped, Peer::Pingora] {
         sliding.push(peer.build(WINDOW, BUDGET)?);
     }
     let mut ours_least = u64::MAX;

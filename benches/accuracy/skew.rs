@@ -38,10 +38,11 @@ const SEED: u64 = 0xa;
 /// The goal's bound on the share of events wrongly judged over (0.01%).
 const GOAL_WRONG_SHARE: f64 = 0.0001;
 /// The configurations, in table order; the first is the one the goal is about.
-const CONFIGS: [(Peer, usize); 6] = [
+const CONFIGS: [(Peer, usize); 7] = [
     (Peer::Front, 2 * MIB),
     (Peer::Plain, 2 * MIB),
     (Peer::Deep, 2 * MIB),
+    (Peer::Capped, 2 * MIB),
     (Peer::Pingora, 2 * MIB),
     (Peer::Front, 8 * MIB),
     (Peer::Pingora, 8 * MIB),

@@ -112,18 +112,32 @@ impl Counter {
         &self.sketch
     }
 
-    /// Counts `weight` for `key` at `now`; the estimate including it.
+    /// Counts `weight` for `key` at `now`, exactly up to `cap` (see
+    /// [`RateSketch::observe_capped`]); the estimate including it, never below the smaller of
+    /// `cap` and the true count.
+    #[inline]
+    pub(crate) fn observe_capped(&self, key: &[u8], weight: u64, cap: u64, now: Tick) -> u64 {
+        let here = self.sketch.observe_capped(key, weight, cap, now);
+        here.saturating_add(self.retired_estimate(key, cap, now))
+    }
+
+    /// The estimate of `key` counted with `cap` at `now`, counting nothing.
+    #[inline]
+    pub(crate) fn estimate_capped(&self, key: &[u8], cap: u64, now: Tick) -> u64 {
+        let here = self.sketch.estimate_capped(key, cap, now);
+        here.saturating_add(self.retired_estimate(key, cap, now))
+    }
+
+    /// Counts `weight` for `key` at `now`, exactly; the estimate including it.
     #[inline]
     pub(crate) fn observe(&self, key: &[u8], weight: u64, now: Tick) -> u64 {
-        let here = self.sketch.observe(key, weight, now);
-        here.saturating_add(self.retired_estimate(key, now))
+        self.observe_capped(key, weight, u64::MAX, now)
     }
 
     /// The estimate of `key` at `now`, counting nothing.
     #[inline]
     pub(crate) fn estimate(&self, key: &[u8], now: Tick) -> u64 {
-        let here = self.sketch.estimate(key, now);
-        here.saturating_add(self.retired_estimate(key, now))
+        self.estimate_capped(key, u64::MAX, now)
     }
 
     /// The part of [`Counter::estimate`] counted in the current window (see
@@ -157,11 +171,11 @@ impl Counter {
     }
 
     #[inline]
-    fn retired_estimate(&self, key: &[u8], now: Tick) -> u64 {
+    fn retired_estimate(&self, key: &[u8], cap: u64, now: Tick) -> u64 {
         self.retired
             .iter()
             .filter(|r| now < r.until)
-            .map(|r| r.sketch.estimate(key, now))
+            .map(|r| r.sketch.estimate_capped(key, cap, now))
             .fold(0, u64::saturating_add)
     }
 }

@@ -84,6 +84,13 @@ impl Filter {
         self.policy.with(|policy| policy.decide_frame(frame, now))
     }
 
+    /// Decides on a batch of raw frames at `now` under the current policy, appending one
+    /// decision per frame to `decisions` (see [`Policy::decide_frames`]).
+    pub fn decide_frames(&self, frames: &[&[u8]], now: Tick, decisions: &mut Vec<Decision>) {
+        self.policy
+            .with(|policy| policy.decide_frames(frames, now, decisions));
+    }
+
     /// Replaces the policy with one built from `config` at `now`, keeping the counts and
     /// penalties of every rule whose name and limits are unchanged (see [`Policy::compile`]).
     /// Deciding goes on meanwhile and sees either the old policy or the new one, whole.

@@ -53,8 +53,8 @@ pub use key::{LimitKey, RuleId, Source};
 pub use overlay::{ListEntry, ListError, ListKind, ListStats, MAX_REASON, RuntimeLists};
 pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
 pub use policy::{
-    Event, Explanation, LimitEstimate, LimitExplanation, Listed, PenaltyState, Policy, PolicyError,
-    RuleExplanation,
+    EXACT_MULTIPLE, Event, Explanation, FRAME_BATCH, LimitEstimate, LimitExplanation, Listed,
+    PenaltyState, Policy, PolicyError, RuleExplanation,
 };
 pub use prefix::{Prefix, PrefixError};
 pub use prefix_map::PrefixMap;

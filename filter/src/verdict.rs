@@ -20,7 +20,9 @@ pub struct LimitRef {
 pub struct Throttle {
     /// The limit it exceeded.
     pub at: LimitRef,
-    /// The sliding-window estimate including this event.
+    /// The sliding-window estimate including this event: never below the true count up to
+    /// [`EXACT_MULTIPLE`](crate::EXACT_MULTIPLE) times the limit plus one (the cap), at least
+    /// the cap above it.
     pub estimate: u64,
     /// The limit's count per period.
     pub allowed: u64,

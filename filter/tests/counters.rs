@@ -459,6 +459,16 @@ mod reloads {
                         let remaining = per - (at - window * per);
                         let previous = window.checked_sub(1).map_or(0, sum);
                         let exact = sum(window) + previous * remaining / per;
+                        // A key is counted exactly up to its cap, EXACT_MULTIPLE times the
+                        // largest limit that shares it plus one; above it, at least the cap.
+                        let cap = rule
+                            .limits
+                            .iter()
+                            .filter(|o| o.rate.per == limit.rate.per && o.ipv4_prefix.len() == len)
+                            .map(|o| tollgate_filter::EXACT_MULTIPLE * o.rate.count + 1)
+                            .max()
+                            .expect("the limit itself");
+                        let exact = exact.min(cap);
                         let name = format!("{}@{len}", limit.rate);
                         let now = is
                             .iter()

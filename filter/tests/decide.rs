@@ -47,6 +47,34 @@ fn throttled(filter: &Filter, addr: &str, times: usize, now: Tick) -> usize {
 }
 
 #[test]
+fn sources_up_to_eight_times_their_limit_count_exactly_and_a_flood_stays_over_after() {
+    // 10 per 10 s per address: the sketch counts a key exactly up to 81 (EXACT_MULTIPLE times
+    // the limit, plus one), then only reads it. The sources are in different /24s (limit 40).
+    assert_eq!(tollgate_filter::EXACT_MULTIPLE, 8);
+    let f = filter(POLICY);
+    let at = |millis: u64| Tick::from_nanos(millis * 1_000_000);
+    assert_eq!(throttled(&f, "203.0.113.1", 80, at(1_000)), 70);
+    assert_eq!(throttled(&f, "198.51.100.2", 500, at(1_000)), 490);
+    // Late in the next window the share of the previous one has faded: 1 of 80 (and 5 of
+    // 500) plus the event itself.
+    assert_eq!(
+        throttled(&f, "203.0.113.1", 1, at(19_900)),
+        0,
+        "eight times the limit: counted exactly, the share fades"
+    );
+    assert_eq!(
+        throttled(&f, "198.51.100.2", 1, at(19_900)),
+        1,
+        "past the cap: at least the cap until the next window ends"
+    );
+    assert_eq!(
+        throttled(&f, "198.51.100.2", 1, at(20_000)),
+        0,
+        "and then no more"
+    );
+}
+
+#[test]
 fn heavy_sources_are_throttled_and_benign_ones_are_not() {
     let f = filter(POLICY);
     let now = Tick::from_nanos(1);
@@ -225,4 +253,49 @@ fn a_recheck_counts_nothing_and_sees_the_source_back_under_its_limit() {
     // A window later the sliding estimate has decayed: 11 * (1 - 0.5) after half a window.
     let later = Tick::from_duration(std::time::Duration::from_secs(15));
     assert_eq!(policy.recheck(&held, later).verdict, Verdict::Allow);
+}
+
+#[test]
+fn frames_decided_in_batches_get_the_decisions_of_one_at_a_time() {
+    // 100 frames (several batches and a partial one) from 7 sources over two /24s, TCP and
+    // UDP, IPv4 and IPv6, every 13th cut short: the same decisions in the same order.
+    let frame = |i: u8| {
+        let eth = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let source = i % 7;
+        let ip = if source == 6 {
+            let mut src = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+            src[15] = i % 3;
+            eth.ipv6(
+                src,
+                [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+                64,
+            )
+        } else {
+            eth.ipv4([203, 0, 113 + source % 2, source], [192, 0, 2, 1], 64)
+        };
+        let mut bytes = Vec::new();
+        let written = if i % 2 == 0 {
+            ip.udp(40_000, 53).write(&mut bytes, &[0; 8])
+        } else {
+            ip.tcp(40_000, 443, 1, 64_240).syn().write(&mut bytes, &[])
+        };
+        written.expect("a well-formed frame");
+        if i % 13 == 12 {
+            bytes.truncate(20);
+        }
+        bytes
+    };
+    let frames: Vec<Vec<u8>> = (0..100u8).map(frame).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let now = Tick::from_nanos(1);
+    let one = filter(POLICY);
+    let singles: Vec<_> = refs.iter().map(|f| one.decide_frame(f, now)).collect();
+    let batched_filter = filter(POLICY);
+    let mut batched = Vec::new();
+    batched_filter.decide_frames(&refs, now, &mut batched);
+    assert_eq!(singles, batched);
+    let count = |pick: fn(&Verdict) -> bool| singles.iter().filter(|d| pick(&d.verdict)).count();
+    assert!(count(|v| matches!(v, Verdict::Throttle(_))) > 10);
+    assert!(count(|v| matches!(v, Verdict::Deny(DenyReason::Malformed(_)))) == 7);
+    assert!(count(|v| matches!(v, Verdict::Allow)) > 10);
 }

@@ -97,6 +97,16 @@ impl Front {
         }
     }
 
+    /// Loads the key's register and discards it (see `CountMin::touch`).
+    #[inline]
+    pub(crate) fn touch(&self, hash: KeyHash) {
+        if self.is_enabled() {
+            let (register, _) = self.locate(hash);
+            // Relaxed: the value is thrown away; only the cache line is wanted.
+            std::hint::black_box(register.load(Ordering::Relaxed));
+        }
+    }
+
     /// Which windows' fronts hold the key, counting nothing.
     pub(crate) fn presence(&self, hash: KeyHash, window: u64) -> Presence {
         if !self.is_enabled() {

@@ -144,6 +144,22 @@ impl CountMin {
         self.read(self.slots(hash))
     }
 
+    /// Loads the key's cells and discards them: their cache lines are on their way in when a
+    /// later observe of the key needs them. A batch of keys touched first, then counted, has
+    /// its misses overlap across keys instead of paying them one key after another.
+    #[inline]
+    pub(crate) fn touch(&self, hash: KeyHash) {
+        // `black_box` keeps the loads, whose values nothing uses.
+        std::hint::black_box(self.snapshot(hash).words);
+    }
+
+    /// The key's estimated counts in `window` and the one before, from the words of
+    /// `snapshot` as they were read.
+    #[inline]
+    pub(crate) fn counts(&self, snapshot: &Snapshot, window: u64) -> Halves {
+        self.min(snapshot, window)
+    }
+
     /// The key's estimated counts in `window` and the one before, from a fresh read of the
     /// cells of `snapshot` (left in it).
     #[inline]

@@ -5,12 +5,30 @@ use std::time::Duration;
 use crate::bloom::{Front, Presence, Sighting};
 use crate::builder::Builder;
 use crate::clock::Tick;
-use crate::count_min::{COUNT_MAX, CountMin};
+use crate::count_min::{COUNT_MAX, CountMin, Snapshot};
 use crate::hash::KeyHash;
 use crate::pair::{Fold, Halves};
 use crate::stats::Stats;
 use crate::tally::{Stripes, Tally, WINDOWS};
 use crate::window::{Position, Windows};
+
+/// A weight as one counter takes it: saturated at [`COUNT_MAX`].
+#[inline]
+fn clamp(weight: u64) -> u32 {
+    u32::try_from(weight).unwrap_or(u32::MAX).min(COUNT_MAX)
+}
+
+/// `estimate` raised to `cap` if the key's counts say it reached `cap` in either window: its
+/// count stopped there (see [`RateSketch::observe_capped`]), so the share of the previous
+/// window cannot fade below it.
+#[inline]
+fn saturated(estimate: u64, counts: Halves, cap: u64) -> u64 {
+    if u64::from(counts.current) >= cap || u64::from(counts.previous) >= cap {
+        estimate.max(cap)
+    } else {
+        estimate
+    }
+}
 
 /// A fixed-memory, lock-free, sliding-window event counter for any number of keys.
 ///
@@ -81,10 +99,116 @@ impl RateSketch {
     #[must_use = "the estimate is the point of observing; use `estimate` to read without counting"]
     pub fn observe_hashed(&self, hash: KeyHash, weight: u64, now: Tick) -> u64 {
         let at = self.windows.position(now);
-        let weight = u32::try_from(weight).unwrap_or(u32::MAX).min(COUNT_MAX);
         // Read the counters before the front's swap, which on x86 waits for all earlier loads:
         // the misses then overlap instead of adding up, and the update starts from these words.
-        let mut snapshot = self.counters.snapshot(hash);
+        let snapshot = self.counters.snapshot(hash);
+        let (counts, presence) = self.count(hash, snapshot, weight, at);
+        self.slide(at, counts, presence)
+    }
+
+    /// Loads the cache lines an observe of the key at `hash` will need, counting nothing and
+    /// waiting for nothing. For batches: touch every key of a batch first, then observe them;
+    /// the memory misses of the batch then overlap instead of coming one key at a time.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_sketch::{RateSketch, Tick};
+    /// let sketch = RateSketch::builder().build()?;
+    /// let keys: [&[u8]; 3] = [b"a", b"b", b"c"];
+    /// let hashes = keys.map(|key| sketch.hash(key));
+    /// hashes.iter().for_each(|&hash| sketch.touch(hash));
+    /// let counts = hashes.map(|hash| sketch.observe_hashed(hash, 1, Tick::ZERO));
+    /// assert_eq!(counts, [1, 1, 1]);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    #[inline]
+    pub fn touch(&self, hash: KeyHash) {
+        self.counters.touch(hash);
+        self.front.touch(hash);
+    }
+
+    /// Counts an event like [`RateSketch::observe`] for a caller that acts on counts up to
+    /// `cap` only (a limiter: its limit + 1, or more), and returns the key's sliding-window
+    /// estimate, **never below `min(cap, true sliding count)`**.
+    ///
+    /// Below `cap` this is exactly `observe`: same count, same estimate, same guarantees. Once
+    /// the key's count in the current window has reached `cap`, an observe only reads: no
+    /// compare-and-swap, no write, so the cache lines of a flood's hot keys stay shared between
+    /// cores. Its events are not counted (the event totals of [`RateSketch::stats`] still
+    /// include them, so the stated bound only overstates). What the promise costs above
+    /// `cap`: how far above it a key went is not known, so a key whose count reached `cap` in a
+    /// window reads at least `cap` for the rest of that window **and the whole next one**,
+    /// where `observe` would let the previous window's share fade. A limiter that passes
+    /// `limit + 1` then holds a key that went over its limit within one window over it until
+    /// the next window ends; one that passes `2 * limit + 1` changes nothing for keys up to
+    /// twice their limit, and those above are over it for at least the first half of the next
+    /// window anyway.
+    ///
+    /// Read the key with [`RateSketch::estimate_capped`] and the same `cap`: the plain
+    /// `estimate` of a capped key may fall below its true count. `cap` 0 counts nothing.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_sketch::{RateSketch, Tick};
+    /// // No Bloom front here: with one, the counters reach the cap an event later.
+    /// let sketch = RateSketch::builder()
+    ///     .window(Duration::from_secs(10))
+    ///     .front_share(0.0)
+    ///     .build()?;
+    /// let now = Tick::from_nanos(1_000);
+    /// for expected in 1..=3 {
+    ///     assert_eq!(sketch.observe_capped(b"flood", 1, 3, now), expected);
+    /// }
+    /// // At the cap: read-only from here on, and never below the cap.
+    /// assert_eq!(sketch.observe_capped(b"flood", 1, 3, now), 3);
+    /// // The whole next window reads at least the cap, even where the share would fade.
+    /// let late = now + Duration::from_millis(19_000);
+    /// assert_eq!(sketch.estimate_capped(b"flood", 3, late), 3);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    #[must_use = "the estimate is the point of observing; use `estimate_capped` to read"]
+    pub fn observe_capped(&self, key: &[u8], weight: u64, cap: u64, now: Tick) -> u64 {
+        self.observe_hashed_capped(self.hash(key), weight, cap, now)
+    }
+
+    /// [`RateSketch::observe_capped`] with a hash from [`RateSketch::hash`].
+    #[must_use = "the estimate is the point of observing; use `estimate_capped` to read"]
+    pub fn observe_hashed_capped(&self, hash: KeyHash, weight: u64, cap: u64, now: Tick) -> u64 {
+        let at = self.windows.position(now);
+        let snapshot = self.counters.snapshot(hash);
+        // The front's line too, now: the branch below waits for the cells, and when it guesses
+        // wrong the front's miss would otherwise start only after theirs (measured: capped
+        // observes were slower than plain ones at 32 MiB without this).
+        self.front.touch(hash);
+        // A stale word only reads lower (a window's count never falls while it is current, and
+        // a word of an older window decodes as older), so a stale read never stops a count
+        // that should go on; it just takes the counting path below.
+        let read = self.counters.counts(&snapshot, at.index);
+        if u64::from(read.current) >= cap {
+            // Read-only: the events total still counts the event, so the bound overstates.
+            self.events.add(at.index, u64::from(clamp(weight)));
+            return self
+                .windows
+                .slide(at, u64::from(read.current), u64::from(read.previous))
+                .max(cap);
+        }
+        let (counts, presence) = self.count(hash, snapshot, weight, at);
+        saturated(self.slide(at, counts, presence), counts, cap)
+    }
+
+    /// Counts `weight` for the key of `hash` and `snapshot` in `at`'s window: the front first,
+    /// then the counters with what it did not absorb. The key's counts (including it) and which
+    /// fronts hold it.
+    #[inline]
+    fn count(
+        &self,
+        hash: KeyHash,
+        mut snapshot: Snapshot,
+        weight: u64,
+        at: Position,
+    ) -> (Halves, Presence) {
+        let weight = clamp(weight);
         let (sighting, presence) = self.front.sight(hash, at.index);
         let absorbed = match sighting {
             Sighting::First => weight.min(self.front_weight),
@@ -97,7 +221,7 @@ impl RateSketch {
             self.counters.reread(&mut snapshot, at.index)
         };
         self.events.add(at.index, u64::from(weight));
-        self.slide(at, counts, presence)
+        (counts, presence)
     }
 
     /// The key's sliding-window estimate at `now`, counting nothing.
@@ -149,6 +273,22 @@ impl RateSketch {
         } else {
             current
         }
+    }
+
+    /// The estimate of a key counted with [`RateSketch::observe_capped`] and `cap`, counting
+    /// nothing: never below `min(cap, true sliding count)`.
+    #[must_use]
+    pub fn estimate_capped(&self, key: &[u8], cap: u64, now: Tick) -> u64 {
+        self.estimate_hashed_capped(self.hash(key), cap, now)
+    }
+
+    /// [`RateSketch::estimate_capped`] with a hash from [`RateSketch::hash`].
+    #[must_use]
+    pub fn estimate_hashed_capped(&self, hash: KeyHash, cap: u64, now: Tick) -> u64 {
+        let at = self.windows.position(now);
+        let presence = self.front.presence(hash, at.index);
+        let counts = self.counters.estimate(hash, at.index);
+        saturated(self.slide(at, counts, presence), counts, cap)
     }
 
     /// Adds what the fronts may have absorbed of the key to the counters' estimate and
@@ -354,6 +494,48 @@ mod tests {
             RateSketch::max_count()
         );
         assert!(s.estimate(b"a", Tick::ZERO) >= RateSketch::max_count());
+    }
+
+    #[test]
+    fn a_capped_key_stops_writing_and_reads_at_least_the_cap() {
+        let s = sketch();
+        let t = |n| Tick::from_nanos(n);
+        for i in 1..=4 {
+            assert_eq!(
+                s.observe_capped(b"a", 1, 4, t(10)),
+                i,
+                "below the cap: exact"
+            );
+        }
+        // The front absorbed the first event: the counters hold 3, and the cap is on them.
+        assert_eq!(s.observe_capped(b"a", 1, 4, t(10)), 5);
+        let before = s.export_window(0);
+        for _ in 0..100 {
+            assert_eq!(s.observe_capped(b"a", 1, 4, t(20)), 4);
+        }
+        let after = s.export_window(0);
+        let same = before.counts() == after.counts() && before.front_bits() == after.front_bits();
+        assert!(same, "a key at its cap writes nothing");
+        assert_eq!(
+            s.stats(t(20)).events_current,
+            105,
+            "the totals still count it"
+        );
+        // The next window: the share of window 0 fades for `estimate`, not below the cap.
+        assert_eq!(s.estimate(b"a", t(190)), 1);
+        assert_eq!(s.estimate_capped(b"a", 4, t(190)), 4);
+        assert_eq!(s.observe_capped(b"a", 1, 4, t(190)), 4);
+        // Two windows on, nothing is left.
+        assert_eq!(s.estimate_capped(b"a", 4, t(300)), 0);
+        // Under the cap, capped and plain observes agree.
+        let plain = sketch();
+        for i in 0..30u64 {
+            let now = t(i * 9);
+            assert_eq!(
+                s.observe_capped(b"b", 2, 1_000, now),
+                plain.observe(b"b", 2, now)
+            );
+        }
     }
 
     #[test]

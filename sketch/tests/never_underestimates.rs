@@ -125,6 +125,42 @@ proptest! {
     }
 
     #[test]
+    fn capped_estimates_never_fall_below_the_cap_or_the_true_count(
+        steps in prop::collection::vec(step(64), 1..600),
+        extra in 0usize..8_000,
+        depth in 1usize..=8,
+        front_share in prop_oneof![Just(0.0), Just(0.125), 0.0..0.5f64],
+        cap in prop_oneof![1..8u64, 1..3_000u64, Just(u64::MAX)],
+        start in prop_oneof![Just(0u64), 0..u64::MAX / 4],
+    ) {
+        // The caps' promise: estimate >= min(cap, truth). Keys stop counting at the cap, so
+        // the oracle's truth goes on above what the sketch holds.
+        let sketch = sketch(extra, depth, front_share, 1);
+        let mut oracle = Oracle::default();
+        let mut now = start;
+        for step in steps {
+            match step {
+                Step::Observe { key, weight } => {
+                    oracle.observe(key, weight, now);
+                    let at = Tick::from_nanos(now);
+                    let estimate = sketch.observe_capped(&key.to_le_bytes(), weight, cap, at);
+                    let owed = oracle.estimate(key, now).min(cap);
+                    prop_assert!(estimate >= owed, "observe of key {key}: {estimate} < {owed}");
+                }
+                Step::Advance(by) => now += by,
+            }
+        }
+        for probe in [0, 1, WINDOW / 2, WINDOW - 1, WINDOW, 2 * WINDOW - 1, 2 * WINDOW] {
+            let at = now + probe;
+            for key in 0..64u16 {
+                let estimate = sketch.estimate_capped(&key.to_le_bytes(), cap, Tick::from_nanos(at));
+                let owed = oracle.estimate(key, at).min(cap);
+                prop_assert!(estimate >= owed, "key {key} at +{probe}: {estimate} < {owed}");
+            }
+        }
+    }
+
+    #[test]
     fn a_lone_key_is_counted_exactly(
         weights in prop::collection::vec(1u64..100, 1..50),
         offsets in prop::collection::vec(0..WINDOW, 1..50),

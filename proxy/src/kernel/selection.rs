@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use tollgate_filter::{Policy, Source};
+use tollgate_filter::{EXACT_MULTIPLE, Policy, Source};
 use tollgate_sketch::Tick;
 
 use super::element::Element;
@@ -39,7 +39,10 @@ pub fn select(
             // Limits are at most MAX_LIMIT (well under 2^53): exact as f64.
             #[allow(clippy::cast_precision_loss)]
             let weight = estimate.estimate as f64 / limit as f64;
-            if weight < factor {
+            // Keys are counted exactly only up to EXACT_MULTIPLE times a limit (plus one): an
+            // estimate past that is over any factor.
+            let capped = estimate.estimate > EXACT_MULTIPLE.saturating_mul(limit);
+            if weight < factor && !capped {
                 continue;
             }
             let period = estimate.limit.rate.per;

@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Notify;
+use tollgate_filter::EXACT_MULTIPLE;
 
 /// The doorbell, shared by the deciding threads and the updater.
 #[derive(Debug)]
@@ -46,13 +47,16 @@ impl Wake {
     }
 
     /// A decision found a source at `estimate` against a limit of `allowed`: rings if that
-    /// reaches the factor.
+    /// reaches the factor, or is past what the filter counts exactly
+    /// ([`tollgate_filter::EXACT_MULTIPLE`] times the limit: over any factor, as the
+    /// selection takes it).
     pub fn over(&self, estimate: u64, allowed: u64) {
         // Relaxed: see `arm`.
         let factor = f64::from_bits(self.factor.load(Ordering::Relaxed));
+        let capped = estimate > EXACT_MULTIPLE.saturating_mul(allowed);
         // Estimates and limits are far below 2^53: exact as f64.
         #[allow(clippy::cast_precision_loss)]
-        if estimate as f64 >= factor * allowed as f64 {
+        if estimate as f64 >= factor * allowed as f64 || (capped && factor.is_finite()) {
             self.bell.notify_one();
         }
     }
@@ -103,5 +107,15 @@ mod tests {
         wake.disarm();
         wake.over(1000, 1);
         assert!(!rang(&wake).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_factor_above_what_is_counted_exactly_still_rings_for_a_capped_estimate() {
+        let wake = Wake::new();
+        wake.arm(20.0);
+        wake.over(EXACT_MULTIPLE * 10, 10);
+        assert!(!rang(&wake).await, "exact, under the factor");
+        wake.over(EXACT_MULTIPLE * 10 + 1, 10);
+        assert!(rang(&wake).await, "past the cap: over any factor");
     }
 }

@@ -1,5 +1,5 @@
-//! Loom models of the sketch: observe vs observe on one key and on two keys that share a cell,
-//! observe vs rotation, a lagging tick vs the tick that rolls its window away, the front's
+//! Loom models of the sketch: observe vs observe on one key (counting, and capped) and on two
+//! keys that share a cell, observe vs rotation, a lagging tick vs the tick that rolls its window away, the front's
 //! first-sighting decision racing itself, and acquires racing under a cap.
 
 #![cfg(loom)]
@@ -31,6 +31,31 @@ fn observe_observe_one_key() {
         );
         assert!(sketch.estimate(KEY, now) >= 3, "lost a count");
         assert_eq!(sketch.stats(now).events_current, 3);
+    });
+}
+
+/// Two capped observes of one key race, one event below its cap (plain sketch, two rows):
+/// whichever reads the cap already reached may skip counting, but each returns at least the
+/// cap it owes, `min(cap, 3)`, and the key reads at least the cap afterwards.
+#[test]
+fn capped_observe_observe_one_key() {
+    check(|| {
+        const CAP: u64 = 2;
+        let sketch = Arc::new(tiny(2, 0.0));
+        let now = Tick::from_nanos(10);
+        assert_eq!(sketch.observe_capped(KEY, 1, CAP, now), 1);
+        let other = Arc::clone(&sketch);
+        let racer = thread::spawn(move || other.observe_capped(KEY, 1, CAP, now));
+        let mine = sketch.observe_capped(KEY, 1, CAP, now);
+        let theirs = racer.join().expect("no panic");
+        assert!(mine >= CAP && theirs >= CAP, "returned {mine} and {theirs}");
+        assert!(
+            sketch.estimate_capped(KEY, CAP, now) >= CAP,
+            "below the cap"
+        );
+        // Late in the next window the share of window 0 has faded, the cap has not.
+        let late = Tick::from_nanos(2 * WINDOW - 1);
+        assert!(sketch.estimate_capped(KEY, CAP, late) >= CAP);
     });
 }
 
