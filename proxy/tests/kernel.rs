@@ -277,6 +277,18 @@ async fn flood_and_drop() {
         estimate.ends_with(&format!("{LEGIT}: not held in the kernel\n")),
         "{estimate}"
     );
+    let explain = admin_get(&proxy, &format!("/explain?source={FLOODER}"));
+    assert!(
+        explain.contains(&format!(
+            "{FLOODER}: held in the kernel as {FLOODER}/32 for "
+        )),
+        "{explain}"
+    );
+    let explain = admin_get(&proxy, &format!("/explain?source={FLOODER}&format=json"));
+    assert!(
+        explain.contains(&format!("\"network\":\"{FLOODER}/32\"")),
+        "{explain}"
+    );
 
     // Its further connections never reach accept: refused by the kernel, no decision made.
     let before = decisions(&proxy);

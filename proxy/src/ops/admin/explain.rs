@@ -14,6 +14,7 @@ use tollgate_filter::{
 use tollgate_sketch::Tick;
 
 use super::answer::{Answer, Format, json, text};
+use crate::kernel;
 use crate::ops::saved_lists::unix_ms_now;
 use crate::shared::Shared;
 
@@ -41,9 +42,19 @@ pub(crate) fn explain(
     let policy = shared.filter.policy();
     let now = shared.now();
     let why = policy.explain(Source::new(addr), transport, now);
+    // The kernel fast path's hold on the source, if `[kernel]` is on (what its updater last
+    // committed; see `crate::kernel::View`).
     match format {
-        Format::Json => json(StatusCode::OK, &to_json(&policy, &why, now)),
-        Format::Text => text(StatusCode::OK, to_text(&policy, &why, now)),
+        Format::Json => {
+            let mut value = to_json(&policy, &why, now);
+            value["kernel"] = kernel::held(shared, addr);
+            json(StatusCode::OK, &value)
+        }
+        Format::Text => {
+            let mut body = to_text(&policy, &why, now);
+            body.push_str(&kernel::estimate_line(shared, addr));
+            text(StatusCode::OK, body)
+        }
     }
 }
 
