@@ -15,12 +15,18 @@ pub struct Proxy {
     pub admin: SocketAddr,
     /// Its config file.
     pub path: PathBuf,
+    /// Whether its stderr is copied to the test's when it ends (the test did not ask to
+    /// read it).
+    show_log: bool,
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.show_log {
+            eprint!("{}", self.log());
+        }
     }
 }
 
@@ -41,8 +47,34 @@ impl Proxy {
     }
 
     /// As [`Proxy::start`], with `shell` (such as `"ulimit -Sn 256 && "`) run before the
-    /// proxy, and its stderr kept in a file ([`Proxy::log`]) if `log`.
+    /// proxy. Its stderr is kept in a file ([`Proxy::log`]), and shown on the test's stderr
+    /// when it ends unless `log`.
+    ///
+    /// The ports are free when picked but not held until the proxy binds them: another test
+    /// (or process) may take one meanwhile. A proxy that could not bind is started again on
+    /// fresh ports, a few times at most.
     pub fn launch(name: &str, listener_body: &str, rest: &str, shell: &str, log: bool) -> Proxy {
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            match Proxy::try_launch(name, listener_body, rest, shell, log) {
+                Ok(proxy) => return proxy,
+                Err(output) if output.contains("Address already in use") && attempt < ATTEMPTS => {
+                    eprintln!("a port was taken before the proxy bound it; again:\n{output}");
+                }
+                Err(output) => panic!("the proxy exited before it came up: {output}"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// One start: the proxy once its admin answers, or its exit status and stderr.
+    fn try_launch(
+        name: &str,
+        listener_body: &str,
+        rest: &str,
+        shell: &str,
+        log: bool,
+    ) -> Result<Proxy, String> {
         let (front, admin) = (free_port(), free_port());
         let config = format!(
             "[admin]\nlisten = \"{admin}\"\n\n[[listener]]\nname = \"front\"\nlisten = \"{front}\"\n{listener_body}\n\n{rest}\n"
@@ -52,11 +84,7 @@ impl Proxy {
         let path: PathBuf = dir.join("tollgate.toml");
         std::fs::write(&path, config).unwrap();
         let binary = env!("CARGO_BIN_EXE_tollgate");
-        let stderr = if log {
-            Stdio::from(std::fs::File::create(dir.join("stderr.log")).unwrap())
-        } else {
-            Stdio::inherit()
-        };
+        let stderr = std::fs::File::create(dir.join("stderr.log")).unwrap();
         let child = Command::new("sh")
             .arg("-c")
             .arg(format!("{shell}exec \"$0\" run --config \"$1\""))
@@ -64,29 +92,28 @@ impl Proxy {
             .arg(&path)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(stderr)
+            .stderr(Stdio::from(stderr))
             .spawn()
             .expect("tollgate starts");
-        let proxy = Proxy {
+        let mut proxy = Proxy {
             child,
             front,
             admin,
             path,
+            show_log: !log,
         };
         // A guard against a hang, not a timing assertion: a debug build starting while the
         // rest of the suite runs can take seconds.
         let deadline = Instant::now() + 3 * super::BOUND;
-        let mut proxy = proxy;
         while std::net::TcpStream::connect(proxy.admin).is_err() {
             if let Ok(Some(status)) = proxy.child.try_wait() {
-                let log = std::fs::read_to_string(proxy.path.with_file_name("stderr.log"))
-                    .unwrap_or_default();
-                panic!("the proxy exited before it came up ({status}):\n{log}");
+                proxy.show_log = false;
+                return Err(format!("({status}):\n{}", proxy.log()));
             }
             assert!(Instant::now() < deadline, "the proxy did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
-        proxy
+        Ok(proxy)
     }
 
     /// Sends `signal` (a `kill -s` name such as `HUP`) to the child.
@@ -110,7 +137,7 @@ impl Proxy {
         }
     }
 
-    /// What the child wrote to stderr so far (started with `log`).
+    /// What the child wrote to stderr so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.path.with_file_name("stderr.log")).unwrap_or_default()
     }
