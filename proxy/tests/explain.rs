@@ -7,10 +7,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{BOUND, Wire, attempt, echo_upstream, eventually};
+use common::{Wire, admin_json, attempt, echo_upstream, eventually};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tollgate::config::ProxyConfig;
 use tollgate::server::Server;
 use tollgate::shared::Shared;
@@ -67,41 +65,9 @@ async fn start(dir: &std::path::Path, rate: &str) -> Server {
     Server::start(config, Some(path)).await.expect("starts")
 }
 
-/// One HTTP request to the admin endpoint; (status, body).
-async fn request(
-    server: &Server,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    let mut stream = TcpStream::connect(server.admin_addr().unwrap())
-        .await
-        .unwrap();
-    let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{authorization}Accept: application/json\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    tokio::time::timeout(BOUND, stream.read_to_end(&mut response))
-        .await
-        .expect("admin answers")
-        .unwrap();
-    let response = String::from_utf8(response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, b)| b.to_owned());
-    (status, body)
-}
-
 /// A GET answered 200 with JSON.
 async fn get(server: &Server, path: &str) -> Value {
-    let (status, body) = request(server, "GET", path, None, "").await;
+    let (status, body) = admin_json(server, "GET", path, None, "").await;
     assert_eq!(status, 200, "{path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
@@ -219,7 +185,7 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     let front = server.local_addr("front").unwrap();
     assert_eq!(attempt("127.0.0.7", front).await, Wire::Echoed);
 
-    let (status, body) = request(
+    let (status, body) = admin_json(
         &server,
         "POST",
         "/lists/deny",
@@ -246,7 +212,7 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     let lists = get(&server, "/lists").await;
     assert_eq!(lists["entries"].as_array().unwrap().len(), 1, "{lists}");
     assert_eq!(lists["capacity"], 10_000);
-    let (_, metrics) = request(&server, "GET", "/metrics", None, "").await;
+    let (_, metrics) = admin_json(&server, "GET", "/metrics", None, "").await;
     assert!(
         metrics.contains("tollgate_list_entries{list=\"deny\"} 1"),
         "{metrics}"
@@ -254,7 +220,7 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     assert!(metrics.contains("tollgate_list_added_total 1"), "{metrics}");
 
     // A reload (the file unchanged) keeps it.
-    let (status, body) = request(&server, "POST", "/reload", Some(TOKEN), "").await;
+    let (status, body) = admin_json(&server, "POST", "/reload", Some(TOKEN), "").await;
     assert_eq!(status, 200, "{body}");
     assert_ne!(attempt("127.0.0.7", front).await, Wire::Echoed);
     assert_eq!(
@@ -263,7 +229,7 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     );
 
     // Removed on request: the source passes again.
-    let (status, body) = request(
+    let (status, body) = admin_json(
         &server,
         "DELETE",
         "/lists/deny?cidr=127.0.0.7%2F32",
@@ -275,7 +241,7 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     assert_eq!(attempt("127.0.0.7", front).await, Wire::Echoed);
 
     // An entry of one millisecond runs out by itself and is counted as expired.
-    let (status, body) = request(
+    let (status, body) = admin_json(
         &server,
         "POST",
         "/lists/allow",
@@ -288,7 +254,7 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     eventually(|| shared.filter.lists().entries(shared.now()).is_empty()).await;
     let lists = get(&server, "/lists").await;
     assert_eq!(lists["entries"], serde_json::json!([]), "{lists}");
-    let (_, metrics) = request(&server, "GET", "/metrics", None, "").await;
+    let (_, metrics) = admin_json(&server, "GET", "/metrics", None, "").await;
     assert!(
         metrics.contains("tollgate_list_expired_total 1"),
         "{metrics}"
@@ -309,7 +275,7 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
     let server = start(&dir, "100/60s").await;
     let post = |path: &'static str, token: Option<&'static str>, body: String| {
         let server = &server;
-        async move { request(server, "POST", path, token, &body).await }
+        async move { admin_json(server, "POST", path, token, &body).await }
     };
     let refused = |answer: (u16, String), status: u16, words: &str| {
         assert_eq!(answer.0, status, "{}", answer.1);
@@ -323,7 +289,8 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
     assert_eq!(status, 401);
     let (status, _) = post("/lists/deny", Some("wrong"), ok.clone()).await;
     assert_eq!(status, 401);
-    let (status, _) = request(&server, "DELETE", "/lists/deny?cidr=192.0.2.0/24", None, "").await;
+    let (status, _) =
+        admin_json(&server, "DELETE", "/lists/deny?cidr=192.0.2.0/24", None, "").await;
     assert_eq!(status, 401);
     assert_eq!(
         get(&server, "/lists").await["entries"],
@@ -408,7 +375,7 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
         "at most 4096 bytes",
     );
     refused(
-        request(
+        admin_json(
             &server,
             "DELETE",
             "/lists/allow?cidr=192.0.2.0/24",
@@ -420,12 +387,12 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
         "no run-time allow entry for 192.0.2.0/24",
     );
     refused(
-        request(&server, "GET", "/explain?source=nonsense", None, "").await,
+        admin_json(&server, "GET", "/explain?source=nonsense", None, "").await,
         400,
         "`nonsense` is not an IP address",
     );
     refused(
-        request(&server, "GET", "/explain", None, "").await,
+        admin_json(&server, "GET", "/explain", None, "").await,
         400,
         "say which source",
     );
@@ -444,7 +411,7 @@ async fn without_a_token_list_changes_are_refused_while_reads_stay_open() {
          [{{ rate = \"10/1s\" }}]\n"
     ))
     .await;
-    let (status, body) = request(
+    let (status, body) = admin_json(
         &server,
         "POST",
         "/lists/deny",

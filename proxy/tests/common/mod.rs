@@ -150,13 +150,42 @@ pub async fn admin_as(
     path: &str,
     token: Option<&str>,
 ) -> (u16, String) {
+    admin_request(server, method, path, token, "", "").await
+}
+
+/// As [`admin_as`], asking for JSON and sending `body` as JSON.
+#[allow(dead_code)] // Not every test file that includes this module sends JSON.
+pub async fn admin_json(
+    server: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let headers = "Accept: application/json\r\nContent-Type: application/json\r\n";
+    admin_request(server, method, path, token, headers, body).await
+}
+
+/// One HTTP/1.1 request to the admin endpoint with `headers` (each ending in CRLF) and
+/// `body`; (status, body).
+async fn admin_request(
+    server: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     let address = server.admin_addr().expect("admin enabled");
     let mut stream = TcpStream::connect(address).await.unwrap();
     let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{authorization}{headers}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
     );
-    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
     let mut response = Vec::new();
     tokio::time::timeout(BOUND, stream.read_to_end(&mut response))
         .await
