@@ -1,6 +1,7 @@
 //! Loom models of the lock-free races (in `tests/`), one race per model: the sketch's counters,
 //! rotation, front and merge (`tests/sketch.rs`), the filter's policy swap
-//! (`tests/policy.rs`), and the cluster's suspects table (`tests/suspects.rs`).
+//! (`tests/policy.rs`), the run-time allow/deny lists (`tests/overlay.rs`), and the cluster's
+//! suspects table (`tests/suspects.rs`).
 //!
 //! Run them with
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p tollgate-loom --release`.
