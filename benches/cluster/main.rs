@@ -337,6 +337,7 @@ fn main() -> ExitCode {
                     sources: args.sources.unwrap_or_else(|| vec![1000, 10_000_000]),
                     sync: args.sync.unwrap_or_else(|| "100ms".to_owned()),
                     tollgate,
+                    interrupted: Arc::default(),
                 }
             });
         return tollgate_benches::exit::exit_code(

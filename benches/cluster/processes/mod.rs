@@ -51,6 +51,8 @@ pub(crate) struct Options {
     pub(crate) sync: String,
     /// The tollgate binary.
     pub(crate) tollgate: PathBuf,
+    /// Set on SIGINT or SIGTERM: the run stops at its next pause, and every child with it.
+    pub(crate) interrupted: Arc<AtomicBool>,
 }
 
 /// Runs every scenario and prints the tables.
@@ -72,6 +74,7 @@ pub(crate) fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         .worker_threads(1)
         .enable_all()
         .build()?;
+    runtime.spawn(watch_signals(Arc::clone(&options.interrupted)));
     let upstreams = Upstreams::start(&runtime)?;
     let server = Redis::server("redis", &dir, PASSWORD)?;
     println!(
@@ -172,7 +175,7 @@ fn start_nodes(
             )
             .into());
         }
-        thread::sleep(Duration::from_millis(50));
+        pause(Duration::from_millis(50), options)?;
     }
 }
 
@@ -214,15 +217,7 @@ fn scenario(
         .map(|n| Ok((n.metrics()?, n.cpu())))
         .collect::<Result<_, String>>()?;
     let start = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = {
-        let targets: Vec<SocketAddr> = nodes.iter().map(|n| n.udp).collect();
-        let stop = Arc::clone(&stop);
-        let rate = options.rate * nodes.len() as u64;
-        thread::Builder::new()
-            .name("load".to_owned())
-            .spawn(move || driver::udp_load(&targets, sources, mix, rate, &stop))?
-    };
+    let load = Load::start(&nodes, sources, mix, options.rate)?;
     let over = runtime.spawn(driver::over_limit(
         nodes.iter().map(|n| n.tcp).collect(),
         (10 * LIMIT) as f64 / period as f64,
@@ -232,14 +227,15 @@ fn scenario(
     let mut samples = vec![Vec::new(); nodes.len()];
     let end = start + Duration::from_secs(seconds);
     while Instant::now() < end {
-        thread::sleep(Duration::from_secs(1).min(end.saturating_duration_since(Instant::now())));
+        pause(
+            Duration::from_secs(1).min(end.saturating_duration_since(Instant::now())),
+            options,
+        )?;
         for (node, sampled) in nodes.iter_mut().zip(&mut samples) {
             sampled.push(node.metrics()?.sum("tollgate_cluster_suspects", &[]));
         }
     }
-    // Relaxed: a stop flag; joining the thread is the synchronisation.
-    stop.store(true, Ordering::Relaxed);
-    let sent = load.join().map_err(|_| "the load thread panicked")??;
+    let sent = load.finish()?;
     let admitted = runtime.block_on(over)?;
     let elapsed = start.elapsed().as_secs_f64();
     let mut per_node = Vec::new();
@@ -335,17 +331,9 @@ fn failover(
     let discovery =
         Discovery::Sentinels(sentinels.iter().map(|s| s.address).collect(), MASTER_NAME);
     let mut nodes = start_nodes(&setup(discovery, "1s"), dir, options)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = {
-        let targets: Vec<SocketAddr> = nodes.iter().map(|n| n.udp).collect();
-        let stop = Arc::clone(&stop);
-        let rate = options.rate * nodes.len() as u64;
-        thread::Builder::new()
-            .name("load".to_owned())
-            .spawn(move || driver::udp_load(&targets, 1000, Mix::Zipf, rate, &stop))?
-    };
+    let load = Load::start(&nodes, 1000, Mix::Zipf, options.rate)?;
     // Let the load settle for two seconds, then crash the master.
-    thread::sleep(Duration::from_secs(2));
+    pause(Duration::from_secs(2), options)?;
     let crashed = Instant::now();
     master.crash();
     let mut alone_at: Vec<Option<(Duration, f64)>> = vec![None; nodes.len()];
@@ -354,9 +342,6 @@ fn failover(
     while synced_at.iter().any(Option::is_none) {
         let now = crashed.elapsed();
         if now > FAILOVER_LIMIT {
-            // Relaxed: a stop flag; joining the thread is the synchronisation.
-            stop.store(true, Ordering::Relaxed);
-            let _ = load.join();
             return Err(format!(
                 "the nodes did not follow the failover within {FAILOVER_LIMIT:?}: alone at {alone_at:?}, synced at {synced_at:?}, replica promoted at {promoted_at:?} (logs in {})",
                 dir.path().display()
@@ -380,11 +365,9 @@ fn failover(
                 _ => {}
             }
         }
-        thread::sleep(Duration::from_millis(20));
+        pause(Duration::from_millis(20), options)?;
     }
-    // Relaxed: a stop flag; joining the thread is the synchronisation.
-    stop.store(true, Ordering::Relaxed);
-    let _ = load.join();
+    load.finish()?;
     println!();
     println!(
         "failover (master SIGKILLed under the 1k Zipf load; sentinels: quorum 2, down after {} ms, \
@@ -434,5 +417,73 @@ impl Node {
     /// CPU time of the node's process so far (zero if `/proc` cannot say).
     fn cpu(&self) -> Duration {
         cpu::tree_time(self.pid()).unwrap_or_default()
+    }
+}
+
+/// Sleeps `duration`, then fails if the run was interrupted.
+fn pause(duration: Duration, options: &Options) -> Result<(), String> {
+    thread::sleep(duration);
+    // Relaxed: a flag polled between steps; nothing else is published through it.
+    if options.interrupted.load(Ordering::Relaxed) {
+        return Err("interrupted: every child process is being stopped".to_owned());
+    }
+    Ok(())
+}
+
+/// Sets `interrupted` on SIGINT or SIGTERM (the run then stops at its next pause and drops,
+/// so stops, every child it started).
+async fn watch_signals(interrupted: Arc<AtomicBool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    // Relaxed: a flag the main thread polls.
+    interrupted.store(true, Ordering::Relaxed);
+}
+
+/// The UDP load on its own thread; stopped (and joined) by [`Load::finish`] or when dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<std::io::Result<Sent>>>,
+}
+
+impl Load {
+    /// Starts `rate` datagrams per node per second from `sources` drawn by `mix`, round-robin
+    /// over `nodes`.
+    fn start(nodes: &[Node], sources: u64, mix: Mix, rate: u64) -> std::io::Result<Load> {
+        let targets: Vec<SocketAddr> = nodes.iter().map(|n| n.udp).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let total = rate * nodes.len() as u64;
+        let thread = thread::Builder::new().name("load".to_owned()).spawn({
+            let stop = Arc::clone(&stop);
+            move || driver::udp_load(&targets, sources, mix, total, &stop)
+        })?;
+        Ok(Load {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the load: what it sent.
+    fn finish(mut self) -> Result<Sent, String> {
+        self.halt()
+            .ok_or("the load thread panicked")?
+            .map_err(|e| format!("the load driver's socket: {e}"))
+    }
+
+    fn halt(&mut self) -> Option<std::io::Result<Sent>> {
+        // Relaxed: a stop flag; joining the thread is the synchronisation.
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take()?.join().ok()
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        let _ = self.halt();
     }
 }
