@@ -11,7 +11,7 @@
 //! [`processes`]; `cargo build --release -p tollgate` first):
 //!
 //! ```text
-//! cargo run --release -p tollgate-benches --bin cluster -- --processes [--seconds 20 --rate 3000]
+//! cargo run --release -p tollgate-benches --bin cluster -- --processes [--seconds 20 --rate 10000]
 //! ```
 //!
 //! The nodes are in-process and skip the sockets: each is a `tollgate_filter::Filter` with its
@@ -57,7 +57,7 @@ struct Args {
     #[arg(long)]
     seconds: Option<u64>,
     /// Decisions per second per node (default 100000; with --processes, datagrams offered
-    /// per node per second, default 3000).
+    /// per node per second, default 10000).
     #[arg(long)]
     rate: Option<u64>,
     /// Distinct sources, comma-separated (default 1000,100000,10000000; with --processes
@@ -333,7 +333,7 @@ fn main() -> ExitCode {
             tollgate_benches::launch::tollgate_binary(args.tollgate.as_deref()).map(|tollgate| {
                 processes::Options {
                     seconds: args.seconds.unwrap_or(20),
-                    rate: args.rate.unwrap_or(3000),
+                    rate: args.rate.unwrap_or(10_000),
                     sources: args.sources.unwrap_or_else(|| vec![1000, 10_000_000]),
                     sync: args.sync.unwrap_or_else(|| "100ms".to_owned()),
                     tollgate,

@@ -125,10 +125,12 @@ pub(crate) fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     println!();
     print!("{}", render(&rows));
     println!(
-        "decided/s: datagrams the 3 nodes decided per second (offered {}); suspects, sent, \
+        "sent/s: datagrams the driver sent per second (asked for {}); decided/s: those the 3 \
+         nodes decided; suspects, sent, \
          received, commands: per node per second (mean of the 3); over: the source at 10 x \
          its limit, connections served/attempted over the row, and served in its first period \
-         and per later period, in limits (L); CPU: each node's mean share of one core; errors: \
+         and per later period, in limits (L); CPU: each node's mean share of one core, and its CPU time per decided datagram (the \
+         source over its limit's connections and the sync included); errors: \
          Redis errors (all 3) / datagrams the driver failed to send",
         number((options.rate * 3) as f64)
     );
@@ -182,6 +184,8 @@ fn start_nodes(
 /// What one scenario measured.
 #[derive(Debug)]
 struct Outcome {
+    /// Datagrams the driver sent per second.
+    offered: f64,
     sent: Sent,
     /// Per node: counters' increase over the run, per second.
     per_node: Vec<Rates>,
@@ -238,6 +242,7 @@ fn scenario(
     let sent = load.finish()?;
     let admitted = runtime.block_on(over)?;
     let elapsed = start.elapsed().as_secs_f64();
+    let offered = sent.datagrams as f64 / elapsed;
     let mut per_node = Vec::new();
     for (node, (old, cpu)) in nodes.iter_mut().zip(&before) {
         let new = node.metrics()?;
@@ -253,6 +258,7 @@ fn scenario(
         });
     }
     Ok(Outcome {
+        offered,
         sent,
         per_node,
         suspects: samples
@@ -292,6 +298,7 @@ impl Outcome {
             number(sources as f64),
             format!("{mix:?}").to_lowercase(),
             period.to_owned(),
+            number(self.offered),
             number(mean(&|r| r.decided) * self.per_node.len() as f64),
             number(self.suspects.iter().sum::<f64>() / self.suspects.len().max(1) as f64),
             number(mean(&|r| r.sent)),
@@ -305,6 +312,7 @@ impl Outcome {
                     / (LIMIT as f64 * (self.periods - 1.0).max(1.0))
             ),
             format!("{:.0}%", 100.0 * mean(&|r| r.cpu)),
+            number(1e6 * mean(&|r| r.cpu) / mean(&|r| r.decided).max(1.0)),
             format!(
                 "{}/{}",
                 number(mean(&|r| r.errors) * self.per_node.len() as f64),
@@ -402,8 +410,9 @@ fn failover(
         .copied()
         .unwrap_or_default();
     println!(
-        "converged (every node synced with the promoted master): {}",
-        seconds(converged)
+        "converged (every node synced with the promoted master): {}; after the promotion: {}",
+        seconds(converged),
+        promoted_at.map_or("?".to_owned(), |p| seconds(converged.saturating_sub(p)))
     );
     drop(nodes);
     Ok(())
