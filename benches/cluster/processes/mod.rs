@@ -99,6 +99,7 @@ pub(crate) fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         tcp_upstream: upstreams.echo,
     };
     let mut rows = vec![header()];
+    print!("{}", render(&rows));
     for &sources in &options.sources {
         for mix in [Mix::Zipf, Mix::Uniform] {
             server.flush()?;
@@ -126,8 +127,8 @@ pub(crate) fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     print!("{}", render(&rows));
     println!(
         "sent/s: datagrams the driver sent per second (asked for {}); decided/s: those the 3 \
-         nodes decided; suspects, sent, \
-         received, commands: per node per second (mean of the 3); over: the source at 10 x \
+         nodes decided; suspects, bytes \
+         to and from Redis, Redis commands: per node per second (mean of the 3); over: the source at 10 x \
          its limit, connections served/attempted over the row, and served in its first period \
          and per later period, in limits (L); CPU: each node's mean share of one core, and its CPU time per decided datagram (the \
          source over its limit's connections and the sync included); errors: \
@@ -275,14 +276,17 @@ fn header() -> Vec<String> {
         "sources",
         "mix",
         "period",
+        "sent/s",
         "decided/s",
         "suspects",
-        "sent B/s",
-        "recv B/s",
+        "to Redis B/s",
+        "from Redis B/s",
         "cmds/s",
         "over",
-        "served",
+        "1st period",
+        "after",
         "CPU/node",
+        "us/decision",
         "errors",
     ]
     .map(str::to_owned)
@@ -494,5 +498,29 @@ impl Load {
 impl Drop for Load {
     fn drop(&mut self) {
         let _ = self.halt();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_has_a_cell_under_each_heading() {
+        let outcome = Outcome {
+            offered: 1.0,
+            sent: Sent::default(),
+            per_node: vec![Rates::default(); 3],
+            suspects: vec![0.0; 3],
+            admitted: driver::Admitted::default(),
+            periods: 2.0,
+        };
+        assert_eq!(
+            outcome.row(1000, Mix::Zipf, "1s").len(),
+            header().len(),
+            "{:?} under {:?}",
+            outcome.row(1000, Mix::Zipf, "1s"),
+            header()
+        );
     }
 }
