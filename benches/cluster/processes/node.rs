@@ -69,10 +69,14 @@ impl Node {
         tollgate: &Path,
     ) -> Result<Node, String> {
         let name = NAMES[index];
-        let ports = free_tcp_ports(2).map_err(|e| format!("no free TCP port: {e}"))?;
-        let udp_port = free_udp_ports(1).map_err(|e| format!("no free UDP port: {e}"))?[0];
-        let (tcp, admin) = (loopback(ports[0]), loopback(ports[1]));
-        let udp = loopback(udp_port);
+        let tcp_ports = free_tcp_ports(2).map_err(|e| format!("no free TCP port: {e}"))?;
+        let udp_ports = free_udp_ports(1).map_err(|e| format!("no free UDP port: {e}"))?;
+        let (Some(&tcp), Some(&admin), Some(&udp)) =
+            (tcp_ports.first(), tcp_ports.get(1), udp_ports.first())
+        else {
+            return Err("fewer free loopback ports than asked for".to_owned());
+        };
+        let (tcp, admin, udp) = (loopback(tcp), loopback(admin), loopback(udp));
         let file = dir.write(
             &format!("{name}.toml"),
             &config(name, setup, udp, tcp, admin),

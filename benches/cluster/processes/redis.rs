@@ -120,33 +120,35 @@ impl Redis {
         port: u16,
         password: Option<&str>,
     ) -> Result<Redis, String> {
-        let mut process = Process::spawn(name, command, dir.path())?;
-        let redis = Redis {
+        let mut redis = Redis {
+            process: Process::spawn(name, command, dir.path())?,
             address: SocketAddr::from(([127, 0, 0, 1], port)),
             password: password.map(str::to_owned),
-            process: {
-                let deadline = Instant::now() + START_LIMIT;
-                let client = client(SocketAddr::from(([127, 0, 0, 1], port)), password)?;
-                loop {
-                    process.check_alive()?;
-                    let pong: Option<String> = client
-                        .get_connection_with_timeout(Duration::from_millis(200))
-                        .ok()
-                        .and_then(|mut c| redis::cmd("PING").query(&mut c).ok());
-                    if pong.is_some() {
-                        break process;
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(format!(
-                            "{name} did not answer on port {port} within {START_LIMIT:?}{}",
-                            process.log_tail()
-                        ));
-                    }
-                    thread::sleep(Duration::from_millis(20));
-                }
-            },
         };
+        let deadline = Instant::now() + START_LIMIT;
+        while !redis.answers() {
+            redis.process.check_alive()?;
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{name} did not answer on port {port} within {START_LIMIT:?}{}",
+                    redis.process.log_tail()
+                ));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
         Ok(redis)
+    }
+
+    /// Whether it answers a PING (within 200 ms), logging in with its password.
+    fn answers(&self) -> bool {
+        let Ok(client) = client(self.address, self.password.as_deref()) else {
+            return false;
+        };
+        let pong: Option<String> = client
+            .get_connection_with_timeout(Duration::from_millis(200))
+            .ok()
+            .and_then(|mut c| redis::cmd("PING").query(&mut c).ok());
+        pong.is_some()
     }
 
     /// Empties it (`FLUSHALL`), so a run starts from no shared counts.
