@@ -7,6 +7,13 @@
 //! cargo run --release -p tollgate-benches --bin cluster [-- --seconds 4 --rate 100000]
 //! ```
 //!
+//! With `--processes` it runs the three nodes as real `tollgate run` processes instead (see
+//! [`processes`]; `cargo build --release -p tollgate` first):
+//!
+//! ```text
+//! cargo run --release -p tollgate-benches --bin cluster -- --processes [--seconds 20 --rate 10000]
+//! ```
+//!
 //! The nodes are in-process and skip the sockets: each is a `tollgate_filter::Filter` with its
 //! own `tollgate::cluster::Cluster` as its remote and its own sync task, the proxy's code from
 //! the decide call down; one thread per node paces `--rate` decisions per second (in 1 ms
@@ -19,6 +26,11 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod processes;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::Parser;
 use rand::{RngExt, SeedableRng, rngs::SmallRng};
@@ -34,23 +46,43 @@ const LIMIT: u64 = 100;
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// Seconds per scenario.
-    #[arg(long, default_value_t = 4)]
-    seconds: u64,
-    /// Decisions per second per node.
-    #[arg(long, default_value_t = 100_000)]
-    rate: u64,
-    /// Distinct sources, comma-separated.
-    #[arg(long, default_value = "1000,100000,10000000", value_delimiter = ',')]
-    sources: Vec<u64>,
-    /// A running Redis to use (flushed) instead of starting one.
+    /// Run three `tollgate run` processes, a password-protected redis-server and a
+    /// Sentinel failover instead of in-process nodes.
+    #[arg(long)]
+    processes: bool,
+    /// With --processes: the tollgate binary (default: `tollgate` next to this tool).
+    #[arg(long)]
+    tollgate: Option<PathBuf>,
+    /// Seconds per scenario (default 4; with --processes 20).
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Decisions per second per node (default 100000; with --processes, datagrams offered
+    /// per node per second, default 10000).
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Distinct sources, comma-separated (default 1000,100000,10000000; with --processes
+    /// 1000,10000000).
+    #[arg(long, value_delimiter = ',')]
+    sources: Option<Vec<u64>>,
+    /// A running Redis to use (flushed) instead of starting one (in-process nodes only).
     #[arg(long)]
     redis: Option<SocketAddr>,
-    /// The sync interval.
-    #[arg(long, default_value = "200ms")]
-    sync: String,
-    /// The limit's period (the limit is 100 per period).
+    /// The sync interval (default 200ms; with --processes 100ms).
+    #[arg(long)]
+    sync: Option<String>,
+    /// The limit's period (the limit is 100 per period; in-process nodes only: --processes
+    /// runs 1 s and 10 s).
     #[arg(long, default_value = "1s")]
+    per: String,
+}
+
+/// The in-process run's settings, the defaults filled in.
+#[derive(Debug)]
+struct Settings {
+    seconds: u64,
+    rate: u64,
+    sources: Vec<u64>,
+    sync: String,
     per: String,
 }
 
@@ -159,7 +191,7 @@ fn policy(redis: Option<SocketAddr>, node: usize, sync: &str, per: &str) -> Prox
 }
 
 fn scenario(
-    args: &Args,
+    args: &Settings,
     redis: Option<SocketAddr>,
     sources: u64,
     mix: Mix,
@@ -294,9 +326,44 @@ fn scenario(
     }
 }
 
-fn main() {
+fn main() -> ExitCode {
     let args = Args::parse();
-    let (_server, redis) = match args.redis {
+    if args.processes {
+        let options =
+            tollgate_benches::launch::tollgate_binary(args.tollgate.as_deref()).map(|tollgate| {
+                processes::Options {
+                    seconds: args.seconds.unwrap_or(20),
+                    rate: args.rate.unwrap_or(10_000),
+                    sources: args.sources.unwrap_or_else(|| vec![1000, 10_000_000]),
+                    sync: args.sync.unwrap_or_else(|| "100ms".to_owned()),
+                    tollgate,
+                    interrupted: Arc::default(),
+                }
+            });
+        return tollgate_benches::exit::exit_code(
+            options
+                .map_err(Into::into)
+                .and_then(|options| processes::run(&options)),
+        );
+    }
+    in_process(
+        &Settings {
+            seconds: args.seconds.unwrap_or(4),
+            rate: args.rate.unwrap_or(100_000),
+            sources: args
+                .sources
+                .unwrap_or_else(|| vec![1000, 100_000, 10_000_000]),
+            sync: args.sync.unwrap_or_else(|| "200ms".to_owned()),
+            per: args.per,
+        },
+        args.redis,
+    );
+    ExitCode::SUCCESS
+}
+
+/// The three nodes in this process.
+fn in_process(args: &Settings, redis: Option<SocketAddr>) {
+    let (_server, redis) = match redis {
         Some(address) => (None, address),
         None => {
             let (server, address) = start_redis();
@@ -336,8 +403,8 @@ fn main() {
     );
     for &sources in &args.sources {
         for mix in [Mix::Zipf, Mix::Uniform] {
-            let shared = scenario(&args, Some(redis), sources, mix, &runtime);
-            let alone = scenario(&args, None, sources, mix, &runtime);
+            let shared = scenario(args, Some(redis), sources, mix, &runtime);
+            let alone = scenario(args, None, sources, mix, &runtime);
             println!(
                 "{:>9} {:>7} | {:>7.2}L {:>7.2}L | {:>8.0} {:>8.0} | {:>8.0} {:>9.0} {:>10.0} {:>10.0} {:>7.2} {:>9} {:>9.0} {:>4}/{:<3}",
                 sources,
