@@ -158,6 +158,46 @@ async fn explain_names_what_decides_for_allowed_throttled_penalised_and_listed_s
 }
 
 #[tokio::test]
+async fn a_flood_past_eight_times_its_limit_is_said_to_be_at_least_and_back_at_most() {
+    let dir = dir();
+    let server = start(&dir, "3/60s").await;
+    let shared = Arc::clone(server.shared());
+    // 20 times the limit: counted exactly only up to 8 times it, plus one (25; the front may
+    // add one).
+    for _ in 0..60 {
+        decide(&shared, "192.0.2.7");
+    }
+    let why = get(&server, "/explain?source=192.0.2.7").await;
+    let limit = &why["rules"][0]["limits"][0];
+    assert_eq!(limit["capped"], true, "{why}");
+    assert_eq!(
+        limit["bound"], "estimate at least, retry_after at most",
+        "{why}"
+    );
+    assert_eq!(why["verdict"]["capped"], true, "{why}");
+    // The sketch's promise, not the count's decay: past the rest of this minute's window.
+    let retry = limit["retry_after_ms"].as_u64().unwrap();
+    assert!(retry > 60_000 && retry <= 120_000, "{why}");
+    let (status, body) = common::admin(&server, "GET", "/explain?source=192.0.2.7").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("estimate at least ") && body.contains("back under in at most"),
+        "{body}"
+    );
+    let estimate = get(&server, "/estimate?source=192.0.2.7").await;
+    assert_eq!(estimate["limits"][0]["capped"], true, "{estimate}");
+    let (_, body) = common::admin(&server, "GET", "/estimate?source=192.0.2.7").await;
+    assert!(body.contains(">= 2"), "{body}");
+    // A source under the cap reads as exact.
+    for _ in 0..5 {
+        decide(&shared, "192.0.3.200");
+    }
+    let why = get(&server, "/explain?source=192.0.3.200").await;
+    assert_eq!(why["rules"][0]["limits"][0]["capped"], false, "{why}");
+    assert_eq!(why["rules"][0]["limits"][0]["bound"], "exact", "{why}");
+}
+
+#[tokio::test]
 async fn explaining_a_hundred_times_counts_nothing() {
     let dir = dir();
     let server = start(&dir, "100/60s").await;

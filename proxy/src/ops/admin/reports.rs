@@ -71,6 +71,8 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
                     "limit": l.at.limit,
                     "counted_as": counted_as(l.prefix),
                     "estimate": l.estimate,
+                    "capped": l.capped,
+                    "bound": super::explain::bound(l.capped),
                     "rate": l.limit.rate.to_string(),
                 })
             })
@@ -104,7 +106,11 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
             rule(limit.at.rule),
             limit.at.limit,
             counted_as(limit.prefix),
-            limit.estimate,
+            format!(
+                "{}{}",
+                if limit.capped { ">= " } else { "" },
+                limit.estimate
+            ),
             format!(
                 "{}/{}",
                 limit.limit.rate.count,
