@@ -195,6 +195,32 @@ async fn a_flood_past_eight_times_its_limit_is_said_to_be_at_least_and_back_at_m
     let why = get(&server, "/explain?source=192.0.3.200").await;
     assert_eq!(why["rules"][0]["limits"][0]["capped"], false, "{why}");
     assert_eq!(why["rules"][0]["limits"][0]["bound"], "exact", "{why}");
+
+    // /top orders by rejections (uncapped), and says which sources are past the cap.
+    for (source, rejected) in [("192.0.2.7", 57), ("192.0.3.200", 2)] {
+        for _ in 0..rejected {
+            shared
+                .offenders
+                .record(source.parse().unwrap(), "per-network");
+        }
+    }
+    let top = get(&server, "/top?format=json").await;
+    assert_eq!(top["order"], "rejected", "{top}");
+    let rows = top["top"].as_array().unwrap();
+    assert_eq!(
+        (rows[0]["source"].as_str(), rows[0]["capped"].as_bool()),
+        (Some("192.0.2.7"), Some(true)),
+        "{top}"
+    );
+    assert!(rows[0]["over"].as_f64().unwrap() > 8.0, "{top}");
+    assert_eq!(rows[1]["capped"], false, "{top}");
+    let (_, body) = common::admin(&server, "GET", "/top").await;
+    let first = body.lines().nth(1).unwrap_or_default();
+    assert!(
+        first.starts_with("192.0.2.7 ") && first.contains(" >=8."),
+        "{body}"
+    );
+    assert!(body.contains("ordered by rejections"), "{body}");
 }
 
 #[tokio::test]

@@ -280,7 +280,7 @@ impl Updater {
                 .offenders
                 .top(CANDIDATES)
                 .into_iter()
-                .map(|o| o.source);
+                .map(|o| (o.source, o.count));
             let policy = shared.filter.policy();
             self.deny(&policy.config().allow, &policy.config().deny, &metrics);
             let chosen = select(
