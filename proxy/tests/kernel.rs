@@ -652,6 +652,75 @@ async fn without_nft_the_proxy_refuses_to_start_or_runs_without_the_fast_path() 
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_adds_a_required_kernel_it_cannot_make_is_refused_and_one_it_may_skip_exports_its_metrics()
+ {
+    let upstream = echo_upstream().await;
+    let rule = |rate: &str| format!("[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"{rate}\" }}]\n");
+    let path = no_nft_path();
+    let proxy = Proxy::launch(
+        "kernel-reload-no-nft",
+        &format!("upstreams = [\"{upstream}\"]"),
+        &rule("5/2s"),
+        &format!("export PATH={} && ", path.display()),
+        true,
+    );
+    let head = std::fs::read_to_string(&proxy.path).unwrap();
+    let head = head[..head.find("[[rule]]").unwrap()].to_owned();
+    let reloads =
+        |result: &str| proxy.metric(&format!("tollgate_reloads_total{{result=\"{result}\"}}"));
+    let metrics = || admin_get(&proxy, "/metrics");
+    assert!(!metrics().contains("tollgate_kernel_"), "{}", metrics());
+
+    // Required, and nft cannot run: refused whole, the rule's new rate with it.
+    std::fs::write(
+        &proxy.path,
+        format!(
+            "{head}{}\n[kernel]\ntable = \"{TABLE}\"\nrequired = true\n",
+            rule("7/2s")
+        ),
+    )
+    .unwrap();
+    proxy.signal("HUP");
+    poll("the refused reload", || reloads("error") == 1.0);
+    let log = proxy.log();
+    assert!(
+        log.contains("reload refused")
+            && log.contains(&format!(
+                "[kernel] required = true, and its table `inet {TABLE}` cannot be made"
+            ))
+            && log.contains("cannot run `nft`"),
+        "{log}"
+    );
+    let estimate = admin_get(&proxy, "/estimate?source=127.0.0.9");
+    assert!(
+        estimate.contains("5/2s") && !estimate.contains("7/2s"),
+        "{estimate}"
+    );
+    assert_eq!(reloads("ok"), 0.0);
+
+    // Not required: put in force without the fast path, whose metrics are exported now.
+    std::fs::write(
+        &proxy.path,
+        format!("{head}{}\n[kernel]\ntable = \"{TABLE}\"\n", rule("7/2s")),
+    )
+    .unwrap();
+    proxy.signal("HUP");
+    poll("the reload", || reloads("ok") == 1.0);
+    poll("the kernel metrics", || {
+        metrics().contains("tollgate_kernel_active 0")
+    });
+    // The refused reload's attempt and the kernel task's.
+    assert_eq!(
+        proxy.metric("tollgate_kernel_errors_total"),
+        2.0,
+        "{}",
+        metrics()
+    );
+    let estimate = admin_get(&proxy, "/estimate?source=127.0.0.9");
+    assert!(estimate.contains("7/2s"), "{estimate}");
+}
+
 #[test]
 fn the_kernel_section_has_defaults_round_trips_and_locates_its_errors() {
     use tollgate::config::{KernelAction, KernelConfig, ProxyConfig};
