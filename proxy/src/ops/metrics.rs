@@ -966,7 +966,7 @@ mod tests {
         metrics.export_kernel();
         let after = metrics.render(&policy, Tick::ZERO);
         assert!(after.contains("tollgate_kernel_active 0"), "{after}");
-        assert!(after.contains("tollgate_decisions"), "{after}");
+        assert!(after.contains("tollgate_decide_failures_total"), "{after}");
         assert_eq!(after.matches("# EOF").count(), 1, "{after}");
         assert!(after.ends_with("# EOF\n"), "{after}");
         let at_start = Metrics::for_sections(false, true).render(&policy, Tick::ZERO);
