@@ -20,6 +20,7 @@ use super::element::{Element, SETS, set_of};
 use super::ruleset::{Changes, Ruleset};
 use super::selection::select;
 use super::table::Table;
+use super::wake::Pace;
 
 /// How many of the offender list's sources are looked at per update (all it keeps).
 const CANDIDATES: usize = 256;
@@ -338,26 +339,11 @@ impl Updater {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let wake = &shared.kernel_wake;
         wake.arm(self.config.factor);
-        let gap = GAP.min(self.config.interval);
-        let mut last: Option<tokio::time::Instant> = None;
+        let mut pace = Pace::new(GAP.min(self.config.interval));
         loop {
-            tokio::select! {
-                _ = ticks.tick() => {}
-                () = wake.rung() => {}
-                _ = stop.changed() => return,
-            }
-            // Coalesced: at most one update per `gap`, whatever rang meanwhile (the rings
-            // coalesce into one); one at a time, as this loop awaits each.
-            if let Some(next) = last.map(|l| l + gap) {
-                tokio::select! {
-                    () = tokio::time::sleep_until(next) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-            if *stop.borrow() {
+            if !pace.next(&mut ticks, wake, &mut stop).await {
                 return;
             }
-            last = Some(tokio::time::Instant::now());
             let sources = shared
                 .offenders
                 .top(CANDIDATES)
