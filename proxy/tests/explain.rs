@@ -350,14 +350,33 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
         assert!(message.contains(words), "{message}");
     };
     let ok = r#"{"cidr": "192.0.2.0/24", "ttl": 60}"#.to_owned();
-    // No token, a wrong one: 401; the entry is not added.
-    let (status, _) = post("/lists/deny", None, ok.clone()).await;
-    assert_eq!(status, 401);
-    let (status, _) = post("/lists/deny", Some("wrong"), ok.clone()).await;
-    assert_eq!(status, 401);
-    let (status, _) =
-        admin_json(&server, "DELETE", "/lists/deny?cidr=192.0.2.0/24", None, "").await;
-    assert_eq!(status, 401);
+    // No token, a wrong one: 401, in JSON as asked; the entry is not added.
+    refused(
+        post("/lists/deny", None, ok.clone()).await,
+        401,
+        "Authorization: Bearer",
+    );
+    refused(
+        post("/lists/deny", Some("wrong"), ok.clone()).await,
+        401,
+        "Authorization: Bearer",
+    );
+    refused(
+        admin_json(&server, "DELETE", "/lists/deny?cidr=192.0.2.0/24", None, "").await,
+        401,
+        "Authorization: Bearer",
+    );
+    // ?format=json says it too; without either, text.
+    refused(
+        common::admin(&server, "POST", "/reload?format=json").await,
+        401,
+        "Authorization: Bearer",
+    );
+    let (status, body) = common::admin(&server, "POST", "/reload").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (401, "send `Authorization: Bearer TOKEN`\n")
+    );
     assert_eq!(
         get(&server, "/lists").await["entries"],
         serde_json::json!([])
@@ -486,7 +505,11 @@ async fn without_a_token_list_changes_are_refused_while_reads_stay_open() {
     )
     .await;
     assert_eq!(status, 403, "{body}");
-    assert!(body.contains("needs a token"), "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert!(
+        error["error"].as_str().unwrap().contains("needs a token"),
+        "{body}"
+    );
     let lists = get(&server, "/lists").await;
     assert_eq!(lists["entries"], serde_json::json!([]));
 }
