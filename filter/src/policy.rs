@@ -60,6 +60,9 @@ pub struct LimitEstimate {
     /// to [`EXACT_MULTIPLE`] times the limit plus one; a key counted past that reads at least
     /// it, see [`Policy::decide`]).
     pub estimate: u64,
+    /// Whether the key's count reached its cap: the true count is then at least `estimate`
+    /// (see [`Throttle::capped`]).
+    pub capped: bool,
 }
 
 /// Why a checked config could not be made into a policy.
@@ -389,6 +392,9 @@ impl Policy {
                 let limit = bound.limit;
                 let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
                 let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
+                let cap = bound.cap[usize::from(!source.addr().is_ipv4())];
+                let estimate =
+                    self.counters[bound.counter].estimate_capped(key.as_bytes(), cap, now);
                 found.push(LimitEstimate {
                     at: LimitRef {
                         rule: index,
@@ -396,11 +402,8 @@ impl Policy {
                     },
                     limit,
                     prefix,
-                    estimate: self.counters[bound.counter].estimate_capped(
-                        key.as_bytes(),
-                        bound.cap[usize::from(!source.addr().is_ipv4())],
-                        now,
-                    ),
+                    estimate,
+                    capped: estimate >= cap,
                 });
             }
         }
@@ -625,6 +628,7 @@ impl Policy {
                 if estimate <= limit.rate.count {
                     continue;
                 }
+                let capped = local >= bound.cap[family];
                 let throttle = Throttle {
                     at: LimitRef {
                         rule: index,
@@ -632,8 +636,14 @@ impl Policy {
                     },
                     estimate,
                     allowed: limit.rate.count,
-                    retry_after: retry_after(estimate, limit.rate.count, limit.rate.per),
+                    retry_after: retry_after(
+                        estimate,
+                        limit.rate.count,
+                        limit.rate.per,
+                        capped.then_some(now),
+                    ),
                     action: rule.action,
+                    capped,
                 };
                 if rule.shadow {
                     decision.shadow_count += 1;
@@ -732,9 +742,23 @@ fn networks<V>(entries: impl Iterator<Item = (Cidr, V)>) -> PrefixMap<V> {
     map
 }
 
-/// How long until an estimate of `estimate` decays to `allowed` if the source stops: the
-/// sliding count fades linearly over one period.
-fn retry_after(estimate: u64, allowed: u64, per: Duration) -> Duration {
+/// How long until an estimate of `estimate` decays to `allowed` if the source stops.
+///
+/// Below the cap (`capped` is `None`) an estimate: the sliding count fades linearly over one
+/// period. A key whose count reached its cap (`capped` is the time read) was counted only up
+/// to it, so that would understate (a source at 20 times its limit would be told the time of
+/// one at 8 times): what the sketch promises instead is an upper bound. A capped key reads at
+/// least the cap for the rest of its window of length `per` and the whole next one; after
+/// that only the counts of the window it stopped in remain, and if it reached the cap in
+/// this window, those are none; if in the previous one, this window's count is below the cap
+/// and fades within the next window. Either way it is back under by the end of the next
+/// window: the time left in this one plus one period.
+fn retry_after(estimate: u64, allowed: u64, per: Duration, capped: Option<Tick>) -> Duration {
+    if let Some(now) = capped {
+        let window = u64::try_from(per.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let left = window - now.as_nanos() % window;
+        return Duration::from_nanos(left).saturating_add(per);
+    }
     let excess = estimate.saturating_sub(allowed) as f64 / estimate.max(1) as f64;
     Duration::from_millis((per.as_millis() as f64 * excess).ceil() as u64)
 }

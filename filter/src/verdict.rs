@@ -26,9 +26,17 @@ pub struct Throttle {
     pub estimate: u64,
     /// The limit's count per period.
     pub allowed: u64,
-    /// When the estimate should be back under the limit if the source stops now (an estimate:
-    /// the sliding count decays linearly over one period).
+    /// When the estimate should be back under the limit if the source stops now: an estimate
+    /// (the sliding count decays linearly over one period) while `capped` is false, an upper
+    /// bound when it is true.
     pub retry_after: Duration,
+    /// Whether the key's count reached its cap (see [`EXACT_MULTIPLE`](crate::EXACT_MULTIPLE)):
+    /// the true count is then at least `estimate`, how far above is not known, and
+    /// `retry_after` is what the sketch promises instead, an upper bound: a capped key reads at
+    /// least the cap for the rest of its window and all of the next, and nothing of it after
+    /// that (see [`Policy::decide`](crate::Policy::decide)). Say "at least" of the estimate
+    /// and "at most" of the time.
+    pub capped: bool,
     /// What the rule says to do.
     pub action: Action,
 }

@@ -261,10 +261,12 @@ impl Server {
                 }
             }
         }
+        let setup = Arc::new(kernel::Setup::new(Arc::clone(&self.kernel), guarded));
+        // Set once: a server is started once per shared state.
+        let _ = self.shared.kernel_setup.set(Arc::clone(&setup));
         self.tasks.push(tokio::spawn(kernel::follow(
             Arc::clone(&self.shared),
-            Arc::clone(&self.kernel),
-            guarded,
+            setup,
             self.shared.kernel.subscribe(),
             running,
             stopped.clone(),

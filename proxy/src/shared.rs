@@ -62,6 +62,9 @@ pub struct Shared {
     /// Rung by a decision that puts a source over `[kernel] factor` times a limit, so the
     /// kernel's updater sends it at once (see [`crate::kernel::Wake`]).
     pub kernel_wake: crate::kernel::Wake,
+    /// What a reload needs to make the kernel's table itself (`[kernel] required = true`);
+    /// set by the server once its listeners are bound, unset without a server.
+    pub kernel_setup: std::sync::OnceLock<Arc<crate::kernel::Setup>>,
     /// What the kernel holds, as the updater last committed it (the admin's `/top` and
     /// `/estimate` read it).
     pub kernel_view: crate::kernel::View,
@@ -93,6 +96,9 @@ pub enum ReloadError {
     Policy(tollgate_filter::PolicyError),
     /// The runtime shut down while the reload waited for its thread; nothing changed.
     Cancelled,
+    /// The reload adds or changes `[kernel]` with `required = true`, and its table cannot be
+    /// made: the table (name) and nft's error. The policy and table in force stay.
+    Kernel(String, crate::kernel::NftError),
 }
 
 impl std::fmt::Display for ReloadError {
@@ -103,6 +109,10 @@ impl std::fmt::Display for ReloadError {
             ReloadError::Invalid(path, errors) => write!(f, "{}", located(path, errors)),
             ReloadError::Policy(err) => write!(f, "{err}"),
             ReloadError::Cancelled => write!(f, "the proxy is stopping; nothing was reloaded"),
+            ReloadError::Kernel(table, err) => write!(
+                f,
+                "[kernel] required = true, and its table `inet {table}` cannot be made: {err}"
+            ),
         }
     }
 }
@@ -233,6 +243,7 @@ impl Shared {
             path,
             kernel: tokio::sync::watch::Sender::new(config.kernel.clone()),
             kernel_wake: crate::kernel::Wake::new(),
+            kernel_setup: std::sync::OnceLock::new(),
             kernel_view: crate::kernel::View::new(),
             loaded: Mutex::new(config),
             running: Mutex::new(Vec::new()),
@@ -446,6 +457,21 @@ impl Shared {
         self.filter
             .reload(config.policy.clone(), self.now())
             .map_err(ReloadError::Policy)?;
+        // A required fast path is made before the reload counts as done: one that cannot be
+        // made refuses the reload, and the policy in force before it is put back (its counts
+        // carry over both ways, as at any reload that keeps the rules).
+        if let (true, Some(kernel), Some(setup)) = (
+            loaded.kernel != config.kernel,
+            config.kernel.as_ref().filter(|k| k.required),
+            self.kernel_setup.get(),
+        ) && let Err(err) = setup.make(kernel)
+        {
+            self.metrics.kernel.errors.inc();
+            if let Err(back) = self.filter.reload(loaded.policy.clone(), self.now()) {
+                tracing::error!(%back, "the policy in force before the refused reload cannot be rebuilt");
+            }
+            return Err(ReloadError::Kernel(kernel.table.clone(), err));
+        }
         if loaded.listeners != config.listeners
             || loaded.admin != config.admin
             || loaded.settings != config.settings

@@ -158,6 +158,72 @@ async fn explain_names_what_decides_for_allowed_throttled_penalised_and_listed_s
 }
 
 #[tokio::test]
+async fn a_flood_past_eight_times_its_limit_is_said_to_be_at_least_and_back_at_most() {
+    let dir = dir();
+    let server = start(&dir, "3/60s").await;
+    let shared = Arc::clone(server.shared());
+    // 20 times the limit: counted exactly only up to 8 times it, plus one (25; the front may
+    // add one).
+    for _ in 0..60 {
+        decide(&shared, "192.0.2.7");
+    }
+    let why = get(&server, "/explain?source=192.0.2.7").await;
+    let limit = &why["rules"][0]["limits"][0];
+    assert_eq!(limit["capped"], true, "{why}");
+    assert_eq!(
+        limit["bound"], "estimate at least, retry_after at most",
+        "{why}"
+    );
+    assert_eq!(why["verdict"]["capped"], true, "{why}");
+    // The sketch's promise, not the count's decay: past the rest of this minute's window.
+    let retry = limit["retry_after_ms"].as_u64().unwrap();
+    assert!(retry > 60_000 && retry <= 120_000, "{why}");
+    let (status, body) = common::admin(&server, "GET", "/explain?source=192.0.2.7").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("estimate at least ") && body.contains("back under in at most"),
+        "{body}"
+    );
+    let estimate = get(&server, "/estimate?source=192.0.2.7").await;
+    assert_eq!(estimate["limits"][0]["capped"], true, "{estimate}");
+    let (_, body) = common::admin(&server, "GET", "/estimate?source=192.0.2.7").await;
+    assert!(body.contains(">= 2"), "{body}");
+    // A source under the cap reads as exact.
+    for _ in 0..5 {
+        decide(&shared, "192.0.3.200");
+    }
+    let why = get(&server, "/explain?source=192.0.3.200").await;
+    assert_eq!(why["rules"][0]["limits"][0]["capped"], false, "{why}");
+    assert_eq!(why["rules"][0]["limits"][0]["bound"], "exact", "{why}");
+
+    // /top orders by rejections (uncapped), and says which sources are past the cap.
+    for (source, rejected) in [("192.0.2.7", 57), ("192.0.3.200", 2)] {
+        for _ in 0..rejected {
+            shared
+                .offenders
+                .record(source.parse().unwrap(), "per-network");
+        }
+    }
+    let top = get(&server, "/top?format=json").await;
+    assert_eq!(top["order"], "rejected", "{top}");
+    let rows = top["top"].as_array().unwrap();
+    assert_eq!(
+        (rows[0]["source"].as_str(), rows[0]["capped"].as_bool()),
+        (Some("192.0.2.7"), Some(true)),
+        "{top}"
+    );
+    assert!(rows[0]["over"].as_f64().unwrap() > 8.0, "{top}");
+    assert_eq!(rows[1]["capped"], false, "{top}");
+    let (_, body) = common::admin(&server, "GET", "/top").await;
+    let first = body.lines().nth(1).unwrap_or_default();
+    assert!(
+        first.starts_with("192.0.2.7 ") && first.contains(" >=8."),
+        "{body}"
+    );
+    assert!(body.contains("ordered by rejections"), "{body}");
+}
+
+#[tokio::test]
 async fn explaining_a_hundred_times_counts_nothing() {
     let dir = dir();
     let server = start(&dir, "100/60s").await;
@@ -284,14 +350,33 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
         assert!(message.contains(words), "{message}");
     };
     let ok = r#"{"cidr": "192.0.2.0/24", "ttl": 60}"#.to_owned();
-    // No token, a wrong one: 401; the entry is not added.
-    let (status, _) = post("/lists/deny", None, ok.clone()).await;
-    assert_eq!(status, 401);
-    let (status, _) = post("/lists/deny", Some("wrong"), ok.clone()).await;
-    assert_eq!(status, 401);
-    let (status, _) =
-        admin_json(&server, "DELETE", "/lists/deny?cidr=192.0.2.0/24", None, "").await;
-    assert_eq!(status, 401);
+    // No token, a wrong one: 401, in JSON as asked; the entry is not added.
+    refused(
+        post("/lists/deny", None, ok.clone()).await,
+        401,
+        "Authorization: Bearer",
+    );
+    refused(
+        post("/lists/deny", Some("wrong"), ok.clone()).await,
+        401,
+        "Authorization: Bearer",
+    );
+    refused(
+        admin_json(&server, "DELETE", "/lists/deny?cidr=192.0.2.0/24", None, "").await,
+        401,
+        "Authorization: Bearer",
+    );
+    // ?format=json says it too; without either, text.
+    refused(
+        common::admin(&server, "POST", "/reload?format=json").await,
+        401,
+        "Authorization: Bearer",
+    );
+    let (status, body) = common::admin(&server, "POST", "/reload").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (401, "send `Authorization: Bearer TOKEN`\n")
+    );
     assert_eq!(
         get(&server, "/lists").await["entries"],
         serde_json::json!([])
@@ -420,7 +505,11 @@ async fn without_a_token_list_changes_are_refused_while_reads_stay_open() {
     )
     .await;
     assert_eq!(status, 403, "{body}");
-    assert!(body.contains("needs a token"), "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert!(
+        error["error"].as_str().unwrap().contains("needs a token"),
+        "{body}"
+    );
     let lists = get(&server, "/lists").await;
     assert_eq!(lists["entries"], serde_json::json!([]));
 }

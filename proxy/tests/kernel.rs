@@ -501,6 +501,112 @@ async fn deny_listed() {
     assert!(proxy.wait_exit().success(), "{}", proxy.log());
 }
 
+#[test]
+#[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
+fn run_time_deny_entries_go_into_the_kernel_with_their_ttl_and_leave_on_delete() {
+    isolated(
+        "run_time_deny_entries_go_into_the_kernel_with_their_ttl_and_leave_on_delete",
+        runtime_denied,
+    );
+}
+
+async fn runtime_denied() {
+    use tollgate::config::ProxyConfig;
+    use tollgate::server::Server;
+    const TOKEN: &str = "kernel-token";
+    let upstream = echo_upstream().await;
+    let dir = std::env::temp_dir().join(format!("tollgate-{}-kernel-runtime", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
+         [[listener]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"{upstream}\"]\n\n\
+         [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"100/1m\" }}]\n\n\
+         [kernel]\ntable = \"{TABLE}\"\naction = \"reset\"\nrequired = true\ninterval = \"50ms\"\n",
+        dir.join("token").display()
+    );
+    let server = Server::start(ProxyConfig::parse(&config).unwrap(), None)
+        .await
+        .expect("starts");
+    let front = server.local_addr("front").unwrap();
+    assert_eq!(attempt("127.0.0.6", front).await, Met::Served);
+
+    // Added at run time for an hour: in the kernel within an interval, with that timeout.
+    let (status, body) = common::admin_json(
+        &server,
+        "POST",
+        "/lists/deny",
+        Some(TOKEN),
+        r#"{"cidr": "127.0.0.6", "ttl": "1h", "reason": "test"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    poll_async("the run-time entry in the kernel", || {
+        listed().iter().any(|(a, _)| a == "127.0.0.6")
+    })
+    .await;
+    let (_, timeout) = listed()
+        .into_iter()
+        .find(|(a, _)| a == "127.0.0.6")
+        .unwrap();
+    assert!(
+        (3590..=3600).contains(&timeout),
+        "timeout {timeout}s, not the entry's hour"
+    );
+    assert_eq!(attempt("127.0.0.6", front).await, Met::RefusedBeforeAccept);
+    assert_eq!(attempt(LEGIT, front).await, Met::Served);
+
+    // Deleted: out of the kernel within an interval, served again.
+    let (status, body) = common::admin_json(
+        &server,
+        "DELETE",
+        "/lists/deny?cidr=127.0.0.6",
+        Some(TOKEN),
+        "",
+    )
+    .await;
+    assert!(status == 200 || status == 204, "{status}: {body}");
+    poll_async("the deleted entry out of the kernel", || {
+        !listed().iter().any(|(a, _)| a == "127.0.0.6")
+    })
+    .await;
+    assert_eq!(attempt("127.0.0.6", front).await, Met::Served);
+
+    // A short time to live: the kernel lets it go by its own timeout.
+    let (status, body) = common::admin_json(
+        &server,
+        "POST",
+        "/lists/deny",
+        Some(TOKEN),
+        r#"{"cidr": "127.0.0.7", "ttl": "1s", "reason": "test"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    poll_async("the short entry in the kernel", || {
+        listed().iter().any(|(a, _)| a == "127.0.0.7")
+    })
+    .await;
+    poll_async("the short entry expired from the kernel", || {
+        !listed().iter().any(|(a, _)| a == "127.0.0.7")
+    })
+    .await;
+    assert_eq!(
+        server.shared().metrics.kernel.errors.get(),
+        0,
+        "a transaction was refused"
+    );
+    server.shutdown().await;
+}
+
+/// [`poll`] without blocking the runtime's worker (the in-process proxy runs on it).
+async fn poll_async(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < BOUND, "{what}: not within {BOUND:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn table_named(name: &str) -> bool {
     Command::new("nft")
         .args(["list", "table", "inet", name])
@@ -650,6 +756,75 @@ async fn without_nft_the_proxy_refuses_to_start_or_runs_without_the_fast_path() 
         said.contains("[kernel] required = true") && said.contains("cannot run `nft`"),
         "{said}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_adds_a_required_kernel_it_cannot_make_is_refused_and_one_it_may_skip_exports_its_metrics()
+ {
+    let upstream = echo_upstream().await;
+    let rule = |rate: &str| format!("[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"{rate}\" }}]\n");
+    let path = no_nft_path();
+    let proxy = Proxy::launch(
+        "kernel-reload-no-nft",
+        &format!("upstreams = [\"{upstream}\"]"),
+        &rule("5/2s"),
+        &format!("export PATH={} && ", path.display()),
+        true,
+    );
+    let head = std::fs::read_to_string(&proxy.path).unwrap();
+    let head = head[..head.find("[[rule]]").unwrap()].to_owned();
+    let reloads =
+        |result: &str| proxy.metric(&format!("tollgate_reloads_total{{result=\"{result}\"}}"));
+    let metrics = || admin_get(&proxy, "/metrics");
+    assert!(!metrics().contains("tollgate_kernel_"), "{}", metrics());
+
+    // Required, and nft cannot run: refused whole, the rule's new rate with it.
+    std::fs::write(
+        &proxy.path,
+        format!(
+            "{head}{}\n[kernel]\ntable = \"{TABLE}\"\nrequired = true\n",
+            rule("7/2s")
+        ),
+    )
+    .unwrap();
+    proxy.signal("HUP");
+    poll("the refused reload", || reloads("error") == 1.0);
+    let log = proxy.log();
+    assert!(
+        log.contains("reload refused")
+            && log.contains(&format!(
+                "[kernel] required = true, and its table `inet {TABLE}` cannot be made"
+            ))
+            && log.contains("cannot run `nft`"),
+        "{log}"
+    );
+    let estimate = admin_get(&proxy, "/estimate?source=127.0.0.9");
+    assert!(
+        estimate.contains("5/2s") && !estimate.contains("7/2s"),
+        "{estimate}"
+    );
+    assert_eq!(reloads("ok"), 0.0);
+
+    // Not required: put in force without the fast path, whose metrics are exported now.
+    std::fs::write(
+        &proxy.path,
+        format!("{head}{}\n[kernel]\ntable = \"{TABLE}\"\n", rule("7/2s")),
+    )
+    .unwrap();
+    proxy.signal("HUP");
+    poll("the reload", || reloads("ok") == 1.0);
+    poll("the kernel metrics", || {
+        metrics().contains("tollgate_kernel_active 0")
+    });
+    // The refused reload's attempt and the kernel task's.
+    assert_eq!(
+        proxy.metric("tollgate_kernel_errors_total"),
+        2.0,
+        "{}",
+        metrics()
+    );
+    let estimate = admin_get(&proxy, "/estimate?source=127.0.0.9");
+    assert!(estimate.contains("7/2s"), "{estimate}");
 }
 
 #[test]

@@ -76,8 +76,12 @@ pub struct LimitExplanation {
     pub cluster: Option<u64>,
     /// Whether the estimate (with the cluster's count) is over the limit.
     pub over: bool,
-    /// If over: how long until it decays to the limit if the source stops.
+    /// If over: how long until it decays to the limit if the source stops (an upper bound
+    /// when `capped`, see [`crate::Throttle::retry_after`]).
     pub retry_after: Option<Duration>,
+    /// Whether the key's count reached its cap: the true count is then at least `estimate`,
+    /// and `retry_after` is an upper bound (see [`crate::Throttle::capped`]).
+    pub capped: bool,
 }
 
 impl Policy {
@@ -126,7 +130,11 @@ impl Policy {
                 let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
                 let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
                 let counter = &self.counters[bound.counter];
-                let estimate = counter.estimate(key.as_bytes(), now);
+                let cap = bound.cap[usize::from(!source.addr().is_ipv4())];
+                // Capped as the decisions count it: the plain estimate of a key past its cap
+                // may read below the count the decisions act on.
+                let estimate = counter.estimate_capped(key.as_bytes(), cap, now);
+                let capped = estimate >= cap;
                 // Weight 0: the rest of the cluster is asked, nothing is reported to it.
                 let cluster = self.remote.as_ref().map(|shared| {
                     let rest = shared.with_rest(&limit, estimate, || Suspect {
@@ -159,7 +167,15 @@ impl Policy {
                     overcount_bound: counter.overcount_bound(now),
                     cluster,
                     over,
-                    retry_after: over.then(|| retry_after(total, limit.rate.count, limit.rate.per)),
+                    retry_after: over.then(|| {
+                        retry_after(
+                            total,
+                            limit.rate.count,
+                            limit.rate.per,
+                            capped.then_some(now),
+                        )
+                    }),
+                    capped,
                 });
             }
             rules.push(RuleExplanation {

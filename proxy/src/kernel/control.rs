@@ -100,6 +100,56 @@ impl Guarded {
     }
 }
 
+/// What a reload needs to make the table itself, before it puts its policy in force: a
+/// reload that adds or changes `[kernel]` with `required = true` is refused whole when the
+/// table cannot be made (see [`Setup::make`]). Set by the server once its listeners are bound.
+#[derive(Debug)]
+pub struct Setup {
+    current: Arc<Current>,
+    guarded: Guarded,
+    /// The table the last [`Setup::make`] put in force, and the section it was made for: the
+    /// kernel task ([`follow`]) takes it instead of making it again.
+    made: Mutex<Option<(KernelConfig, Arc<Table>)>>,
+}
+
+impl Setup {
+    /// For the table in `current` and the listeners `guarded`.
+    #[must_use]
+    pub fn new(current: Arc<Current>, guarded: Guarded) -> Setup {
+        Setup {
+            current,
+            guarded,
+            made: Mutex::new(None),
+        }
+    }
+
+    /// Puts the table of `config` in place of the one in force (see [`Current::replace`]),
+    /// for [`follow`] to start its updater on. Blocks on nft.
+    ///
+    /// # Errors
+    /// [`NftError`] if nft is missing or refused; the table in force stays.
+    pub fn make(&self, config: &KernelConfig) -> Result<(), NftError> {
+        let table = self.current.replace(self.guarded.ruleset(config))?;
+        *self.made_lock() = Some((config.clone(), table));
+        Ok(())
+    }
+
+    /// The table [`Setup::make`] made for `config`, if it is still the one in force.
+    fn take_made(&self, config: &KernelConfig) -> Option<Arc<Table>> {
+        let (made_for, table) = self.made_lock().take()?;
+        let in_force = self
+            .current
+            .table()
+            .is_some_and(|t| Arc::ptr_eq(&t, &table));
+        (made_for == *config && in_force).then_some(table)
+    }
+
+    fn made_lock(&self) -> std::sync::MutexGuard<'_, Option<(KernelConfig, Arc<Table>)>> {
+        // A panic while holding it left a whole value (each write is one assignment).
+        self.made.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Starts an updater for `table` (the one in force in `current`).
 #[must_use]
 pub fn start_updater(
@@ -120,12 +170,13 @@ pub fn start_updater(
 /// Follows the `[kernel]` section across reloads until `stopped`: `configs` yields each
 /// section a reload put in force (`None`: removed). Starting from `running` (the section of
 /// the table made at start and its updater, if any), a change replaces the table and its
-/// updater, an added section makes them, a removed one deletes them. A table that cannot be
-/// made is logged and counted; the one in force, if any, stays with its updater.
+/// updater, an added section makes them (or takes the table the reload made, see
+/// [`Setup`]), a removed one deletes them. A table that cannot be made is logged and counted;
+/// the one in force, if any, stays with its updater. A section added exports the kernel
+/// metrics from then on.
 pub async fn follow(
     shared: Arc<Shared>,
-    current: Arc<Current>,
-    guarded: Guarded,
+    setup: Arc<Setup>,
     mut configs: watch::Receiver<Option<KernelConfig>>,
     running: Option<(KernelConfig, JoinHandle<()>)>,
     mut stopped: watch::Receiver<bool>,
@@ -144,17 +195,23 @@ pub async fn follow(
             return;
         }
         let config = configs.borrow_and_update().clone();
+        if config.is_some() {
+            shared.metrics.export_kernel();
+        }
         if let Some(updater) = running.take() {
             updater.abort();
         }
         // A replaced or deleted table holds nothing; a new one is empty until its updater
         // commits.
         shared.kernel_view.set([]);
+        let current = Arc::clone(&setup.current);
         let from = Arc::clone(&current);
-        let done = match config.clone() {
-            None => tokio::task::spawn_blocking(move || from.delete().map(|_| None)).await,
-            Some(config) => {
-                let ruleset = guarded.ruleset(&config);
+        let made = config.as_ref().and_then(|c| setup.take_made(c));
+        let done = match (config.clone(), made) {
+            (Some(_), Some(table)) => Ok(Ok(Some(table))),
+            (None, _) => tokio::task::spawn_blocking(move || from.delete().map(|_| None)).await,
+            (Some(config), None) => {
+                let ruleset = setup.guarded.ruleset(&config);
                 tokio::task::spawn_blocking(move || from.replace(ruleset).map(Some)).await
             }
         };

@@ -31,7 +31,7 @@ mod updater;
 mod view;
 mod wake;
 
-pub use control::{Current, Guarded, follow, start_updater};
+pub use control::{Current, Guarded, Setup, follow, start_updater};
 pub use deny_list::{Network, denied};
 pub use element::{Element, SETS, set_of};
 pub use nft::NftError;

@@ -13,7 +13,15 @@ use super::element::Element;
 /// exact instant (about 0.05% of a period).
 const STEPS: u32 = 12;
 
-/// The elements for `sources` at `now`, heaviest first, at most `max`, no two overlapping.
+/// The elements for `sources` (each with the rejections the offender list counted for it) at
+/// `now`, heaviest first, at most `max`, no two overlapping.
+///
+/// Heaviest: a key is counted only up to [`EXACT_MULTIPLE`] times its limits (plus one), so
+/// every flood source past that reads the same estimate, and ordering by it would rank them by
+/// noise. Elements of keys past the cap come first (each is at least that multiple over), in
+/// the order of their sources' rejections (counted by the offender list, uncapped: how much
+/// of the flood they carried); then the others by how far over their limit they are, then
+/// penalties.
 ///
 /// A source is in when, under a rule that is not `shadow`, its estimate has reached `factor`
 /// times a limit (the element is the source's network at that limit's prefix, held until the
@@ -23,13 +31,14 @@ const STEPS: u32 = 12;
 #[must_use]
 pub fn select(
     policy: &Policy,
-    sources: impl IntoIterator<Item = IpAddr>,
+    sources: impl IntoIterator<Item = (IpAddr, u64)>,
     factor: f64,
     now: Tick,
     max: usize,
 ) -> Vec<Element> {
-    let mut found = Vec::new();
-    for addr in sources {
+    // Each element with what orders it: past the cap, and its source's rejections then.
+    let mut found: Vec<(Element, bool, u64)> = Vec::new();
+    for (addr, rejected) in sources {
         let source = Source::new(addr);
         for estimate in policy.estimates(source, now) {
             if policy.rule(estimate.at.rule).is_none_or(|r| r.shadow) {
@@ -41,8 +50,8 @@ pub fn select(
             let weight = estimate.estimate as f64 / limit as f64;
             // Keys are counted exactly only up to EXACT_MULTIPLE times a limit (plus one): an
             // estimate past that is over any factor.
-            let capped = estimate.estimate > EXACT_MULTIPLE.saturating_mul(limit);
-            if weight < factor && !capped {
+            let over_any = estimate.estimate > EXACT_MULTIPLE.saturating_mul(limit);
+            if weight < factor && !over_any {
                 continue;
             }
             let period = estimate.limit.rate.per;
@@ -53,12 +62,13 @@ pub fn select(
                     .find(|e| e.at == estimate.at)
                     .is_some_and(|e| e.estimate >= limit)
             };
-            found.push(Element {
+            let element = Element {
                 network: source.masked(estimate.prefix),
                 len: estimate.prefix.len(),
                 timeout: until(now, 2 * period, over),
                 weight,
-            });
+            };
+            found.push((element, estimate.capped, rejected));
         }
         for (rule, prefix) in policy.penalty_networks(source, now) {
             let Some(length) = policy.rule(rule).and_then(|r| r.penalty) else {
@@ -69,17 +79,27 @@ pub fn select(
                     .penalty_networks(source, at)
                     .contains(&(rule, prefix))
             };
-            found.push(Element {
+            let element = Element {
                 network: source.masked(prefix),
                 len: prefix.len(),
                 timeout: until(now, 2 * length, serving),
                 weight: factor,
-            });
+            };
+            found.push((element, false, 0));
         }
     }
-    found.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+    found.sort_by(|(a, a_capped, a_rejected), (b, b_capped, b_rejected)| {
+        b_capped
+            .cmp(a_capped)
+            .then(if *a_capped {
+                b_rejected.cmp(a_rejected)
+            } else {
+                std::cmp::Ordering::Equal
+            })
+            .then(b.weight.total_cmp(&a.weight))
+    });
     let mut chosen: Vec<Element> = Vec::new();
-    for element in found {
+    for (element, _, _) in found {
         if chosen.len() == max {
             break;
         }
@@ -143,7 +163,7 @@ mod tests {
         flood(&policy, "192.0.2.1", 40, now);
         flood(&policy, "192.0.2.2", 15, now);
         flood(&policy, "192.0.2.3", 5, now);
-        let sources = ["192.0.2.1", "192.0.2.2", "192.0.2.3"].map(|s| s.parse().unwrap());
+        let sources = ["192.0.2.1", "192.0.2.2", "192.0.2.3"].map(|s| (s.parse().unwrap(), 0));
         let chosen = select(&policy, sources, 2.0, now, 10);
         assert_eq!(chosen.len(), 1, "{chosen:?}");
         let element = chosen[0];
@@ -172,7 +192,7 @@ mod tests {
         let policy = policy(&format!("{RULE}shadow = true\n"));
         let now = Tick::from_duration(Duration::from_secs(100));
         flood(&policy, "192.0.2.1", 100, now);
-        assert!(select(&policy, ["192.0.2.1".parse().unwrap()], 1.0, now, 10).is_empty());
+        assert!(select(&policy, [("192.0.2.1".parse().unwrap(), 0)], 1.0, now, 10).is_empty());
     }
 
     #[test]
@@ -184,7 +204,7 @@ mod tests {
         let now = Tick::from_duration(Duration::from_secs(100));
         flood(&policy, "198.51.100.1", 30, now);
         flood(&policy, "198.51.100.2", 30, now);
-        let sources = ["198.51.100.1", "198.51.100.2"].map(|s| s.parse().unwrap());
+        let sources = ["198.51.100.1", "198.51.100.2"].map(|s| (s.parse().unwrap(), 0));
         let chosen = select(&policy, sources, 1.0, now, 10);
         // The /24 covers both addresses and their penalties: one element.
         assert_eq!(chosen.len(), 1, "{chosen:?}");
@@ -208,7 +228,13 @@ mod tests {
             held[0].timeout >= left && held[0].timeout - left < Duration::from_millis(30),
             "{held:?}"
         );
-        let unseen = select(&policy, ["198.51.100.77".parse().unwrap()], 1.0, later, 10);
+        let unseen = select(
+            &policy,
+            [("198.51.100.77".parse().unwrap(), 0)],
+            1.0,
+            later,
+            10,
+        );
         assert_eq!(unseen, held);
     }
 
@@ -218,9 +244,39 @@ mod tests {
         let now = Tick::from_duration(Duration::from_secs(100));
         flood(&policy, "192.0.2.1", 30, now);
         let later = now + Duration::from_secs(25);
-        let held = select(&policy, ["192.0.2.1".parse().unwrap()], 1.0, later, 10);
+        let held = select(&policy, [("192.0.2.1".parse().unwrap(), 0)], 1.0, later, 10);
         assert_eq!(held.len(), 1, "{held:?}");
         assert_eq!(held[0].network, "192.0.2.1".parse::<IpAddr>().unwrap());
         assert_eq!(held[0].len, 32);
+    }
+
+    #[test]
+    fn flood_sources_past_the_cap_go_in_by_their_rejections_not_by_noise() {
+        let policy = policy(RULE);
+        let now = Tick::from_duration(Duration::from_secs(100));
+        // All three past 8x the limit (81): their estimates read the cap, so tie. The
+        // offender list counted their rejections: the third carried the most.
+        flood(&policy, "192.0.2.1", 300, now);
+        flood(&policy, "192.0.2.2", 200, now);
+        flood(&policy, "192.0.2.3", 1000, now);
+        // One well over its limit but under the cap.
+        flood(&policy, "192.0.2.4", 70, now);
+        let at = |s: &str| s.parse::<IpAddr>().unwrap();
+        let sources = [
+            (at("192.0.2.4"), 60),
+            (at("192.0.2.1"), 290),
+            (at("192.0.2.2"), 190),
+            (at("192.0.2.3"), 990),
+        ];
+        let chosen = select(&policy, sources, 2.0, now, 10);
+        let order: Vec<IpAddr> = chosen.iter().map(|e| e.network).collect();
+        assert_eq!(
+            order,
+            ["192.0.2.3", "192.0.2.1", "192.0.2.2", "192.0.2.4"].map(at),
+            "{chosen:?}"
+        );
+        // Room for two: the two that carried the most of the flood.
+        let two = select(&policy, sources, 2.0, now, 2);
+        assert_eq!(two, chosen[..2]);
     }
 }

@@ -1,7 +1,7 @@
 //! The task that keeps the kernel's sets up to date: every interval it selects the
 //! offenders to hold and sends what is new in one transaction.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,8 @@ use crate::config::KernelConfig;
 use crate::ops::metrics::KernelMetrics;
 use crate::shared::Shared;
 
-use tollgate_filter::Cidr;
+use tollgate_filter::{Cidr, ListEntry, ListKind};
+use tollgate_sketch::Tick;
 
 use super::control::Current;
 use super::deny_list::{Network, denied};
@@ -19,6 +20,7 @@ use super::element::{Element, SETS, set_of};
 use super::ruleset::{Changes, Ruleset};
 use super::selection::select;
 use super::table::Table;
+use super::wake::Pace;
 
 /// How many of the offender list's sources are looked at per update (all it keeps).
 const CANDIDATES: usize = 256;
@@ -33,15 +35,24 @@ pub struct Updater {
     config: KernelConfig,
     /// Each held offender's network, when its kernel timeout ends, and its weight.
     held: HashMap<Network, (Instant, f64)>,
-    /// The `deny` list's networks the kernel holds (with no timeout).
-    listed: BTreeSet<Network>,
-    /// The `deny` list's networks the kernel should hold (see [`Updater::deny`]).
-    wanted: BTreeSet<Network>,
-    /// The `allow` and `deny` lists `wanted` was made from.
-    lists: Option<(Vec<Cidr>, Vec<Cidr>)>,
+    /// The denied networks the kernel holds, each with when it stops (`None`: a network of
+    /// the file's `deny`, held with no timeout; `Some`: a run-time entry's, held with its
+    /// time to live as the element's timeout).
+    listed: BTreeMap<Network, Option<Tick>>,
+    /// The denied networks the kernel should hold (see [`Updater::deny`]).
+    wanted: BTreeMap<Network, Option<Tick>>,
+    /// The lists `wanted` was made from: the file's `allow` and `deny`, and the run-time
+    /// entries (network, list, expiry).
+    lists: Option<Lists>,
+    /// The policy's time and the clock's at the last [`Updater::deny`]: a run-time entry's
+    /// expiry as an instant.
+    anchor: (Tick, Instant),
     /// The last transaction failed: the next one empties the sets and sends all that is held.
     resync: bool,
 }
+
+/// The lists [`Updater::wanted`] was made from.
+type Lists = (Vec<Cidr>, Vec<Cidr>, Vec<(Cidr, ListKind, Tick)>);
 
 /// One transaction to send, and what it changes.
 #[derive(Debug, PartialEq)]
@@ -54,8 +65,8 @@ pub struct Plan {
     pub longer: usize,
     /// Held offenders it takes out (a `deny` network now covers them in their set).
     pub displaced: Vec<Network>,
-    /// The `deny` networks the kernel holds once it committed.
-    pub listed: BTreeSet<Network>,
+    /// The denied networks the kernel holds once it committed (see [`Updater::deny`]).
+    pub listed: BTreeMap<Network, Option<Tick>>,
 }
 
 impl Updater {
@@ -65,27 +76,60 @@ impl Updater {
         Updater {
             config,
             held: HashMap::new(),
-            listed: BTreeSet::new(),
-            wanted: BTreeSet::new(),
+            listed: BTreeMap::new(),
+            wanted: BTreeMap::new(),
             lists: None,
+            anchor: (Tick::ZERO, Instant::now()),
             resync: false,
         }
     }
 
-    /// Makes the kernel hold what the policy's `allow` and `deny` lists deny (from the next
-    /// [`Updater::plan`]), and nothing of what they no longer deny. Cheap when the lists are
-    /// those of the last call. The `deny` networks count towards `max_elements` and come
-    /// before the offenders; beyond it they are left out (counted in `skipped`) and refused
-    /// at accept as before.
-    pub fn deny(&mut self, allow: &[Cidr], deny: &[Cidr], metrics: &KernelMetrics) {
+    /// Makes the kernel hold what the policy's `allow` and `deny` lists and the run-time
+    /// entries in force at `now` (`runtime`, see [`tollgate_filter::RuntimeLists::entries`])
+    /// deny together (from the next [`Updater::plan`]), and nothing of what they no longer
+    /// deny. A network a run-time `deny` entry decides goes in with the entry's time left as
+    /// its timeout, so the kernel lets it go when the entry expires; one the file's `deny`
+    /// decides, with none. Cheap when the lists are those of the last call. The denied
+    /// networks count towards `max_elements` and come before the offenders; beyond it they
+    /// are left out (counted in `skipped`) and refused at accept as before.
+    pub fn deny(
+        &mut self,
+        allow: &[Cidr],
+        deny: &[Cidr],
+        runtime: &[ListEntry],
+        now: Tick,
+        metrics: &KernelMetrics,
+    ) {
+        self.anchor = (now, Instant::now());
+        let entries: Vec<(Cidr, ListKind, Tick)> = runtime
+            .iter()
+            .map(|e| (e.cidr, e.kind, e.expires))
+            .collect();
         if self
             .lists
             .as_ref()
-            .is_some_and(|(a, d)| a[..] == *allow && d[..] == *deny)
+            .is_some_and(|(a, d, r)| a[..] == *allow && d[..] == *deny && *r == entries)
         {
             return;
         }
-        let all = denied(allow, deny);
+        let of = |kind: ListKind| {
+            entries
+                .iter()
+                .filter(move |e| e.1 == kind)
+                .map(|e| (e.0, e.2))
+        };
+        let allow_all: Vec<Cidr> = allow
+            .iter()
+            .copied()
+            .chain(of(ListKind::Allow).map(|(c, _)| c))
+            .collect();
+        let deny_all: Vec<Cidr> = deny
+            .iter()
+            .copied()
+            .chain(of(ListKind::Deny).map(|(c, _)| c))
+            .collect();
+        let runtime_deny: Vec<(Cidr, Tick)> = of(ListKind::Deny).collect();
+        let all = denied(&allow_all, &deny_all);
         let room = self.config.max_elements;
         if all.len() > room {
             metrics.skipped.inc_by((all.len() - room) as u64);
@@ -96,8 +140,17 @@ impl Updater {
                  refused at accept"
             );
         }
-        self.wanted = all.into_iter().take(room).collect();
-        self.lists = Some((allow.to_vec(), deny.to_vec()));
+        self.wanted = all
+            .into_iter()
+            .take(room)
+            .map(|network| (network, expiry(network, deny, &runtime_deny)))
+            .collect();
+        self.lists = Some((allow.to_vec(), deny.to_vec(), entries));
+    }
+
+    /// When a denied network's expiry (a policy time) comes, as an instant.
+    fn instant(&self, expires: Tick) -> Instant {
+        self.anchor.1 + expires.saturating_since(self.anchor.0)
     }
 
     /// The transaction for `chosen` (from [`super::select`]) at `now`, if there is anything
@@ -115,15 +168,22 @@ impl Updater {
         metrics: &KernelMetrics,
     ) -> Option<Plan> {
         self.held.retain(|_, (until, _)| *until > now);
-        let to_list: Vec<Network> = if self.resync {
-            self.wanted.iter().copied().collect()
-        } else {
-            self.wanted.difference(&self.listed).copied().collect()
-        };
+        // A network whose expiry changed (an entry added again with another time to live)
+        // is taken out and put in again with its new timeout.
+        let to_list: Vec<Network> = self
+            .wanted
+            .iter()
+            .filter(|&(k, v)| self.resync || self.listed.get(k) != Some(v))
+            .map(|(&k, _)| k)
+            .collect();
         let to_unlist: Vec<Network> = if self.resync {
             Vec::new()
         } else {
-            self.listed.difference(&self.wanted).copied().collect()
+            self.listed
+                .iter()
+                .filter(|&(k, v)| self.wanted.get(k) != Some(v))
+                .map(|(&k, _)| k)
+                .collect()
         };
         let displaced: Vec<Network> = self
             .held
@@ -155,7 +215,7 @@ impl Updater {
             }
             let held = self.held.keys().filter(|k| !displaced.contains(k)).copied();
             let mut taken = held
-                .chain(self.wanted.iter().copied())
+                .chain(self.wanted.keys().copied())
                 .chain(new.iter().map(|n| (n.network, n.len)));
             if taken.any(|(network, len)| element.overlaps(network, len)) {
                 continue;
@@ -196,10 +256,29 @@ impl Updater {
                 .copied()
                 .collect()
         };
+        // The file's networks go in with no timeout, run-time entries' with their time left
+        // (one whose time is up is not sent: the kernel let it go or would at once).
+        let mut forever = Vec::new();
+        for network in &to_list {
+            match self.wanted.get(network).copied().flatten() {
+                None => forever.push(*network),
+                Some(expires) => {
+                    let left = self.instant(expires).saturating_duration_since(now);
+                    if !left.is_zero() {
+                        timed.push(Element {
+                            network: network.0,
+                            len: network.1,
+                            timeout: left,
+                            weight: 0.0,
+                        });
+                    }
+                }
+            }
+        }
         let text = ruleset.change(&Changes {
             flush: self.resync,
             remove: &remove,
-            listed: &to_list,
+            listed: &forever,
             timed: &timed,
         });
         Some(Plan {
@@ -232,14 +311,18 @@ impl Updater {
     /// ends (`None`: a `deny` network, held while listed).
     pub fn holding(&self) -> impl Iterator<Item = (Network, Option<Instant>)> + '_ {
         let timed = self.held.iter().map(|(&k, &(until, _))| (k, Some(until)));
-        timed.chain(self.listed.iter().map(|&k| (k, None)))
+        timed.chain(
+            self.listed
+                .iter()
+                .map(|(&k, &expires)| (k, expires.map(|e| self.instant(e)))),
+        )
     }
 
     /// Held elements in `set` (one of [`SETS`]), offenders and `deny` networks.
     #[must_use]
     pub fn count(&self, set: &str) -> usize {
         let in_set = |&&(network, len): &&Network| set_of(network, len) == set;
-        self.held.keys().filter(in_set).count() + self.listed.iter().filter(in_set).count()
+        self.held.keys().filter(in_set).count() + self.listed.keys().filter(in_set).count()
     }
 
     /// Updates `table` every `[kernel] interval` until `stop` turns true or `table` is no
@@ -256,33 +339,26 @@ impl Updater {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let wake = &shared.kernel_wake;
         wake.arm(self.config.factor);
-        let gap = GAP.min(self.config.interval);
-        let mut last: Option<tokio::time::Instant> = None;
+        let mut pace = Pace::new(GAP.min(self.config.interval));
         loop {
-            tokio::select! {
-                _ = ticks.tick() => {}
-                () = wake.rung() => {}
-                _ = stop.changed() => return,
-            }
-            // Coalesced: at most one update per `gap`, whatever rang meanwhile (the rings
-            // coalesce into one); one at a time, as this loop awaits each.
-            if let Some(next) = last.map(|l| l + gap) {
-                tokio::select! {
-                    () = tokio::time::sleep_until(next) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-            if *stop.borrow() {
+            if !pace.next(&mut ticks, wake, &mut stop).await {
                 return;
             }
-            last = Some(tokio::time::Instant::now());
             let sources = shared
                 .offenders
                 .top(CANDIDATES)
                 .into_iter()
-                .map(|o| o.source);
+                .map(|o| (o.source, o.count));
             let policy = shared.filter.policy();
-            self.deny(&policy.config().allow, &policy.config().deny, &metrics);
+            let now = shared.now();
+            let runtime = shared.filter.lists().entries(now);
+            self.deny(
+                &policy.config().allow,
+                &policy.config().deny,
+                &runtime,
+                now,
+                &metrics,
+            );
             let chosen = select(
                 &policy,
                 sources,
@@ -329,6 +405,28 @@ impl Updater {
                 metrics.set_elements(set, self.count(set));
             }
         }
+    }
+}
+
+/// When the kernel should let `network` (a piece of what the lists deny) go: never (`None`)
+/// if the longest `deny` entry around it is the file's (at equal length the file's, which does
+/// not expire), else when the run-time entry expires.
+fn expiry(network: Network, file: &[Cidr], runtime: &[(Cidr, Tick)]) -> Option<Tick> {
+    let around = |cidr: &Cidr| {
+        cidr.prefix.len() <= network.1 && overlap(network, (cidr.addr, cidr.prefix.len()))
+    };
+    let file_len = file
+        .iter()
+        .filter(|c| around(c))
+        .map(|c| c.prefix.len())
+        .max();
+    let runtime = runtime
+        .iter()
+        .filter(|(c, _)| around(c))
+        .max_by_key(|(c, expires)| (c.prefix.len(), *expires))?;
+    match file_len {
+        Some(len) if len >= runtime.0.prefix.len() => None,
+        _ => Some(runtime.1),
     }
 }
 
@@ -469,6 +567,8 @@ mod tests {
         updater.deny(
             &cidrs(&["10.1.9.0/24"]),
             &cidrs(&["10.1.0.0/16", "192.0.2.7"]),
+            &[],
+            Tick::ZERO,
             &metrics,
         );
         // The /24 offender overlaps a new deny network in its set: taken out first.
@@ -495,11 +595,17 @@ mod tests {
         assert_eq!((updater.count("v4"), updater.count("v4_hosts")), (8, 1));
         // The same lists again: nothing to send; an offender inside a denied network neither.
         let deny = cidrs(&["10.1.0.0/16", "192.0.2.7"]);
-        updater.deny(&cidrs(&["10.1.9.0/24"]), &deny, &metrics);
+        updater.deny(&cidrs(&["10.1.9.0/24"]), &deny, &[], Tick::ZERO, &metrics);
         let inside = vec![element("10.1.3.4", 32, 900)];
         assert_eq!(updater.plan(&ruleset, inside, now, &metrics), None);
         // A reload drops the address: it leaves the kernel, the rest stays.
-        updater.deny(&cidrs(&["10.1.9.0/24"]), &deny[..1], &metrics);
+        updater.deny(
+            &cidrs(&["10.1.9.0/24"]),
+            &deny[..1],
+            &[],
+            Tick::ZERO,
+            &metrics,
+        );
         let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
         assert_eq!(
             plan.text,
@@ -526,7 +632,7 @@ mod tests {
     fn a_resync_sends_the_deny_networks_again() {
         let (mut updater, ruleset, metrics) = setup(10);
         let now = Instant::now();
-        updater.deny(&[], &cidrs(&["198.51.100.0/24"]), &metrics);
+        updater.deny(&[], &cidrs(&["198.51.100.0/24"]), &[], Tick::ZERO, &metrics);
         let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
         updater.committed(plan, false, now);
         let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
@@ -569,5 +675,75 @@ mod tests {
         let later = now + Duration::from_millis(2500);
         assert_eq!(updater.plan(&ruleset, Vec::new(), later, &metrics), None);
         assert_eq!(updater.count("v4_hosts"), 1);
+    }
+
+    fn entry(cidr: &str, kind: ListKind, expires_s: u64) -> ListEntry {
+        ListEntry {
+            cidr: Cidr::parse(cidr).unwrap(),
+            kind,
+            expires: Tick::from_duration(Duration::from_secs(expires_s)),
+            reason: "test".into(),
+        }
+    }
+
+    #[test]
+    fn run_time_deny_entries_go_in_with_their_time_left_and_leave_when_removed() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let tick = Tick::from_duration(Duration::from_secs(100));
+        let file = cidrs(&["198.51.100.0/24"]);
+        // A run-time deny entry for 60 s more, one inside the file's /24 (the file's decides:
+        // no timeout), and a run-time allow entry that opens a hole in the run-time /16.
+        let entries = [
+            entry("203.0.113.9", ListKind::Deny, 160),
+            entry("198.51.100.7", ListKind::Deny, 130),
+            entry("10.2.0.0/16", ListKind::Deny, 110),
+            entry("10.2.0.0/17", ListKind::Allow, 200),
+        ];
+        updater.deny(&[], &file, &entries, tick, &metrics);
+        // Planned just after (timeouts are written rounded up to the millisecond).
+        let now = Instant::now();
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert_eq!(
+            plan.text,
+            "add element inet tollgate v4 { 198.51.100.0/24, 10.2.128.0/17 timeout 10000ms }\n\
+             add element inet tollgate v4_hosts { 203.0.113.9 timeout 60000ms }\n",
+            "{}",
+            plan.text
+        );
+        updater.committed(plan, true, now);
+        // Held as the kernel holds them: the run-time ones until their entries expire.
+        let holding: HashMap<Network, Option<Instant>> = updater.holding().collect();
+        let host = ("203.0.113.9".parse().unwrap(), 32);
+        let until = holding[&host].expect("a timeout");
+        assert!(until <= now + Duration::from_secs(60) && until > now + Duration::from_secs(59));
+        // Nothing changed: nothing to send.
+        updater.deny(&[], &file, &entries, tick, &metrics);
+        assert_eq!(updater.plan(&ruleset, Vec::new(), now, &metrics), None);
+        // DELETE of the address, and the /16 expired: both leave (the expired one too, in
+        // case the kernel has not let it go yet), the file's /24 stays.
+        let later = tick + Duration::from_secs(20);
+        updater.deny(&[], &file, &entries[1..2], later, &metrics);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert_eq!(
+            plan.text,
+            "add element inet tollgate v4 { 10.2.128.0/17 }\n\
+             delete element inet tollgate v4 { 10.2.128.0/17 }\n\
+             add element inet tollgate v4_hosts { 203.0.113.9 }\n\
+             delete element inet tollgate v4_hosts { 203.0.113.9 }\n"
+        );
+        updater.committed(plan, true, now);
+        assert_eq!((updater.count("v4"), updater.count("v4_hosts")), (1, 0));
+        // Added again with a longer time to live: out and in with the new timeout.
+        let again = [entry("203.0.113.9", ListKind::Deny, 400)];
+        updater.deny(&[], &file, &again, later, &metrics);
+        let plan = updater
+            .plan(&ruleset, Vec::new(), Instant::now(), &metrics)
+            .unwrap();
+        assert!(
+            plan.text
+                .ends_with("add element inet tollgate v4_hosts { 203.0.113.9 timeout 280000ms }\n"),
+            "{}",
+            plan.text
+        );
     }
 }

@@ -5,7 +5,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::sync::Notify;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::time::{Instant, Interval};
 use tollgate_filter::EXACT_MULTIPLE;
 
 /// The doorbell, shared by the deciding threads and the updater.
@@ -76,11 +79,90 @@ impl Wake {
     }
 }
 
+/// When the updater runs: at each interval tick or ring, but at most once per `gap` (the
+/// rings and ticks that come meanwhile coalesce into the next run), one run at a time.
+#[derive(Debug)]
+pub(super) struct Pace {
+    gap: Duration,
+    last: Option<Instant>,
+}
+
+impl Pace {
+    /// Runs at least `gap` apart.
+    #[must_use]
+    pub(super) fn new(gap: Duration) -> Pace {
+        Pace { gap, last: None }
+    }
+
+    /// Waits for the next run: a tick of `ticks` or a ring of `wake`, then until `gap` after
+    /// the last run. `false` once `stop` changed (or its sender is gone): no more runs.
+    pub(super) async fn next(
+        &mut self,
+        ticks: &mut Interval,
+        wake: &Wake,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = wake.rung() => {}
+            _ = stop.changed() => return false,
+        }
+        if let Some(next) = self.last.map(|l| l + self.gap) {
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                _ = stop.changed() => return false,
+            }
+        }
+        if *stop.borrow() {
+            return false;
+        }
+        self.last = Some(Instant::now());
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::sync::Arc;
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn rings_every_millisecond_make_one_run_per_gap() {
+        let wake = Arc::new(Wake::new());
+        wake.arm(1.0);
+        let (stop_tx, mut stop) = watch::channel(false);
+        let runs = tokio::spawn({
+            let wake = Arc::clone(&wake);
+            async move {
+                let mut ticks = tokio::time::interval(Duration::from_secs(3600));
+                let mut pace = Pace::new(Duration::from_millis(20));
+                let mut runs = Vec::new();
+                while pace.next(&mut ticks, &wake, &mut stop).await {
+                    runs.push(Instant::now());
+                }
+                runs
+            }
+        });
+        let start = Instant::now();
+        // 100 ms of rings, one a millisecond (the interval's first tick is at once).
+        for _ in 0..100 {
+            wake.over(10, 1);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        stop_tx.send(true).unwrap();
+        let runs = runs.await.unwrap();
+        // The first at once; then the rings run it every 20 ms, never sooner.
+        assert_eq!(runs.first(), Some(&start), "{runs:?}");
+        for pair in runs.windows(2) {
+            assert!(pair[1] - pair[0] >= Duration::from_millis(20), "{runs:?}");
+        }
+        assert!(
+            (5..=6).contains(&runs.len()),
+            "{} runs: {runs:?}",
+            runs.len()
+        );
+    }
 
     async fn rang(wake: &Wake) -> bool {
         tokio::time::timeout(Duration::from_millis(1), wake.rung())

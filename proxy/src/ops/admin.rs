@@ -140,18 +140,17 @@ impl Access {
     }
 
     /// `None` if a request of `method` with `headers` may be served; otherwise the answer that
-    /// refuses it.
-    fn refuses(&self, method: &Method, headers: &HeaderMap) -> Option<Answer> {
+    /// refuses it, in `format` (JSON `{"error": ...}` when the request asked for JSON).
+    fn refuses(&self, method: &Method, headers: &HeaderMap, format: Format) -> Option<Answer> {
         let changes_state = method != Method::GET;
         if !changes_state && !self.everything {
             return None;
         }
         let Some(token) = &self.token else {
-            return Some(text(
+            return Some(format.refuse(
                 StatusCode::FORBIDDEN,
                 "this endpoint changes state and needs a token: set [admin] token_file or \
-                 token_env and restart (SIGHUP reloads without one)\n"
-                    .into(),
+                 token_env and restart (SIGHUP reloads without one)",
             ));
         };
         let presented = headers
@@ -160,9 +159,9 @@ impl Access {
         if presented.is_some_and(|p| token.matches(p)) {
             return None;
         }
-        let mut refused = text(
+        let mut refused = format.refuse(
             StatusCode::UNAUTHORIZED,
-            "send `Authorization: Bearer TOKEN`\n".into(),
+            "send `Authorization: Bearer TOKEN`",
         );
         refused.headers_mut().insert(
             hyper::header::WWW_AUTHENTICATE,
@@ -242,7 +241,8 @@ pub async fn serve(
                 let shared = Arc::clone(&shared);
                 let access = Arc::clone(&access);
                 async move {
-                    let answer = match access.refuses(request.method(), request.headers()) {
+                    let format = Format::of(&request);
+                    let answer = match access.refuses(request.method(), request.headers(), format) {
                         Some(refused) => refused,
                         None => respond(&shared, request).await,
                     };
@@ -354,32 +354,92 @@ mod tests {
             token: token.clone(),
             everything: false,
         };
-        assert_eq!(status(loopback.refuses(&Method::GET, &none)), 200);
-        assert_eq!(status(loopback.refuses(&Method::POST, &none)), 401);
         assert_eq!(
-            status(loopback.refuses(&Method::POST, &bearer("s3crex"))),
+            status(loopback.refuses(&Method::GET, &none, Format::Text)),
+            200
+        );
+        assert_eq!(
+            status(loopback.refuses(&Method::POST, &none, Format::Text)),
             401
         );
         assert_eq!(
-            status(loopback.refuses(&Method::POST, &bearer("s3cret "))),
+            status(loopback.refuses(&Method::POST, &bearer("s3crex"), Format::Text)),
             401
         );
         assert_eq!(
-            status(loopback.refuses(&Method::POST, &bearer("s3cret"))),
+            status(loopback.refuses(&Method::POST, &bearer("s3cret "), Format::Text)),
+            401
+        );
+        assert_eq!(
+            status(loopback.refuses(&Method::POST, &bearer("s3cret"), Format::Text)),
             200
         );
         let beyond = Access {
             token,
             everything: true,
         };
-        assert_eq!(status(beyond.refuses(&Method::GET, &none)), 401);
-        assert_eq!(status(beyond.refuses(&Method::GET, &bearer("s3cret"))), 200);
+        assert_eq!(
+            status(beyond.refuses(&Method::GET, &none, Format::Text)),
+            401
+        );
+        assert_eq!(
+            status(beyond.refuses(&Method::GET, &bearer("s3cret"), Format::Text)),
+            200
+        );
         let tokenless = Access {
             token: None,
             everything: false,
         };
-        assert_eq!(status(tokenless.refuses(&Method::GET, &none)), 200);
-        assert_eq!(status(tokenless.refuses(&Method::POST, &bearer("x"))), 403);
+        assert_eq!(
+            status(tokenless.refuses(&Method::GET, &none, Format::Text)),
+            200
+        );
+        assert_eq!(
+            status(tokenless.refuses(&Method::POST, &bearer("x"), Format::Text)),
+            403
+        );
+    }
+
+    /// The answer's content type and body.
+    async fn read(answer: Option<Answer>) -> (String, String) {
+        use http_body_util::BodyExt;
+        let answer = answer.expect("refused");
+        let kind = answer.headers()[hyper::header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        (kind, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn refusals_answer_json_when_json_was_asked() {
+        let none = HeaderMap::new();
+        let loopback = Access {
+            token: Some(Token(b"s3cret".as_slice().into())),
+            everything: false,
+        };
+        let (kind, said) = read(loopback.refuses(&Method::POST, &none, Format::Json)).await;
+        assert_eq!(kind, "application/json");
+        let value: serde_json::Value = serde_json::from_str(&said).unwrap();
+        assert_eq!(
+            value["error"], "send `Authorization: Bearer TOKEN`",
+            "{said}"
+        );
+        let tokenless = Access {
+            token: None,
+            everything: false,
+        };
+        let (kind, said) = read(tokenless.refuses(&Method::POST, &none, Format::Json)).await;
+        assert_eq!(kind, "application/json");
+        let value: serde_json::Value = serde_json::from_str(&said).unwrap();
+        assert!(
+            value["error"].as_str().unwrap().contains("needs a token"),
+            "{said}"
+        );
+        let (kind, said) = read(loopback.refuses(&Method::POST, &none, Format::Text)).await;
+        assert!(kind.starts_with("text/plain"), "{said}");
+        assert_eq!(said, "send `Authorization: Bearer TOKEN`\n");
     }
 
     #[test]

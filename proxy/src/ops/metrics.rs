@@ -4,7 +4,7 @@
 //! looked up by label only when a rule throttles.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -188,8 +188,13 @@ pub struct Metrics {
     list_removed: Counter,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
     pub cluster: ClusterMetrics,
-    /// The kernel fast path's metrics (exported only when `[kernel]` is configured).
+    /// The kernel fast path's metrics (exported once `[kernel]` is configured, at start or
+    /// by a reload: see [`Metrics::export_kernel`]).
     pub kernel: KernelMetrics,
+    /// The kernel metrics' own registry, rendered after the others once exported.
+    kernel_registry: Registry,
+    /// Whether `kernel_registry` is rendered.
+    kernel_exported: AtomicBool,
     /// The warm-restart state file's metrics.
     pub state: crate::ops::state::StateMetrics,
 }
@@ -569,6 +574,8 @@ impl Metrics {
             list_removed: Counter::default(),
             cluster: ClusterMetrics::new(),
             kernel: KernelMetrics::new(),
+            kernel_registry: Registry::default(),
+            kernel_exported: AtomicBool::new(kernel),
             state: crate::ops::state::StateMetrics::default(),
         };
         let r = &mut registry;
@@ -751,13 +758,22 @@ impl Metrics {
         if cluster {
             metrics.cluster.register(r);
         }
-        if kernel {
-            metrics.kernel.register(r);
-        }
+        // Apart, so that a reload that adds `[kernel]` can export them (a registry takes no
+        // metric once shared, and a restart should not be needed to see the fast path).
+        let mut kernel_registry = Registry::with_prefix("tollgate");
+        metrics.kernel.register(&mut kernel_registry);
         Metrics {
             registry,
+            kernel_registry,
             ..metrics
         }
+    }
+
+    /// Exports the kernel fast path's metrics from the next render on (a reload added
+    /// `[kernel]`); they stay exported, as they do when a reload removes the section.
+    pub fn export_kernel(&self) {
+        // Relaxed: a flag read at each render, ordering nothing else.
+        self.kernel_exported.store(true, Ordering::Relaxed);
     }
 
     /// The counters of listener `name`, resolved once.
@@ -921,6 +937,39 @@ impl Metrics {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        // Relaxed: see `export_kernel`.
+        if self.kernel_exported.load(Ordering::Relaxed) {
+            // One exposition: the first one's closing `# EOF` goes, the second one's ends it.
+            if let Some(open) = text.strip_suffix("# EOF\n") {
+                text.truncate(open.len());
+            }
+            let _ = prometheus_client::encoding::text::encode(&mut text, &self.kernel_registry);
+        }
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_metrics_appear_once_exported_in_one_exposition() {
+        let policy = Policy::compile(
+            tollgate_filter::Config::parse("[sketch]\nmemory = \"1MiB\"\n").unwrap(),
+            None,
+        )
+        .unwrap();
+        let metrics = Metrics::for_sections(false, false);
+        let before = metrics.render(&policy, Tick::ZERO);
+        assert!(!before.contains("tollgate_kernel_"), "{before}");
+        metrics.export_kernel();
+        let after = metrics.render(&policy, Tick::ZERO);
+        assert!(after.contains("tollgate_kernel_active 0"), "{after}");
+        assert!(after.contains("tollgate_decide_failures_total"), "{after}");
+        assert_eq!(after.matches("# EOF").count(), 1, "{after}");
+        assert!(after.ends_with("# EOF\n"), "{after}");
+        let at_start = Metrics::for_sections(false, true).render(&policy, Tick::ZERO);
+        assert!(at_start.contains("tollgate_kernel_active 0"), "{at_start}");
     }
 }

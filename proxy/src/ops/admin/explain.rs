@@ -70,6 +70,23 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// What the numbers of a limit's reading are: `exact` below the cap (the estimate is an
+/// upper bound of the true count and the retry-after an estimate of when it is back under);
+/// past it the true count is at least the estimate and the retry-after is at most what is
+/// said (see [`tollgate_filter::Throttle::capped`]).
+pub(crate) fn bound(capped: bool) -> &'static str {
+    if capped {
+        "estimate at least, retry_after at most"
+    } else {
+        "exact"
+    }
+}
+
+/// "at least " before a capped key's estimate, nothing before another.
+fn at_least(capped: bool) -> &'static str {
+    if capped { "at least " } else { "" }
+}
+
 fn rule_name(policy: &Policy, index: usize) -> &str {
     policy.rule(index).map_or("?", |r| r.name.as_str())
 }
@@ -81,6 +98,8 @@ fn throttle_json(policy: &Policy, throttle: &Throttle) -> Value {
         "estimate": throttle.estimate,
         "allowed": throttle.allowed,
         "retry_after_ms": millis(throttle.retry_after),
+        "capped": throttle.capped,
+        "bound": bound(throttle.capped),
         "action": throttle.action.as_str(),
     })
 }
@@ -134,6 +153,8 @@ fn limit_json(policy: &Policy, limit: &LimitExplanation) -> Value {
         "cluster": limit.cluster,
         "over": limit.over,
         "retry_after_ms": limit.retry_after.map(millis),
+        "capped": limit.capped,
+        "bound": bound(limit.capped),
     })
 }
 
@@ -177,11 +198,13 @@ fn verdict_text(policy: &Policy, verdict: &Verdict) -> String {
     match verdict {
         Verdict::Allow => "allow".into(),
         Verdict::Throttle(t) => format!(
-            "throttle by rule {} limit {} (estimate {}, {} allowed; retry after {}; action {})",
+            "throttle by rule {} limit {} (estimate {}{}, {} allowed; retry after {}{}; action {})",
             rule_name(policy, t.at.rule),
             t.at.limit,
+            at_least(t.capped),
             t.estimate,
             t.allowed,
+            if t.capped { "at most " } else { "" },
             DurationText(t.retry_after),
             t.action.as_str()
         ),
@@ -265,15 +288,21 @@ fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
                 .map_or(String::new(), |c| format!(" + {c} from the cluster"));
             let _ = writeln!(
                 body,
-                "  limit {} {:<12} counted as {}/{}: estimate {} (overcount at most {}){} -> {}",
+                "  limit {} {:<12} counted as {}/{}: estimate {}{} (overcount at most {}){} -> {}",
                 limit.at.limit,
                 limit.limit.rate.to_string(),
                 limit.network,
                 limit.prefix.len(),
+                at_least(limit.capped),
                 limit.estimate,
                 limit.overcount_bound,
                 cluster,
                 match limit.retry_after {
+                    Some(retry) if limit.capped => format!(
+                        "over (past {}x its limit: counted no further), back under in at most {}",
+                        tollgate_filter::EXACT_MULTIPLE,
+                        DurationText(retry)
+                    ),
                     Some(retry) => format!("over, back under in {}", DurationText(retry)),
                     None => "within".into(),
                 }

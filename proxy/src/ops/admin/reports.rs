@@ -1,52 +1,92 @@
 //! `GET /top?n=20` and `GET /estimate?source=ADDRESS`, as text or JSON.
 
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 use hyper::StatusCode;
 use serde_json::json;
-use tollgate_filter::{DurationText, Source};
+use tollgate_filter::{DurationText, EXACT_MULTIPLE, Policy, Source};
+use tollgate_sketch::Tick;
 
 use super::answer::{Answer, Format, json, text};
 use super::explain::source_of;
 use crate::kernel;
 use crate::shared::Shared;
 
-/// `/top`: the `n` most rejected sources.
+/// How far over its limits a source stands now: the largest estimate / limit of the limits
+/// that apply, and whether that key is past its cap (the factor is then a floor: the key is
+/// counted no further, see [`tollgate_filter::Throttle::capped`]). `None`: no limit applies.
+fn over(policy: &Policy, source: IpAddr, now: Tick) -> Option<(f64, bool)> {
+    policy
+        .estimates(Source::new(source), now)
+        .iter()
+        .map(|e| {
+            // Limits are at most MAX_LIMIT (well under 2^53): exact as f64.
+            #[allow(clippy::cast_precision_loss)]
+            let factor = e.estimate as f64 / e.limit.rate.count.max(1) as f64;
+            (factor, e.capped)
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// [`over`] for people: `>=8.1x` past the cap, `2.5x` under it, `-` with no limit.
+fn over_text(over: Option<(f64, bool)>) -> String {
+    match over {
+        Some((factor, true)) => format!(">={factor:.1}x"),
+        Some((factor, false)) => format!("{factor:.1}x"),
+        None => "-".into(),
+    }
+}
+
+/// `/top`: the `n` most rejected sources, in the order of their rejections (counted by the
+/// offender list, never capped), each with how far over its limits it stands now.
 pub(crate) fn top(shared: &Shared, format: Format, n: usize) -> Answer {
     let top = shared.offenders.top(n);
+    let policy = shared.filter.policy();
+    let now = shared.now();
     if format == Format::Json {
         let rows: Vec<_> = top
             .iter()
             .map(|o| {
+                let over = over(&policy, o.source, now);
                 json!({
                     "source": o.source.to_string(),
                     "rejected": o.count,
                     "error": o.error,
+                    "over": over.map(|(factor, _)| factor),
+                    "capped": over.is_some_and(|(_, capped)| capped),
                     "last": o.last,
                     "kernel": kernel::held(shared, o.source),
                 })
             })
             .collect();
-        return json(StatusCode::OK, &json!({ "top": rows }));
+        return json(StatusCode::OK, &json!({ "order": "rejected", "top": rows }));
     }
     let mut body = format!(
-        "{:<40} {:>10} {:>10}{}  last\n",
+        "{:<40} {:>10} {:>10} {:>9}{}  last\n",
         "source",
         "rejected",
         "error",
+        "over",
         kernel::top_column(shared, None)
     );
     for offender in top {
         let _ = writeln!(
             body,
-            "{:<40} {:>10} {:>10}{}  {}",
+            "{:<40} {:>10} {:>10} {:>9}{}  {}",
             offender.source.to_string(),
             offender.count,
             offender.error,
+            over_text(over(&policy, offender.source, now)),
             kernel::top_column(shared, Some(offender.source)),
             offender.last
         );
     }
+    let _ = writeln!(
+        body,
+        "(ordered by rejections; over: estimate / limit now, >= past {}x: counted no further)",
+        EXACT_MULTIPLE
+    );
     text(StatusCode::OK, body)
 }
 
@@ -71,6 +111,8 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
                     "limit": l.at.limit,
                     "counted_as": counted_as(l.prefix),
                     "estimate": l.estimate,
+                    "capped": l.capped,
+                    "bound": super::explain::bound(l.capped),
                     "rate": l.limit.rate.to_string(),
                 })
             })
@@ -104,7 +146,11 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
             rule(limit.at.rule),
             limit.at.limit,
             counted_as(limit.prefix),
-            limit.estimate,
+            format!(
+                "{}{}",
+                if limit.capped { ">= " } else { "" },
+                limit.estimate
+            ),
             format!(
                 "{}/{}",
                 limit.limit.rate.count,
