@@ -63,6 +63,10 @@ pub(crate) struct Options {
     /// Threads of the load generator's runtime (clients and echo upstream).
     #[arg(long, default_value_t = 2)]
     pub(crate) client_threads: usize,
+    /// Count the proxies' system calls per connection in the short and rejected scenarios with
+    /// `strace -c -f` attached (their rates and CPU are then not recorded: tracing slows them).
+    #[arg(long)]
+    pub(crate) strace: bool,
     /// Print the results as JSON instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -101,6 +105,8 @@ pub(crate) struct Sizes {
     pub(crate) op_timeout: Duration,
     /// The longest a connection scenario may run, whatever its count.
     pub(crate) scenario_limit: Duration,
+    /// Count system calls with strace instead of reading CPU (`--strace`).
+    pub(crate) strace: bool,
 }
 
 impl Options {
@@ -126,6 +132,7 @@ impl Options {
             udp_window: self.udp_window.max(1),
             op_timeout: Duration::from_secs(3),
             scenario_limit: Duration::from_secs(if self.quick { 10 } else { 60 }),
+            strace: self.strace,
         }
     }
 }

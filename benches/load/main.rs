@@ -20,6 +20,7 @@ mod cli;
 mod peers;
 mod report;
 mod scenarios;
+mod syscalls;
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -81,6 +82,7 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         runtime: &runtime,
         upstreams: &upstreams,
         sizes,
+        dir: dir.path(),
     };
     let mut alive = vec![true; peers.len()];
     for &scenario in &options.scenarios {
@@ -110,6 +112,9 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
                         );
                         for (metric, value) in outcome.figures {
                             report.record(metric, peer.kind, value);
+                        }
+                        for (name, value) in outcome.syscalls {
+                            report.record_syscall(scenario, name, peer.kind, value);
                         }
                         for note in outcome.notes {
                             report.note(format!("{} round {round}: {note}", peer.kind));

@@ -93,6 +93,11 @@ impl Peer {
         self.process.as_ref().map(|p| cpu::tree_time(p.pid()))
     }
 
+    /// The proxy's process id; `None` for the direct column.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(Process::pid)
+    }
+
     /// An error if the proxy has exited (with the end of its log).
     pub(crate) fn check_alive(&mut self) -> Result<(), String> {
         match &mut self.process {

@@ -1,20 +1,24 @@
 //! The results: every run's figure kept, the table showing the median per cell (the machine
 //! is shared and noisy; a median of a few runs is steadier than any one), next to the goal.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 use tollgate_benches::kind::Kind;
 use tollgate_benches::table::{number, render};
 
+use crate::cli::Scenario;
+
 /// One row of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Metric {
     ShortRate,
     ShortCpu,
+    ShortSwitches,
     RejectedRate,
     RejectedCpu,
+    RejectedSwitches,
     LatencyP50,
     LatencyP99,
     /// Derived: a proxy's median p50 less the direct column's.
@@ -34,11 +38,13 @@ enum Goal {
 }
 
 impl Metric {
-    const ALL: [Metric; 12] = [
+    const ALL: [Metric; 14] = [
         Metric::ShortRate,
         Metric::ShortCpu,
+        Metric::ShortSwitches,
         Metric::RejectedRate,
         Metric::RejectedCpu,
+        Metric::RejectedSwitches,
         Metric::LatencyP50,
         Metric::LatencyP99,
         Metric::LatencyAdded,
@@ -53,8 +59,10 @@ impl Metric {
         match self {
             Metric::ShortRate => "short conns: conn/s",
             Metric::ShortCpu => "short conns: proxy CPU us/conn",
+            Metric::ShortSwitches => "short conns: proxy context switches/conn",
             Metric::RejectedRate => "rejected conns: conn/s",
             Metric::RejectedCpu => "rejected conns: proxy CPU us/conn",
+            Metric::RejectedSwitches => "rejected conns: proxy context switches/conn",
             Metric::LatencyP50 => "latency p50 (us)",
             Metric::LatencyP99 => "latency p99 (us)",
             Metric::LatencyAdded => "latency p50 added over direct (us)",
@@ -71,8 +79,10 @@ impl Metric {
         match self {
             Metric::ShortRate => "short_conn_per_s",
             Metric::ShortCpu => "short_cpu_us_per_conn",
+            Metric::ShortSwitches => "short_switches_per_conn",
             Metric::RejectedRate => "rejected_conn_per_s",
             Metric::RejectedCpu => "rejected_cpu_us_per_conn",
+            Metric::RejectedSwitches => "rejected_switches_per_conn",
             Metric::LatencyP50 => "latency_p50_us",
             Metric::LatencyP99 => "latency_p99_us",
             Metric::LatencyAdded => "latency_p50_added_us",
@@ -117,6 +127,8 @@ impl Goal {
 pub(crate) struct Report {
     columns: Vec<Kind>,
     samples: BTreeMap<(Metric, Kind), Vec<f64>>,
+    /// System calls per operation (`--strace`), by scenario and name.
+    syscalls: BTreeMap<(Scenario, String), BTreeMap<Kind, Vec<f64>>>,
     notes: Vec<String>,
 }
 
@@ -137,6 +149,22 @@ impl Report {
         }
     }
 
+    /// One run's calls of syscall `name` per operation of `scenario` by `column`.
+    pub(crate) fn record_syscall(
+        &mut self,
+        scenario: Scenario,
+        name: String,
+        column: Kind,
+        value: f64,
+    ) {
+        self.syscalls
+            .entry((scenario, name))
+            .or_default()
+            .entry(column)
+            .or_default()
+            .push(value);
+    }
+
     pub(crate) fn note(&mut self, note: String) {
         if !self.notes.contains(&note) {
             self.notes.push(note);
@@ -151,14 +179,54 @@ impl Report {
             let direct = self.median(Metric::LatencyP50, Kind::Direct)?;
             return Some(self.median(Metric::LatencyP50, column)? - direct);
         }
-        let mut values = self.samples.get(&(metric, column))?.clone();
-        values.sort_by(f64::total_cmp);
-        let mid = values.len() / 2;
-        Some(if values.len() % 2 == 1 {
-            values[mid]
-        } else {
-            (values[mid - 1] + values[mid]) / 2.0
-        })
+        median(self.samples.get(&(metric, column))?)
+    }
+
+    /// The syscall table (`--strace`): calls per operation, medians, rows with at least 0.05
+    /// calls per operation in some column; empty without samples.
+    fn syscall_table(&self) -> String {
+        if self.syscalls.is_empty() {
+            return String::new();
+        }
+        let mut header = vec!["syscalls per conn (strace -c -f)".to_owned()];
+        header.extend(self.columns.iter().map(|c| c.name().to_owned()));
+        let mut lines = vec![header];
+        for ((scenario, name), by_column) in &self.syscalls {
+            let medians: Vec<Option<f64>> = self
+                .columns
+                .iter()
+                .map(|column| by_column.get(column).and_then(|v| median(v)))
+                .collect();
+            if !medians.iter().flatten().any(|&m| m >= 0.05) {
+                continue;
+            }
+            let mut line = vec![format!("{scenario:?}: {name}").to_lowercase()];
+            line.extend(
+                medians
+                    .iter()
+                    .map(|m| m.map_or_else(|| "-".to_owned(), |m| format!("{m:.2}"))),
+            );
+            lines.push(line);
+        }
+        for scenario in self
+            .syscalls
+            .keys()
+            .map(|(s, _)| *s)
+            .collect::<BTreeSet<_>>()
+        {
+            let mut line = vec![format!("{scenario:?}: total").to_lowercase()];
+            for column in &self.columns {
+                let total: f64 = self
+                    .syscalls
+                    .iter()
+                    .filter(|((s, _), _)| *s == scenario)
+                    .filter_map(|(_, by_column)| by_column.get(column).and_then(|v| median(v)))
+                    .sum();
+                line.push(format!("{total:.2}"));
+            }
+            lines.push(line);
+        }
+        format!("\n{}", render(&lines))
     }
 
     fn rows(&self) -> impl Iterator<Item = Metric> + '_ {
@@ -197,6 +265,7 @@ impl Report {
             lines.push(line);
         }
         let mut out = render(&lines);
+        out.push_str(&self.syscall_table());
         for note in &self.notes {
             let _ = writeln!(out, "note: {note}");
         }
@@ -221,7 +290,34 @@ impl Report {
                 })
             })
             .collect();
-        json!({ "run": header, "results": results, "notes": self.notes })
+        let syscalls: Vec<Value> = self
+            .syscalls
+            .iter()
+            .flat_map(|((scenario, name), by_column)| {
+                by_column.iter().map(move |(column, values)| {
+                    json!({
+                        "scenario": format!("{scenario:?}").to_lowercase(),
+                        "syscall": name,
+                        "column": column.name(),
+                        "median_per_op": median(values),
+                        "samples": values,
+                    })
+                })
+            })
+            .collect();
+        json!({ "run": header, "results": results, "syscalls": syscalls, "notes": self.notes })
+    }
+}
+
+/// The median of `values`; `None` if empty.
+fn median(values: &[f64]) -> Option<f64> {
+    let mut values = values.to_vec();
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[mid]),
+        _ => Some((values[mid - 1] + values[mid]) / 2.0),
     }
 }
 
@@ -249,5 +345,28 @@ mod tests {
         );
         assert_eq!(report.median(Metric::LatencyAdded, Kind::Direct), None);
         assert!(report.table().contains("55.0 ok"));
+    }
+
+    #[test]
+    fn the_syscall_table_shows_medians_per_column_and_totals() {
+        let mut report = Report::new(vec![Kind::Tollgate, Kind::Nginx]);
+        for v in [1.0, 3.0, 2.0] {
+            report.record_syscall(Scenario::Short, "close".to_owned(), Kind::Tollgate, v);
+        }
+        report.record_syscall(Scenario::Short, "close".to_owned(), Kind::Nginx, 2.5);
+        report.record_syscall(Scenario::Short, "ioctl".to_owned(), Kind::Tollgate, 1.0);
+        // Below 0.05 per connection everywhere: left out.
+        report.record_syscall(Scenario::Short, "gettid".to_owned(), Kind::Nginx, 0.01);
+        let table = report.syscall_table();
+        let row = |name: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(name))
+                .map(|l| l.split_whitespace().skip(2).collect::<Vec<_>>())
+        };
+        assert_eq!(row("short: close"), Some(vec!["2.00", "2.50"]), "{table}");
+        assert_eq!(row("short: ioctl"), Some(vec!["1.00", "-"]), "{table}");
+        assert_eq!(row("short: gettid"), None, "{table}");
+        assert_eq!(row("short: total"), Some(vec!["3.00", "2.51"]), "{table}");
     }
 }

@@ -9,9 +9,11 @@ mod connections;
 mod latency;
 mod udp;
 
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
+use tollgate_benches::cpu;
 
 pub(crate) use tollgate_benches::sources::source;
 use tollgate_benches::upstream::Upstreams;
@@ -19,6 +21,7 @@ use tollgate_benches::upstream::Upstreams;
 use crate::cli::{Scenario, Sizes};
 use crate::peers::Peer;
 use crate::report::Metric;
+use crate::syscalls;
 
 /// What the scenarios run with.
 #[derive(Debug)]
@@ -28,6 +31,8 @@ pub(crate) struct Context<'a> {
     /// The upstreams, for the sinks' counters.
     pub(crate) upstreams: &'a Upstreams,
     pub(crate) sizes: Sizes,
+    /// Where strace writes its summaries (`--strace`).
+    pub(crate) dir: &'a Path,
 }
 
 /// What one run of a scenario measured.
@@ -37,6 +42,8 @@ pub(crate) struct Outcome {
     pub(crate) figures: Vec<(Metric, f64)>,
     /// Anything the reader should know (failed operations, drops).
     pub(crate) notes: Vec<String>,
+    /// System calls per operation, by name (`--strace` only).
+    pub(crate) syscalls: Vec<(String, f64)>,
 }
 
 /// Runs `scenario` once against `peer`.
@@ -87,6 +94,93 @@ pub(crate) fn with_cpu<T>(
         .map_err(|e| format!("cannot read CPU: {e}"))?;
     let spent = before.zip(after).map(|(b, a)| a.saturating_sub(b));
     Ok((result, spent))
+}
+
+/// What a proxy spent during one measured run.
+#[derive(Debug, Default)]
+pub(crate) struct Spent {
+    /// CPU time (`None` for the direct column, and when traced: tracing inflates it).
+    pub(crate) cpu: Option<Duration>,
+    /// Context switches of its threads (`None` for the direct column and when traced).
+    pub(crate) switches: Option<u64>,
+    /// System calls by name, with `--strace`.
+    pub(crate) syscalls: Option<syscalls::Counts>,
+}
+
+impl Spent {
+    /// Its figures per operation into `outcome`: CPU as `cpu_metric`, switches as
+    /// `switch_metric`, and the syscall counts.
+    pub(crate) fn record(
+        &self,
+        outcome: &mut Outcome,
+        operations: u64,
+        cpu_metric: Metric,
+        switch_metric: Metric,
+    ) {
+        if let Some(cpu) = self.cpu {
+            outcome
+                .figures
+                .push((cpu_metric, micros_per(cpu, operations)));
+        }
+        if let Some(switches) = self.switches {
+            outcome
+                .figures
+                .push((switch_metric, switches as f64 / operations.max(1) as f64));
+        }
+        if let Some(counts) = &self.syscalls {
+            outcome.syscalls.extend(
+                counts
+                    .iter()
+                    .map(|(name, &calls)| (name.clone(), calls as f64 / operations.max(1) as f64)),
+            );
+        }
+    }
+}
+
+/// Runs `body` and reads what the proxy spent on it: CPU and context switches from `/proc`,
+/// or, with `--strace`, the system calls of its processes (and then neither of the others).
+///
+/// # Errors
+/// The proxy exited during the run, or strace could not attach.
+pub(crate) fn measured<T>(
+    peer: &Peer,
+    context: &Context<'_>,
+    what: &str,
+    body: impl FnOnce() -> T,
+) -> Result<(T, Spent), String> {
+    let Some(pid) = peer.pid() else {
+        return Ok((body(), Spent::default()));
+    };
+    if context.sizes.strace {
+        let mut pids = vec![pid];
+        pids.extend(cpu::descendants(pid));
+        let file = context
+            .dir
+            .join(format!("strace-{}-{what}.txt", peer.kind.name()));
+        let trace = syscalls::Trace::attach(&pids, &file)?;
+        let result = body();
+        let counts = trace.finish()?;
+        return Ok((
+            result,
+            Spent {
+                syscalls: Some(counts),
+                ..Spent::default()
+            },
+        ));
+    }
+    let switches_before =
+        cpu::tree_switches(pid).map_err(|e| format!("cannot read switches: {e}"))?;
+    let (result, cpu) = with_cpu(peer, body)?;
+    let switches_after =
+        cpu::tree_switches(pid).map_err(|e| format!("cannot read switches: {e}"))?;
+    Ok((
+        result,
+        Spent {
+            cpu,
+            switches: Some(switches_after.saturating_sub(switches_before)),
+            syscalls: None,
+        },
+    ))
 }
 
 /// Microseconds of CPU per operation.

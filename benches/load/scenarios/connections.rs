@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_benches::sources::connect_from as connect;
 
-use super::{Context, Failures, Outcome, micros_per, source, with_cpu};
+use super::{Context, Failures, Outcome, measured, source};
 use crate::peers::Peer;
 use crate::report::Metric;
 
@@ -30,20 +30,18 @@ pub(super) fn short(peer: &Peer, context: &Context<'_>) -> Result<Outcome, Strin
     let sizes = context.sizes;
     let target = peer.endpoints.echo;
     let timeout = sizes.op_timeout;
-    let ((done, failures, elapsed), cpu) = with_cpu(peer, || {
+    let ((done, failures, elapsed), spent) = measured(peer, context, "short", || {
         many(context, sizes.connections, move |i| {
             echo_once(source(SHORT_NET, i, SHORT_SOURCES), target, timeout)
         })
     })?;
     let mut outcome = Outcome::default();
-    outcome
-        .figures
-        .push((Metric::ShortRate, done as f64 / elapsed.as_secs_f64()));
-    if let Some(cpu) = cpu {
+    if !sizes.strace {
         outcome
             .figures
-            .push((Metric::ShortCpu, micros_per(cpu, done)));
+            .push((Metric::ShortRate, done as f64 / elapsed.as_secs_f64()));
     }
+    spent.record(&mut outcome, done, Metric::ShortCpu, Metric::ShortSwitches);
     outcome
         .notes
         .extend(failures.note("short connections", sizes.connections));
@@ -60,20 +58,23 @@ pub(super) fn rejected(peer: &Peer, context: &Context<'_>) -> Result<Outcome, St
     let _ = many(context, sources, move |i| {
         refused_once(source(BLOCKED_NET, i, sources), target, timeout)
     });
-    let ((refused, failures, elapsed), cpu) = with_cpu(peer, || {
+    let ((refused, failures, elapsed), spent) = measured(peer, context, "rejected", || {
         many(context, sizes.connections, move |i| {
             refused_once(source(BLOCKED_NET, i, sources), target, timeout)
         })
     })?;
     let mut outcome = Outcome::default();
-    outcome
-        .figures
-        .push((Metric::RejectedRate, refused as f64 / elapsed.as_secs_f64()));
-    if let Some(cpu) = cpu {
+    if !sizes.strace {
         outcome
             .figures
-            .push((Metric::RejectedCpu, micros_per(cpu, refused)));
+            .push((Metric::RejectedRate, refused as f64 / elapsed.as_secs_f64()));
     }
+    spent.record(
+        &mut outcome,
+        refused,
+        Metric::RejectedCpu,
+        Metric::RejectedSwitches,
+    );
     outcome
         .notes
         .extend(failures.note("rejected connections", sizes.connections));

@@ -23,7 +23,7 @@ use crate::ops::metrics::{ListenerMetrics, Refusal};
 use crate::shared::{Decided, Shared};
 use actions::ReplyValues;
 use budget::{Budget, Ticket, Use};
-use relay::Ended;
+use relay::{Ended, Screen};
 
 /// The shortest and longest pause after an accept that failed for lack of a resource.
 const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
@@ -517,46 +517,31 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
             return;
         }
     }
-    let idle = frontend.config.idle_timeout;
     // Every peer that is not a trusted proxy is checked, whether or not any peer is trusted:
     // with no `trusted_proxies` a header would otherwise reach the upstream as payload, where a
-    // backend that reads PROXY headers would believe it. Neither side speaking is idleness.
-    if !origin.via_proxy {
-        match tokio::time::timeout(idle, sends_header(&client, &upstream)).await {
-            Ok(false) => {}
-            Ok(true) => {
-                shared
-                    .metrics
-                    .refused(&frontend.metrics, Refusal::UntrustedHeader);
-                shared.rejected(
-                    &frontend.metrics,
-                    origin.source.ip(),
-                    "PROXY header from an untrusted peer",
-                );
-                actions::reset(client);
-                return;
-            }
-            Err(_) => {
-                frontend.metrics.idle_closed.inc();
-                return;
-            }
+    // backend that reads PROXY headers would believe it. The relay checks the client's first
+    // read before forwarding it, unless the upstream speaks first (a server-first protocol).
+    let screen = if origin.via_proxy {
+        Screen::Nothing
+    } else {
+        Screen::ProxyHeader
+    };
+    let idle = frontend.config.idle_timeout;
+    match relay::relay(&mut client, &mut upstream, RELAY_BUFFER, idle, screen).await {
+        Ended::Finished => {}
+        Ended::Idle => {
+            frontend.metrics.idle_closed.inc();
         }
-    }
-    if relay::relay(&mut client, &mut upstream, RELAY_BUFFER, idle).await == Ended::Idle {
-        frontend.metrics.idle_closed.inc();
-    }
-}
-
-/// Whether an untrusted client opens with a PROXY header (a spoofing attempt: only trusted
-/// peers may say where a connection comes from). Waits for whichever side speaks first; if the
-/// upstream does (a server-first protocol), the client is not checked.
-async fn sends_header(client: &TcpStream, upstream: &TcpStream) -> bool {
-    let mut first = [0u8; 16];
-    tokio::select! {
-        peeked = client.peek(&mut first) => match peeked {
-            Ok(n) => proxy_protocol::looks_like_header(&first[..n]) && n > 0,
-            Err(_) => false,
-        },
-        _ = upstream.readable() => false,
+        Ended::ProxyHeader => {
+            shared
+                .metrics
+                .refused(&frontend.metrics, Refusal::UntrustedHeader);
+            shared.rejected(
+                &frontend.metrics,
+                origin.source.ip(),
+                "PROXY header from an untrusted peer",
+            );
+            actions::reset(client);
+        }
     }
 }
