@@ -126,6 +126,7 @@ mod clock;
 mod redis;
 
 mod sync;
+mod tls;
 mod view;
 
 use std::collections::HashMap;
@@ -203,17 +204,21 @@ impl Cluster {
         }
     }
 
-    /// Reads the password `config` names, if any, so that a node whose secret is missing
-    /// says so at start rather than at every connection attempt (each connection reads it
-    /// again: a rotated secret is picked up).
+    /// Reads the password `config` names, if any, and with TLS the CA and client certificate
+    /// files, so that a node whose secret or certificate is missing says so at start rather
+    /// than at every connection attempt (each connection reads them again: a rotated secret
+    /// or renewed certificate is picked up).
     ///
     /// # Errors
     /// A message naming the file or variable (never the password).
     pub fn check_secret(config: &ClusterConfig) -> Result<(), String> {
-        match &config.auth {
-            Some(auth) => redis::read_password(&auth.password).map(drop),
-            None => Ok(()),
+        if let Some(auth) = &config.auth {
+            redis::read_password(&auth.password)?;
         }
+        if let Some(tls) = &config.tls {
+            tls::client_config(tls)?;
+        }
+        Ok(())
     }
 
     /// The settings it runs with.
