@@ -370,3 +370,30 @@ async fn a_missing_or_mismatched_tls_file_stops_the_start_naming_it() {
     assert!(error.contains("client_key"), "{error}");
     assert!(error.contains("no private key"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server (built with TLS, and its --sentinel mode) on the PATH; run with --include-ignored"]
+async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
+    let pki = Pki::new("tls-sentinel");
+    let master = Redis::tls(&pki, None, false);
+    let sentinel = Redis::sentinel_tls(&pki, &master);
+    let upstream = echo_upstream().await;
+    // No `redis` list to fall back to: the master's address can only come from the
+    // sentinel, whose port speaks only TLS.
+    let text = config(
+        upstream,
+        master.address(),
+        "found",
+        &tls_lines(&pki, "ca.pem"),
+        10,
+    )
+    .replace(
+        &format!("redis = [\"{}\"]\n", master.address()),
+        &format!("sentinels = [\"{}\"]\nmaster = \"m\"\n", sentinel.address()),
+    );
+    assert!(!text.contains("redis = "), "{text}");
+    let node = start(&text).await;
+    eventually(|| !alone(&node)).await;
+    two_rounds(std::slice::from_ref(&node)).await;
+    assert_eq!(errors(&node), 0, "{}", sentinel.log());
+}

@@ -77,6 +77,12 @@
 //! node shares nothing that round (`_clock_refused` 1, `_clock_refusals_total`, a warning at
 //! most every 30 s) and limits alone until a reading agrees.
 //!
+//! With `tls = true` every connection, to Redis and to the sentinels, is TLS (rustls) and the
+//! server's certificate is always verified: its chain up to `ca_file` (else the system's
+//! roots) and its name (`tls_server_name`, else the host of the address as written, or as a
+//! sentinel reported it; an IP address as an IP address SAN). The CA and client certificate
+//! files are read at start and at each connection, like the password (`tls.rs`).
+//!
 //! # Costs and bounds
 //!
 //! `n` nodes, sync interval `s`, Redis round trip `rtt`, threshold `θ`, a limit of `L` per

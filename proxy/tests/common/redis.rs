@@ -113,6 +113,44 @@ impl Redis {
             .arg(&log)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        Redis::wait(command, port, log, "Ready to accept connections")
+    }
+
+    /// A sentinel reached only by TLS (`pki`'s server certificate), watching `master` as `m`
+    /// (quorum 1) over TLS (`tls-replication yes`); its config file in `pki`'s folder, as
+    /// sentinels rewrite theirs. Returns once its log says it monitors the master.
+    pub fn sentinel_tls(pki: &Pki, master: &Redis) -> Redis {
+        let port = super::process::free_port().port();
+        let log = pki.path(&format!("sentinel-{port}.log"));
+        let path = |name: &str| pki.path(name).display().to_string();
+        let conf = pki.path(&format!("sentinel-{port}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
+                 tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+                 tls-auth-clients no\ntls-replication yes\n\
+                 sentinel monitor m 127.0.0.1 {} 1\n",
+                pki.dir.display(),
+                log.display(),
+                path("server.pem"),
+                path("server.key"),
+                path("ca.pem"),
+                master.port
+            ),
+        )
+        .expect("temp dir writable");
+        let mut command = Command::new("redis-server");
+        command
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Redis::wait(command, port, log, "+monitor master m")
+    }
+
+    /// Spawns `command` and waits (bounded) until its log at `log` holds `ready`.
+    fn wait(mut command: Command, port: u16, log: PathBuf, ready: &str) -> Redis {
         let child = command.spawn().unwrap_or_else(|err| {
             panic!(
                 "cannot start redis-server ({err}): install it (apt-get install redis-server) \
@@ -122,7 +160,7 @@ impl Redis {
         let mut redis = Redis { child, port, log };
         // Polls its log, bounded: a guard against a hang, not a timing assertion.
         let deadline = Instant::now() + super::BOUND;
-        while !redis.log().contains("Ready to accept connections") {
+        while !redis.log().contains(ready) {
             if let Ok(Some(status)) = redis.child.try_wait() {
                 panic!(
                     "redis-server exited ({status}); is it built with TLS? its log:\n{}",
