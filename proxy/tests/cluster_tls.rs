@@ -397,3 +397,22 @@ async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
     two_rounds(std::slice::from_ref(&node)).await;
     assert_eq!(errors(&node), 0, "{}", sentinel.log());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
+async fn the_ca_file_is_read_again_at_each_connection() {
+    let pki = Pki::new("tls-renewed");
+    let redis = Redis::tls(&pki, None, false);
+    let upstream = echo_upstream().await;
+    // The node's CA file holds another CA at start: a valid file, so the node starts, and
+    // stays alone.
+    let ca = pki.path("node-ca.pem");
+    std::fs::copy(pki.path("other-ca.pem"), &ca).unwrap();
+    let extra = format!("tls = true\nca_file = \"{}\"\n", ca.display());
+    let node = start(&config(upstream, redis.address(), "renewed", &extra, 10)).await;
+    eventually(|| errors(&node) >= 1).await;
+    assert!(alone(&node));
+    // The right CA is put in its place: the next connection reads it and joins, no restart.
+    std::fs::copy(pki.path("ca.pem"), &ca).unwrap();
+    eventually(|| !alone(&node)).await;
+}
