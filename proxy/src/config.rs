@@ -1152,12 +1152,13 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
 }
 
 /// The address `text` names and the host name it was written with, when it is a name (an IP
-/// address, or one that does not resolve, gives `None`; the latter is reported elsewhere).
+/// address, however written, or a name that does not resolve, gives `None`; the latter is
+/// reported elsewhere).
 fn written_host(text: &str) -> Option<(SocketAddr, String)> {
-    if text.parse::<SocketAddr>().is_ok() {
+    let (host, _) = text.rsplit_once(':')?;
+    if host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
         return None;
     }
-    let (host, _) = text.rsplit_once(':')?;
     let address = socket_addr(text).ok()?;
     Some((address, host.to_owned()))
 }

@@ -393,9 +393,32 @@ async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
     );
     assert!(!text.contains("redis = "), "{text}");
     let node = start(&text).await;
+    // A node trusting another CA cannot ask the sentinel, and its log says why.
+    let sentinels = format!("sentinels = [\"{}\"]\nmaster = \"m\"\n", sentinel.address());
+    let distrusting = Proxy::launch(
+        "tls-sentinel-other-ca",
+        &format!("upstreams = [\"{upstream}\"]"),
+        &format!(
+            "[cluster]\n{sentinels}node = \"distrusting\"\nname = \"tls-test\"\n\
+             timeout = \"300ms\"\n{}\n\
+             [[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"10/60s\" }}]\n",
+            tls_lines(&pki, "other-ca.pem")
+        ),
+        "",
+        true,
+    );
     eventually(|| !alone(&node)).await;
     two_rounds(std::slice::from_ref(&node)).await;
     assert_eq!(errors(&node), 0, "{}", sentinel.log());
+    logs(&distrusting, "UnknownIssuer").await;
+    assert!(
+        distrusting
+            .log()
+            .contains(&format!("sentinel {}", sentinel.address())),
+        "{}",
+        distrusting.log()
+    );
+    assert_eq!(distrusting.metric("tollgate_cluster_alone "), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

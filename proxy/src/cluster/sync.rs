@@ -211,11 +211,14 @@ impl Syncer {
         let config = &cluster.config;
         let name = format!("tollgate:{}:{}", config.name, config.node);
         let (address, host) = match self.discover().await {
-            Some(found) => found,
-            None => match config.redis.get(self.server % config.redis.len().max(1)) {
+            Ok(found) => found,
+            Err(why) => match config.redis.get(self.server % config.redis.len().max(1)) {
                 Some(&address) => (address, config.server_name(address)),
                 None => {
-                    self.failed("no sentinel answered and no `redis` address to fall back to");
+                    self.failed(&format!(
+                        "no sentinel answered (last: {}) and no `redis` address to fall back to",
+                        why.as_deref().unwrap_or("none asked")
+                    ));
                     return;
                 }
             },
@@ -447,14 +450,16 @@ impl Syncer {
 
     /// The master's address as the first sentinel to answer knows it (starting with the one
     /// that answered last), and the name its certificate must carry with TLS
-    /// (`tls_server_name`, else the host the sentinel gave); `None` without sentinels or when
-    /// none answers (each failure logged at debug level: the fallback list or the retry
-    /// follows). With TLS the sentinels are reached with TLS too.
-    async fn discover(&mut self) -> Option<(std::net::SocketAddr, String)> {
+    /// (`tls_server_name`, else the host the sentinel gave). Without sentinels `Err(None)`;
+    /// when none answers, the last one's error (each failure logged at debug level: the
+    /// fallback list or the retry follows, and logs it if nothing else answers). With TLS the
+    /// sentinels are reached with TLS too.
+    async fn discover(&mut self) -> Result<(std::net::SocketAddr, String), Option<String>> {
         let cluster = Arc::clone(&self.cluster);
         let config = &cluster.config;
-        let sentinel = config.sentinel.as_ref()?;
+        let sentinel = config.sentinel.as_ref().ok_or(None)?;
         let count = sentinel.sentinels.len();
+        let mut last = None;
         for _ in 0..count {
             let at = sentinel.sentinels[self.sentinel % count];
             let name = config.server_name(at);
@@ -468,15 +473,16 @@ impl Syncer {
                         Some(name) => name,
                         None => host,
                     };
-                    return Some((address, name));
+                    return Ok((address, name));
                 }
                 Err(error) => {
                     tracing::debug!(sentinel = %at, %error, "cluster: sentinel did not answer");
+                    last = Some(format!("sentinel {at}: {error}"));
                     self.sentinel = self.sentinel.wrapping_add(1);
                 }
             }
         }
-        None
+        Err(last)
     }
 
     /// The Redis server talked to now (or last tried), for logs.
