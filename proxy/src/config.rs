@@ -7,7 +7,7 @@
 //! `/reload`) applies the policy half and keeps the rest (a changed listener needs a restart,
 //! and the reload says so in its log).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -159,6 +159,61 @@ pub struct ClusterConfig {
     /// Slots in the suspects table (each of its two), a power of two: at most this many keys
     /// are shared per sync interval; more are counted as overflow and stay local.
     pub suspects: usize,
+    /// TLS to Redis and the sentinels (`tls = true`); `None`: plain TCP.
+    pub tls: Option<RedisTls>,
+    /// The host name each `redis` and `sentinels` address was written with, when it was a
+    /// name and not an IP address: TLS verifies it, and the config is printed back with it.
+    pub hosts: BTreeMap<SocketAddr, String>,
+}
+
+impl ClusterConfig {
+    /// The name a certificate of the server at `address` (one of `redis` or `sentinels`) must
+    /// carry: `tls_server_name` if given, else the host the address was written with (a DNS
+    /// name, or the IP address, which then must be an IP address SAN).
+    #[must_use]
+    pub fn server_name(&self, address: SocketAddr) -> String {
+        match self.tls.as_ref().and_then(|t| t.server_name.as_ref()) {
+            Some(name) => name.clone(),
+            None => self
+                .hosts
+                .get(&address)
+                .cloned()
+                .unwrap_or_else(|| address.ip().to_string()),
+        }
+    }
+
+    /// The address as written (its host name if it had one), for printing back.
+    fn written(&self, address: SocketAddr) -> String {
+        match self.hosts.get(&address) {
+            Some(host) => format!("{host}:{}", address.port()),
+            None => address.to_string(),
+        }
+    }
+}
+
+/// `[cluster]`'s TLS: every connection to Redis and to the sentinels is TLS (rustls, TLS 1.2
+/// or 1.3), and the server's certificate is always verified: its chain up to `ca_file` (or the
+/// system's roots) and its name. There is no option to skip either.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisTls {
+    /// A PEM file of the CA certificates the servers' certificates must chain to, read at
+    /// each connection; `None`: the system's roots (the OpenSSL store: `/etc/ssl/certs`, or
+    /// `SSL_CERT_FILE` / `SSL_CERT_DIR`).
+    pub ca_file: Option<PathBuf>,
+    /// This node's certificate, for servers that require one (`tls-auth-clients yes`).
+    pub client: Option<ClientCertificate>,
+    /// The name every server's certificate must carry (`tls_server_name`); `None`: the host
+    /// of the address connected to.
+    pub server_name: Option<String>,
+}
+
+/// A node's TLS client certificate: both files PEM, read at each connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// The certificate chain, the node's own certificate first.
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// Where the sentinels are and which master they watch.
@@ -533,6 +588,11 @@ struct RawCluster {
     threshold: Option<Spanned<f64>>,
     on_failure: Option<Spanned<String>>,
     suspects: Option<Spanned<usize>>,
+    tls: Option<Spanned<bool>>,
+    ca_file: Option<Spanned<String>>,
+    client_cert: Option<Spanned<String>>,
+    client_key: Option<Spanned<String>>,
+    tls_server_name: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1067,6 +1127,13 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
     let sync = errors.duration(raw.sync.as_ref(), Duration::from_millis(200));
     let timeout = errors.duration(raw.timeout.as_ref(), Duration::from_secs(1));
     let max_clock_error = errors.duration(raw.max_clock_error.as_ref(), Duration::from_millis(250));
+    let tls = redis_tls(raw, errors);
+    let sentinel_addresses = raw.sentinels.as_ref().map_or(&[][..], |s| &s.get_ref()[..]);
+    let hosts = addresses
+        .iter()
+        .chain(sentinel_addresses)
+        .filter_map(|text| written_host(text.get_ref()))
+        .collect();
     Some(ClusterConfig {
         redis: redis?,
         sentinel: sentinel?,
@@ -1079,7 +1146,117 @@ fn cluster(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<ClusterConfig> {
         threshold: threshold?,
         on_failure: on_failure?,
         suspects: suspects?,
+        tls: tls?,
+        hosts,
     })
+}
+
+/// The address `text` names and the host name it was written with, when it is a name (an IP
+/// address, however written, or a name that does not resolve, gives `None`; the latter is
+/// reported elsewhere).
+fn written_host(text: &str) -> Option<(SocketAddr, String)> {
+    let (host, _) = text.rsplit_once(':')?;
+    if host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    let address = socket_addr(text).ok()?;
+    Some((address, host.to_owned()))
+}
+
+/// `[cluster]`'s TLS: `Some(None)` without `tls = true`, `None` after an error (reported).
+fn redis_tls(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<Option<RedisTls>> {
+    let enabled = raw.tls.as_ref().is_some_and(|t| *t.get_ref());
+    let fields = [
+        ("ca_file", &raw.ca_file),
+        ("client_cert", &raw.client_cert),
+        ("client_key", &raw.client_key),
+        ("tls_server_name", &raw.tls_server_name),
+    ];
+    if !enabled {
+        let mut ok = true;
+        for (field, value) in fields {
+            if let Some(value) = value {
+                errors.at(
+                    value,
+                    format!(
+                        "{field} needs `tls = true` (without it every connection to Redis is \
+                         plain TCP and nothing is verified)"
+                    ),
+                );
+                ok = false;
+            }
+        }
+        return ok.then_some(None);
+    }
+    let path = |errors: &mut Errors<'_>, value: &Spanned<String>, field: &str| {
+        errors.check(value, |p| {
+            if p.is_empty() {
+                Err(format!("{field} is empty: name a PEM file"))
+            } else {
+                Ok(PathBuf::from(p))
+            }
+        })
+    };
+    let mut ok = true;
+    let ca_file = match &raw.ca_file {
+        Some(file) => {
+            let file = path(errors, file, "ca_file");
+            ok &= file.is_some();
+            file
+        }
+        None => None,
+    };
+    let client = match (&raw.client_cert, &raw.client_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (
+                path(errors, cert, "client_cert"),
+                path(errors, key, "client_key"),
+            );
+            ok &= cert.is_some() && key.is_some();
+            cert.zip(key)
+                .map(|(cert, key)| ClientCertificate { cert, key })
+        }
+        (Some(cert), None) => {
+            errors.at(
+                cert,
+                "client_cert needs client_key (the certificate's private key): give both or \
+                 neither"
+                    .to_owned(),
+            );
+            ok = false;
+            None
+        }
+        (None, Some(key)) => {
+            errors.at(
+                key,
+                "client_key needs client_cert (the certificate it is the key of): give both \
+                 or neither"
+                    .to_owned(),
+            );
+            ok = false;
+            None
+        }
+    };
+    let server_name = match &raw.tls_server_name {
+        Some(name) => {
+            let name = errors.check(name, |n| {
+                tokio_rustls::rustls::pki_types::ServerName::try_from(n.as_str())
+                    .map(|_| n.clone())
+                    .map_err(|_| {
+                        format!("tls_server_name `{n}` is neither a DNS name nor an IP address")
+                    })
+            });
+            ok &= name.is_some();
+            name
+        }
+        None => None,
+    };
+    ok.then_some(Some(RedisTls {
+        ca_file,
+        client,
+        server_name,
+    }))
 }
 
 /// `[cluster]`'s sentinels: `Some(None)` without them, `None` after an error (reported).
@@ -1416,13 +1593,13 @@ impl fmt::Display for ProxyConfig {
             writeln!(
                 f,
                 "redis = {}",
-                list(c.redis.iter().map(ToString::to_string).collect())
+                list(c.redis.iter().map(|&a| c.written(a)).collect())
             )?;
             if let Some(sentinel) = &c.sentinel {
                 writeln!(
                     f,
                     "sentinels = {}",
-                    list(sentinel.sentinels.iter().map(ToString::to_string).collect())
+                    list(sentinel.sentinels.iter().map(|&a| c.written(a)).collect())
                 )?;
                 writeln!(f, "master = {}", quoted(&sentinel.master))?;
             }
@@ -1445,6 +1622,20 @@ impl fmt::Display for ProxyConfig {
             writeln!(f, "threshold = {:?}", c.threshold.get())?;
             writeln!(f, "on_failure = {}", quoted(c.on_failure.as_str()))?;
             writeln!(f, "suspects = {}", c.suspects)?;
+            if let Some(tls) = &c.tls {
+                writeln!(f, "tls = true")?;
+                let path = |p: &PathBuf| quoted(&p.display().to_string());
+                if let Some(ca) = &tls.ca_file {
+                    writeln!(f, "ca_file = {}", path(ca))?;
+                }
+                if let Some(client) = &tls.client {
+                    writeln!(f, "client_cert = {}", path(&client.cert))?;
+                    writeln!(f, "client_key = {}", path(&client.key))?;
+                }
+                if let Some(name) = &tls.server_name {
+                    writeln!(f, "tls_server_name = {}", quoted(name))?;
+                }
+            }
         }
         if let Some(k) = &self.kernel {
             writeln!(f, "\n[kernel]\ntable = {}", quoted(&k.table))?;

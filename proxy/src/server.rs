@@ -445,6 +445,7 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 cluster = %config.name,
                 node = %config.node,
                 redis = ?config.redis,
+                tls = config.tls.is_some(),
                 sync = ?config.sync,
                 "cluster node: limits are shared through Redis"
             );

@@ -77,6 +77,12 @@
 //! node shares nothing that round (`_clock_refused` 1, `_clock_refusals_total`, a warning at
 //! most every 30 s) and limits alone until a reading agrees.
 //!
+//! With `tls = true` every connection, to Redis and to the sentinels, is TLS (rustls) and the
+//! server's certificate is always verified: its chain up to `ca_file` (else the system's
+//! roots) and its name (`tls_server_name`, else the host of the address as written, or as a
+//! sentinel reported it; an IP address as an IP address SAN). The CA and client certificate
+//! files are read at start and at each connection, like the password (`tls.rs`).
+//!
 //! # Costs and bounds
 //!
 //! `n` nodes, sync interval `s`, Redis round trip `rtt`, threshold `θ`, a limit of `L` per
@@ -126,6 +132,7 @@ mod clock;
 mod redis;
 
 mod sync;
+mod tls;
 mod view;
 
 use std::collections::HashMap;
@@ -203,17 +210,21 @@ impl Cluster {
         }
     }
 
-    /// Reads the password `config` names, if any, so that a node whose secret is missing
-    /// says so at start rather than at every connection attempt (each connection reads it
-    /// again: a rotated secret is picked up).
+    /// Reads the password `config` names, if any, and with TLS the CA and client certificate
+    /// files, so that a node whose secret or certificate is missing says so at start rather
+    /// than at every connection attempt (each connection reads them again: a rotated secret
+    /// or renewed certificate is picked up).
     ///
     /// # Errors
     /// A message naming the file or variable (never the password).
     pub fn check_secret(config: &ClusterConfig) -> Result<(), String> {
-        match &config.auth {
-            Some(auth) => redis::read_password(&auth.password).map(drop),
-            None => Ok(()),
+        if let Some(auth) = &config.auth {
+            redis::read_password(&auth.password)?;
         }
+        if let Some(tls) = &config.tls {
+            tls::client_config(tls)?;
+        }
+        Ok(())
     }
 
     /// The settings it runs with.

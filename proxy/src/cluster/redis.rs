@@ -15,7 +15,7 @@ use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
 };
 
-use crate::config::{RedisAuth, TokenSource};
+use crate::config::{RedisAuth, RedisTls, TokenSource};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Suspects per `EVALSHA`: a script of this size runs in well under a millisecond.
@@ -114,12 +114,52 @@ pub(crate) struct Link {
 /// Why a connection or a round failed.
 pub(crate) type LinkError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Where a connection goes and how: the address, and with TLS the settings and the name the
+/// server's certificate must carry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Target<'a> {
+    pub(crate) address: SocketAddr,
+    /// `Some((settings, server name))`: TLS; `None`: plain TCP.
+    pub(crate) tls: Option<(&'a RedisTls, &'a str)>,
+}
+
+/// A connection to `target`, logged in as `login`, its replies bounded by `timeout`.
+async fn open(
+    target: Target<'_>,
+    login: RedisConnectionInfo,
+    timeout: Duration,
+) -> Result<MultiplexedConnection, LinkError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let address = target.address;
+    match target.tls {
+        None => {
+            let info = ConnectionAddr::Tcp(address.ip().to_string(), address.port())
+                .into_connection_info()?
+                .set_redis_settings(login);
+            Ok(Client::open(info)?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?)
+        }
+        Some((tls, server_name)) => {
+            let stream = super::tls::connect(address, server_name, tls, timeout).await?;
+            let (connection, driver) =
+                MultiplexedConnection::new_with_config(&login, stream, config).await?;
+            // The connection's reader and writer: ends when the connection is dropped.
+            tokio::spawn(driver);
+            Ok(connection)
+        }
+    }
+}
+
 impl Link {
-    /// Connects to `address`, logs in with `auth` (its password read now, so a rotated secret
-    /// is picked up at the next connection), names the connection `client_name` (so `CLIENT
-    /// LIST` shows which node it is) and loads the script; each step bounded by `timeout`.
+    /// Connects to `target`, logs in with `auth` (its password read now, so a rotated secret
+    /// is picked up at the next connection; with TLS, the CA and client certificate files
+    /// too), names the connection `client_name` (so `CLIENT LIST` shows which node it is) and
+    /// loads the script; each step bounded by `timeout`.
     pub(crate) async fn connect(
-        address: SocketAddr,
+        target: Target<'_>,
         auth: Option<&RedisAuth>,
         client_name: &str,
         timeout: Duration,
@@ -131,17 +171,8 @@ impl Link {
             }
             login = login.set_password(read_password(&auth.password)?);
         }
-        let info = ConnectionAddr::Tcp(address.ip().to_string(), address.port())
-            .into_connection_info()?
-            .set_redis_settings(login);
-        let client = Client::open(info)?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
         let bounded = async {
-            let mut connection = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
+            let mut connection = open(target, login, timeout).await?;
             redis::cmd("CLIENT")
                 .arg("SETNAME")
                 .arg(client_name)
@@ -343,23 +374,16 @@ pub(crate) struct Round {
 }
 
 /// The address of `master` as the sentinel at `sentinel` knows it
-/// (`SENTINEL get-master-addr-by-name`), bounded by `timeout`.
+/// (`SENTINEL get-master-addr-by-name`), and the host it gave (a name or an IP address: what
+/// TLS verifies), bounded by `timeout`.
 pub(crate) async fn master_of(
-    sentinel: SocketAddr,
+    target: Target<'_>,
     master: &str,
     timeout: Duration,
-) -> Result<SocketAddr, LinkError> {
+) -> Result<(SocketAddr, String), LinkError> {
+    let sentinel = target.address;
     let ask = async {
-        let client = Client::open(
-            ConnectionAddr::Tcp(sentinel.ip().to_string(), sentinel.port())
-                .into_connection_info()?,
-        )?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
-        let mut connection = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        let mut connection = open(target, RedisConnectionInfo::default(), timeout).await?;
         let answer: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(master)
@@ -373,7 +397,7 @@ pub(crate) async fn master_of(
             .ok_or_else(|| {
                 format!("sentinel {sentinel}: master `{master}` at {host}, no address")
             })?;
-        Ok::<_, LinkError>(address)
+        Ok::<_, LinkError>((address, host))
     };
     tokio::time::timeout(timeout, ask)
         .await

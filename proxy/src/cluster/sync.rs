@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::Cluster;
-use super::redis::{Link, Penalties, Push, Round, key_name, penalty_set};
+use super::redis::{Link, Penalties, Push, Round, Target, key_name, penalty_set};
 use super::view::{Rest, View};
 use tollgate_filter::Collected;
 use tollgate_sketch::Clock;
@@ -210,19 +210,26 @@ impl Syncer {
         let cluster = Arc::clone(&self.cluster);
         let config = &cluster.config;
         let name = format!("tollgate:{}:{}", config.name, config.node);
-        let address = match self.discover().await {
-            Some(address) => address,
-            None => match config.redis.get(self.server % config.redis.len().max(1)) {
-                Some(&address) => address,
+        let (address, host) = match self.discover().await {
+            Ok(found) => found,
+            Err(why) => match config.redis.get(self.server % config.redis.len().max(1)) {
+                Some(&address) => (address, config.server_name(address)),
                 None => {
-                    self.failed("no sentinel answered and no `redis` address to fall back to");
+                    self.failed(&format!(
+                        "no sentinel answered (last: {}) and no `redis` address to fall back to",
+                        why.as_deref().unwrap_or("none asked")
+                    ));
                     return;
                 }
             },
         };
         self.current = Some(address);
+        let target = Target {
+            address,
+            tls: config.tls.as_ref().map(|tls| (tls, host.as_str())),
+        };
         let connected =
-            match Link::connect(address, config.auth.as_ref(), &name, config.timeout).await {
+            match Link::connect(target, config.auth.as_ref(), &name, config.timeout).await {
                 Ok(mut link) => {
                     // The first reading on a connection aligns the windows to this Redis (after a
                     // failover, to the new primary's clock): its correction is no error.
@@ -442,23 +449,40 @@ impl Syncer {
     }
 
     /// The master's address as the first sentinel to answer knows it (starting with the one
-    /// that answered last); `None` without sentinels or when none answers (each failure
-    /// logged at debug level: the fallback list or the retry follows).
-    async fn discover(&mut self) -> Option<std::net::SocketAddr> {
+    /// that answered last), and the name its certificate must carry with TLS
+    /// (`tls_server_name`, else the host the sentinel gave). Without sentinels `Err(None)`;
+    /// when none answers, the last one's error (each failure logged at debug level: the
+    /// fallback list or the retry follows, and logs it if nothing else answers). With TLS the
+    /// sentinels are reached with TLS too.
+    async fn discover(&mut self) -> Result<(std::net::SocketAddr, String), Option<String>> {
         let cluster = Arc::clone(&self.cluster);
-        let sentinel = cluster.config.sentinel.as_ref()?;
+        let config = &cluster.config;
+        let sentinel = config.sentinel.as_ref().ok_or(None)?;
         let count = sentinel.sentinels.len();
+        let mut last = None;
         for _ in 0..count {
             let at = sentinel.sentinels[self.sentinel % count];
-            match super::redis::master_of(at, &sentinel.master, cluster.config.timeout).await {
-                Ok(address) => return Some(address),
+            let name = config.server_name(at);
+            let target = Target {
+                address: at,
+                tls: config.tls.as_ref().map(|tls| (tls, name.as_str())),
+            };
+            match super::redis::master_of(target, &sentinel.master, config.timeout).await {
+                Ok((address, host)) => {
+                    let name = match config.tls.as_ref().and_then(|t| t.server_name.clone()) {
+                        Some(name) => name,
+                        None => host,
+                    };
+                    return Ok((address, name));
+                }
                 Err(error) => {
                     tracing::debug!(sentinel = %at, %error, "cluster: sentinel did not answer");
+                    last = Some(format!("sentinel {at}: {error}"));
                     self.sentinel = self.sentinel.wrapping_add(1);
                 }
             }
         }
-        None
+        Err(last)
     }
 
     /// The Redis server talked to now (or last tried), for logs.

@@ -6,6 +6,7 @@
 pub mod browser;
 pub mod capture;
 pub mod process;
+pub mod redis;
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
