@@ -63,9 +63,12 @@
 //!    each round also removes the ones that ended and reads back the rest (at most
 //!    4,096), which deciders look up for every event a rule with a
 //!    penalty counts: the others refuse the source from their next round on, and keep doing
-//!    so while Redis is away. Run-time list entries do not travel yet
-//!    ([`Remote::list_entry_added`] is the hook; carrying them would be the same set-and-read
-//!    with the network, its side and its end, applied to the filter's run-time lists).
+//!    so while Redis is away.
+//! 6. **Run-time lists.** An entry added to or removed from this node's run-time lists (the
+//!    admin's `/lists`, reported through [`Remote::list_entry_added`] and
+//!    [`Remote::list_entry_removed`]) is written by the next round to a hash in Redis with a
+//!    new version; every round reads the version, and a node that finds it changed reads the
+//!    hash and lays the difference over its lists within its own bounds (see `lists.rs`).
 //!
 //! Windows are cut by Redis's clock (`TIME / period`), not by each node's: every round
 //! reads `TIME` first in its pipeline and carries it to the next with the node's monotonic
@@ -123,25 +126,27 @@
 //!   event a suspect's), none measurable when few are.
 
 mod clock;
+mod lists;
 mod redis;
 
 mod sync;
 mod view;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use tokio::sync::Notify;
-use tollgate_filter::{LimitKey, Remote, Suspect};
+use tollgate_filter::{Cidr, LimitKey, ListEntry, ListKind, Remote, RuntimeLists, Suspect};
 use tollgate_sketch::{Clock, MonotonicClock, Tick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::config::ClusterConfig;
 use crate::ops::metrics::ClusterMetrics;
 use clock::RedisClock;
+use lists::{Change, LISTS_OUT, ListKey, Travelled};
 use tollgate_filter::SuspectTable;
 use view::View;
 
@@ -170,6 +175,14 @@ pub struct Cluster {
     /// Penalties in force anywhere in the cluster, as of the last round: penalty key to the
     /// Redis-time ms it ends.
     penalties_in: ArcSwap<HashMap<[u8; LimitKey::LEN], u64>>,
+    /// The filter's run-time lists, which travelled entries are laid over (set once at start,
+    /// see [`Cluster::attach_lists`]).
+    lists: OnceLock<Arc<RuntimeLists>>,
+    /// Run-time list changes made here since the last round, at most [`LISTS_OUT`].
+    lists_out: Mutex<Vec<Change>>,
+    /// The node that added each travelling entry, as of the last read (and this node's own
+    /// changes since): what `/lists` and `/explain` show.
+    list_origins: ArcSwap<HashMap<ListKey, String>>,
 }
 
 /// Penalties one node may start between two rounds and share; more are counted in
@@ -200,7 +213,51 @@ impl Cluster {
             wake: Notify::new(),
             penalties_out: Mutex::new(Vec::new()),
             penalties_in: ArcSwap::from_pointee(HashMap::new()),
+            lists: OnceLock::new(),
+            lists_out: Mutex::new(Vec::new()),
+            list_origins: ArcSwap::from_pointee(HashMap::new()),
         }
+    }
+
+    /// Lets run-time list entries travel: `lists` (the filter's, shared by every policy a
+    /// reload builds) receives the entries other nodes add and loses the ones they remove.
+    /// Without it the node still sends its own changes. Only the first call counts.
+    pub fn attach_lists(&self, lists: Arc<RuntimeLists>) {
+        let _ = self.lists.set(lists);
+    }
+
+    /// The node that added the run-time `kind` entry of `cidr` (host bits cleared), if it
+    /// travels: `None` for an entry the cluster does not hold (one from before this node
+    /// joined, or restored from its state file).
+    #[must_use]
+    pub fn list_origin(&self, kind: ListKind, cidr: Cidr) -> Option<String> {
+        self.list_origins.load().get(&(kind, cidr)).cloned()
+    }
+
+    /// Queues `change` for the next round (an early one is asked for), or counts it dropped.
+    fn queue_list_change(&self, change: Change) {
+        let key = change.key();
+        let mut out = self.lists_out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.len() >= LISTS_OUT {
+            drop(out);
+            self.metrics.list_entries_dropped.inc();
+            return;
+        }
+        let node = match &change {
+            Change::Put(_, travelled) => Some(travelled.node.clone()),
+            Change::Remove(_) => None,
+        };
+        out.push(change);
+        drop(out);
+        self.list_origins.rcu(|origins| {
+            let mut origins = HashMap::clone(origins);
+            match &node {
+                Some(node) => origins.insert(key, node.clone()),
+                None => origins.remove(&key),
+            };
+            origins
+        });
+        self.wake_early();
     }
 
     /// Reads the password `config` names, if any, so that a node whose secret is missing
@@ -312,6 +369,24 @@ impl Remote for Cluster {
         } else {
             self.metrics.penalties_dropped.inc();
         }
+    }
+
+    /// Queued for the next round, which writes it to Redis (a lock, once per change).
+    fn list_entry_added(&self, entry: &ListEntry, now: Tick) {
+        let left =
+            u64::try_from(entry.expires.saturating_since(now).as_millis()).unwrap_or(u64::MAX);
+        self.queue_list_change(Change::Put(
+            (entry.kind, entry.cidr),
+            Travelled {
+                until_ms: self.cluster_ms(now).saturating_add(left),
+                node: self.config.node.clone(),
+                reason: entry.reason.clone(),
+            },
+        ));
+    }
+
+    fn list_entry_removed(&self, kind: ListKind, cidr: Cidr, _now: Tick) {
+        self.queue_list_change(Change::Remove((kind, cidr)));
     }
 
     fn penalised(&self, key: &LimitKey, now: Tick) -> bool {
