@@ -780,16 +780,21 @@ async fn processes_reach(
     }
 }
 
-/// One source sends `10 x limit` connections over one `period`, paced evenly and spread in
-/// turn over the processes; how many were served.
+/// One source sends `total` connections over `period`, paced evenly and spread in turn over
+/// the processes; how many were served. `steady`: an attempt that a loaded machine delays
+/// pushes the next ones back rather than into a burst (a source meant to stay under its
+/// limit then does in every window).
 async fn flood(
     processes: &[common::process::Proxy],
     from: &str,
-    limit: u64,
+    total: u64,
     period: Duration,
+    steady: bool,
 ) -> u64 {
-    let total = 10 * limit;
     let mut pace = tokio::time::interval(period / u32::try_from(total).unwrap());
+    if steady {
+        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    }
     let mut served = 0;
     for i in 0..total {
         pace.tick().await;
@@ -811,9 +816,10 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
     let file = SecretFile::new("process-password", "process-secret\n");
     let upstream = echo_upstream().await;
     let mut figures = Vec::new();
-    // The issue asks for <= 1.1x at 10 s (met: 1.00-1.07x measured) and <= 1.3x at 1 s (not
-    // met: 1.27-1.77x measured); at 1 s this asserts the stated bound, `max(L, n θ L) + r (s +
-    // rtt)` with `r` = 10 L per second and `s` = 100 ms: 2 L, and a little for the round trip.
+    // The issue asks for <= 1.1x at 10 s (met: 0.97-1.03x measured) and <= 1.3x at 1 s (not
+    // always: 1.07-1.37x measured, median 1.13x); at 1 s this asserts the stated bound,
+    // `max(L, n θ L) + r (s + rtt)` with `r` = 10 L per second and `s` = 100 ms: 2 L, and a
+    // little for the round trip.
     for (limit, period, seconds, most) in [(30, "10s", 10, 1.1), (30, "1s", 1, 2.1)] {
         let nodes = processes(&redis, &file, upstream, limit, period);
         processes_reach(&nodes, all_joined).await;
@@ -822,7 +828,32 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
         } else {
             "127.0.0.3"
         };
-        let served = flood(&nodes, source, limit, Duration::from_secs(seconds)).await;
+        if seconds == 1 {
+            // Never stricter than needed: a source at 2/3 of its limit, spread over two of
+            // the three (a suspect on both: 10 per process per second, past the threshold of
+            // 7.5), is served in full, whatever each predicts the other adds. (At 0.8 of its
+            // limit spread over the three it was refused 9 times in 48 in one run of eight on
+            // a machine loaded 8 times over; not explained yet.)
+            let under = 2 * limit * 2 / 3;
+            let served = flood(
+                &nodes[..2],
+                "127.0.0.13",
+                under,
+                Duration::from_secs(2),
+                true,
+            )
+            .await;
+            println!("two processes, one source at 2/3 of its limit: {served} of {under}");
+            assert_eq!(served, under, "a source under its limit was refused");
+        }
+        let served = flood(
+            &nodes,
+            source,
+            10 * limit,
+            Duration::from_secs(seconds),
+            false,
+        )
+        .await;
         let ratio = served as f64 / limit as f64;
         figures.push(format!("{period}: {served} of {limit} ({ratio:.2}x)"));
         println!(
@@ -830,9 +861,22 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             figures.last().unwrap()
         );
         assert!(served >= limit * 9 / 10, "{served}: well under the limit");
+        // A node that went alone (its Redis round timed out, or its clock reading was off
+        // by more than max_clock_error: both seen on a machine loaded 8 times over) admits
+        // with its own counts: the figure then is no measure of the sharing; say so.
+        let alone: Vec<(f64, f64)> = nodes
+            .iter()
+            .map(|p| {
+                (
+                    p.metric("tollgate_cluster_redis_errors_total"),
+                    p.metric("tollgate_cluster_clock_refusals_total"),
+                )
+            })
+            .collect();
         assert!(
             ratio <= most,
-            "{period}: {ratio:.2}x > {most}x ({figures:?})"
+            "{period}: {ratio:.2}x > {most}x ({figures:?}); per node (Redis errors, clock \
+             refusals): {alone:?}"
         );
         // The source went over: the penalty one process started reaches the others, which
         // hold it and refuse the source.

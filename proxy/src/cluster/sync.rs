@@ -277,11 +277,16 @@ impl Syncer {
     async fn push(&mut self, now_ms: u64, early: bool) {
         let cluster = Arc::clone(&self.cluster);
         let config = &cluster.config;
+        let sync_ms = u64::try_from(config.sync.as_millis()).unwrap_or(u64::MAX);
         let mut hashes = Vec::new();
         let mut pushes = Vec::new();
         for (&hash, own) in self.own.iter().filter(|_| !self.clock_refused) {
             if (!own.touched && own.counted == own.pushed)
-                || (early && self.view.contains_key(&hash))
+                || (early
+                    && self
+                        .view
+                        .get(&hash)
+                        .is_some_and(|rest| !rest.unsettled(now_ms, sync_ms)))
             {
                 continue;
             }
@@ -379,6 +384,7 @@ impl Syncer {
                     own.pushed = own.counted;
                     own.touched = false;
                     let current = current.saturating_sub(own.pushed[0]);
+                    let first_ms = self.view.get(hash).map_or(now_ms, |last| last.first_ms);
                     let (growth, growth_ms) = match self.view.get(hash) {
                         Some(last) if last.window == own.window && last.read_ms < now_ms => {
                             (current.saturating_sub(last.current), now_ms - last.read_ms)
@@ -395,6 +401,8 @@ impl Syncer {
                             read_ms: now_ms,
                             growth,
                             growth_ms,
+                            own: Rest::sliding(own.counted, own.period_ms, now_ms),
+                            first_ms,
                         },
                     );
                 }
