@@ -125,6 +125,15 @@ impl fmt::Display for ListError {
 
 impl std::error::Error for ListError {}
 
+/// What [`RuntimeLists::merge`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// Entries put or taken out.
+    pub applied: usize,
+    /// Entries left out: past the cap, a reason too long, or an expiry too far.
+    pub dropped: usize,
+}
+
 /// What the run-time lists hold and have done, for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ListStats {
@@ -313,6 +322,72 @@ impl RuntimeLists {
             });
         }
         self.put(live, now).map(|done| done.len())
+    }
+
+    /// Lays changes that came from the rest of a cluster over these lists (the proxy's
+    /// cluster carries what [`crate::Remote::list_entry_added`] and
+    /// [`crate::Remote::list_entry_removed`] report on another node): takes out the entries of
+    /// `removes` that are held, then puts `puts`, each keeping its expiry, in one change.
+    ///
+    /// Unlike [`RuntimeLists::add`] nothing is refused as a whole, and this node's bounds hold
+    /// whatever another node sends: an entry that would grow the lists past their cap, whose
+    /// reason is over [`MAX_REASON`] bytes or whose expiry is further than
+    /// [`RuntimeLists::max_ttl`] from `now` is left out and counted in [`Merged::dropped`];
+    /// one already expired at `now` is skipped (and not counted).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_filter::{Cidr, ListEntry, ListKind, RuntimeLists};
+    /// use tollgate_sketch::Tick;
+    /// let lists = RuntimeLists::new(1, Duration::from_secs(3600));
+    /// let entry = |cidr: &str| ListEntry {
+    ///     cidr: Cidr::parse(cidr).unwrap(),
+    ///     kind: ListKind::Deny,
+    ///     expires: Tick::ZERO + Duration::from_secs(60),
+    ///     reason: "from edge-2".into(),
+    /// };
+    /// let merged = lists.merge(vec![entry("192.0.2.0/24"), entry("198.51.100.0/24")], &[], Tick::ZERO);
+    /// assert_eq!((merged.applied, merged.dropped), (1, 1), "at the cap of 1");
+    /// ```
+    pub fn merge(&self, puts: Vec<ListEntry>, removes: &[(ListKind, Cidr)], now: Tick) -> Merged {
+        let result = self.change(now, |held| {
+            let mut merged = Merged::default();
+            for &(kind, cidr) in removes {
+                if held.remove(&(kind, normal(cidr))).is_some() {
+                    merged.applied += 1;
+                    // Relaxed: a statistic.
+                    self.removed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            for entry in puts {
+                if entry.expires <= now {
+                    continue;
+                }
+                let key = (entry.kind, normal(entry.cidr));
+                let fits = held.contains_key(&key) || held.len() < self.capacity;
+                if !fits
+                    || entry.reason.len() > MAX_REASON
+                    || entry.expires.saturating_since(now) > self.max_ttl
+                {
+                    merged.dropped += 1;
+                    continue;
+                }
+                held.insert(
+                    key,
+                    Arc::new(ListEntry {
+                        cidr: key.1,
+                        ..entry
+                    }),
+                );
+                merged.applied += 1;
+                // Relaxed: a statistic.
+                self.added.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, ListError>(merged)
+        });
+        // The edit above never fails.
+        result.unwrap_or_default()
     }
 
     fn put(&self, entries: Vec<ListEntry>, now: Tick) -> Result<Vec<(ListEntry, bool)>, ListError> {
@@ -653,6 +728,62 @@ mod tests {
                 .is_ok()
         );
         assert!(lists.is_empty());
+    }
+
+    #[test]
+    fn a_merge_keeps_this_nodes_bounds_and_counts_what_it_leaves_out() {
+        let lists = RuntimeLists::new(2, HOUR);
+        let t = Tick::ZERO;
+        lists
+            .add(cidr("192.0.2.1"), ListKind::Deny, HOUR, "here".into(), t)
+            .unwrap();
+        let entry = |c: &str, expires, reason: &str| ListEntry {
+            cidr: cidr(c),
+            kind: ListKind::Deny,
+            expires,
+            reason: reason.into(),
+        };
+        let merged = lists.merge(
+            vec![
+                entry("192.0.2.2", t + HOUR, "fits"),
+                entry("192.0.2.3", t + HOUR, "past the cap"),
+                entry("192.0.2.1", t + HOUR, "replaces, at the cap"),
+                entry("192.0.2.4", t + HOUR * 2, "too far"),
+                entry("192.0.2.5", t, "expired: skipped"),
+            ],
+            &[],
+            t,
+        );
+        assert_eq!(
+            merged,
+            Merged {
+                applied: 2,
+                dropped: 2
+            }
+        );
+        let reasons: Vec<String> = lists.entries(t).into_iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["replaces, at the cap", "fits"]);
+        let long = "x".repeat(MAX_REASON + 1);
+        let merged = lists.merge(
+            vec![
+                entry("192.0.2.9", t + HOUR, &long),
+                entry("192.0.2.6/24", t + HOUR, ""),
+            ],
+            &[
+                (ListKind::Deny, cidr("192.0.2.2/32")),
+                (ListKind::Allow, cidr("192.0.2.1")),
+            ],
+            t,
+        );
+        // One taken out (the allow entry is not held), then the /24 fits; the long reason not.
+        assert_eq!(
+            merged,
+            Merged {
+                applied: 2,
+                dropped: 1
+            }
+        );
+        assert_eq!(lists.entries(t)[0].cidr, cidr("192.0.2.0/24"));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use tollgate_sketch::Tick;
 
 use crate::counter::Counter;
 use crate::key::LimitKey;
+use crate::overlay::{ListEntry, ListKind};
+use crate::rules::Cidr;
 
 /// A suspect key as one decision sees it (see [`Remote::suspect`]).
 #[derive(Clone, Copy, Debug)]
@@ -147,12 +149,20 @@ pub trait Remote: Send + Sync + fmt::Debug {
         false
     }
 
-    /// A hook for run-time list entries (the admin's `/lists`): an entry added on one node
-    /// (`deny` or allow, a network, for how long) that the cluster should carry to every
-    /// node. Not carried yet: the default does nothing, and so does the proxy's cluster (see
-    /// its docs for what carrying them would take).
-    fn list_entry_added(&self, network: &crate::Cidr, deny: bool, lasts: Option<Duration>) {
-        let _ = (network, deny, lasts);
+    /// This node has just added (or replaced) `entry` in its run-time lists (the admin's
+    /// `POST /lists/...`, at `now`): the rest of the cluster should hold it too, until the
+    /// same end. Called once per change, never per event, and never for entries the remote
+    /// itself put there (see [`crate::RuntimeLists::merge`]) or that come from the config
+    /// file. The default does nothing.
+    fn list_entry_added(&self, entry: &ListEntry, now: Tick) {
+        let _ = (entry, now);
+    }
+
+    /// This node has just removed `cidr`'s entry from its `kind` run-time list (the admin's
+    /// `DELETE /lists/...`): the rest of the cluster should remove it too. The default does
+    /// nothing.
+    fn list_entry_removed(&self, kind: ListKind, cidr: Cidr, now: Tick) {
+        let _ = (kind, cidr, now);
     }
 }
 

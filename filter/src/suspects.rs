@@ -108,7 +108,9 @@ impl SuspectTable {
 
     /// Adds `weight` to suspect `key` (hash `hash`, odd, of the key, a limit's period
     /// `period_ms` and its rule's shape `shape`); `before` gives its local estimate before this event, called only by the
-    /// event that claims a slot for the key. Lock-free; no allocation.
+    /// event that claims a slot for the key. Lock-free; no allocation. Returns the weight
+    /// the key has had since the last [`SuspectTable::drain`], this event's included (0 when
+    /// no slot was free): how much this node added since the sync task last collected.
     pub fn add(
         &self,
         key: &LimitKey,
@@ -117,7 +119,7 @@ impl SuspectTable {
         shape: u64,
         before: impl FnOnce() -> Split,
         weight: u64,
-    ) {
+    ) -> u64 {
         // Acquire: pairs with the sync task's Release store of a freshly cleared table.
         let table = &self.tables[self.active.load(Ordering::Acquire) & 1];
         let tag = hash;
@@ -153,20 +155,19 @@ impl SuspectTable {
                         // the period (the sync task's Acquire load).
                         slot.period_ms.store(period_ms.max(1), Ordering::Release);
                         // Relaxed: a counter, read by swap in the drain.
-                        slot.weight.fetch_add(weight, Ordering::Relaxed);
-                        return;
+                        return slot.weight.fetch_add(weight, Ordering::Relaxed) + weight;
                     }
                     Err(current) => seen = current,
                 }
             }
             if seen == tag {
                 // Relaxed: a counter, read by swap in the drain.
-                slot.weight.fetch_add(weight, Ordering::Relaxed);
-                return;
+                return slot.weight.fetch_add(weight, Ordering::Relaxed) + weight;
             }
         }
         // Relaxed: a counter.
         self.overflow.fetch_add(1, Ordering::Relaxed);
+        0
     }
 
     /// One sync round's collection: the weight left in the table deciders just stopped using,

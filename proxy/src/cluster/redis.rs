@@ -15,6 +15,7 @@ use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
 };
 
+use super::lists::{Outgoing, version_of};
 use crate::config::{RedisAuth, RedisTls, TokenSource};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -231,6 +232,7 @@ impl Link {
         &mut self,
         pushes: &[Push],
         penalties: &Penalties<'_>,
+        lists: &Outgoing<'_>,
         timeout: Duration,
     ) -> Result<Round, LinkError> {
         let mut pipe = redis::pipe();
@@ -298,6 +300,8 @@ impl Link {
         cost.sent += resp_array(&[16, set.len(), 4, now_digits])
             + resp_array(&[13, set.len(), now_digits + 1, 4, 10, 5, 1, 4]);
         cost.commands += penalties.add.len() as u64 + u64::from(!penalties.add.is_empty()) + 2;
+        // Then the run-time list entries: this node's changes, and the version (last).
+        lists.append(&mut pipe, &mut cost);
         let mut replies: Vec<Value> =
             tokio::time::timeout(timeout, pipe.query_async(&mut self.connection))
                 .await
@@ -313,6 +317,8 @@ impl Link {
             .zip(micros.parse::<u64>().ok())
             .map(|(s, us)| s.saturating_mul(1_000_000_000).saturating_add(us * 1_000))
             .ok_or_else(|| format!("TIME answered {seconds:?} {micros:?}"))?;
+        let version_reply = replies.pop().ok_or("no reply to the lists' GET")?;
+        let lists_version = version_of(version_reply, &mut cost)?;
         let live_reply = replies.pop().ok_or("no reply to ZRANGEBYSCORE")?;
         let pairs: Vec<(Vec<u8>, u64)> = redis::from_redis_value(live_reply)?;
         let mut live = Vec::with_capacity(pairs.len());
@@ -341,7 +347,21 @@ impl Link {
             cost,
             redis_ns,
             live,
+            lists_version,
         })
+    }
+
+    /// Runs `pipe` (a part's own, such as the lists' read) bounded by `timeout`.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &mut self,
+        pipe: &redis::Pipeline,
+        timeout: Duration,
+    ) -> Result<T, LinkError> {
+        Ok(
+            tokio::time::timeout(timeout, pipe.query_async(&mut self.connection))
+                .await
+                .map_err(|_| LinkError::from("timed out"))??,
+        )
     }
 }
 
@@ -371,6 +391,8 @@ pub(crate) struct Round {
     pub(crate) redis_ns: u64,
     /// Penalties in force in the cluster: (penalty key, ends at, Redis-time ms).
     pub(crate) live: Vec<([u8; tollgate_filter::LimitKey::LEN], u64)>,
+    /// The run-time lists' version in Redis (see `lists.rs`).
+    pub(crate) lists_version: Option<String>,
 }
 
 /// The address of `master` as the sentinel at `sentinel` knows it
@@ -429,13 +451,13 @@ pub(crate) fn read_password(source: &TokenSource) -> Result<String, String> {
 }
 
 /// Decimal digits of `n`.
-fn digits(n: u64) -> usize {
+pub(crate) fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// Bytes of a RESP array of bulk strings of these lengths: `*N\r\n`, then `$len\r\n` +
 /// payload + `\r\n` each.
-fn resp_array(lengths: &[usize]) -> u64 {
+pub(crate) fn resp_array(lengths: &[usize]) -> u64 {
     let items: usize = lengths
         .iter()
         .map(|&len| 1 + digits(len as u64) + 2 + len + 2)

@@ -11,9 +11,10 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::Cluster;
-use super::redis::{Link, Penalties, Push, Round, Target, key_name, penalty_set};
+use super::lists::{self, Change, Keys, ListKey, Outgoing, State, Travelled};
+use super::redis::{Cost, Link, Penalties, Push, Round, Target, key_name, penalty_set};
 use super::view::{Rest, View};
-use tollgate_filter::Collected;
+use tollgate_filter::{Collected, ListEntry};
 use tollgate_sketch::Clock;
 
 /// The longest wait between two connection attempts while Redis is away.
@@ -79,6 +80,16 @@ struct Syncer {
     /// `max_clock_error`: the next round shares nothing.
     clock_refused: bool,
     clock_logged: Option<Instant>,
+    /// The Redis keys of the travelling list entries.
+    lists_keys: Keys,
+    /// The lists' version this node last read (`None`: not read yet on this Redis).
+    lists_version: Option<String>,
+    /// What this node believes Redis holds of the lists: the last read, with this node's
+    /// own writes since. An entry that was here and is gone from the next read was removed
+    /// by another node.
+    lists_known: HashMap<ListKey, Travelled>,
+    /// Writes made, for unique versions.
+    lists_writes: u64,
 }
 
 /// Runs the sync task of `cluster` until `stop` says so (or its sender is gone): a round
@@ -127,6 +138,10 @@ impl Syncer {
             alone_logged: None,
             clock_refused: false,
             clock_logged: None,
+            lists_keys: Keys::new(&cluster.config.name),
+            lists_version: None,
+            lists_known: HashMap::new(),
+            lists_writes: 0,
             cluster,
         }
     }
@@ -256,6 +271,7 @@ impl Syncer {
                     for own in self.own.values_mut() {
                         own.pushed = [0, 0];
                     }
+                    self.rewrite_own_lists();
                 }
                 self.run_id = Some(link.run_id.clone());
                 self.link = Some(link);
@@ -268,11 +284,16 @@ impl Syncer {
     async fn push(&mut self, now_ms: u64, early: bool) {
         let cluster = Arc::clone(&self.cluster);
         let config = &cluster.config;
+        let sync_ms = u64::try_from(config.sync.as_millis()).unwrap_or(u64::MAX);
         let mut hashes = Vec::new();
         let mut pushes = Vec::new();
         for (&hash, own) in self.own.iter().filter(|_| !self.clock_refused) {
             if (!own.touched && own.counted == own.pushed)
-                || (early && self.view.contains_key(&hash))
+                || (early
+                    && self
+                        .view
+                        .get(&hash)
+                        .is_some_and(|rest| !rest.unsettled(now_ms, sync_ms)))
             {
                 continue;
             }
@@ -308,8 +329,20 @@ impl Syncer {
             add: &added,
             now_ms,
         };
+        let changes: Vec<Change> =
+            std::mem::take(&mut *cluster.lists_out.lock().unwrap_or_else(|e| e.into_inner()));
+        self.lists_writes += 1;
+        let token = format!("{}:{now_ms}:{}", config.node, self.lists_writes);
+        let outgoing = Outgoing {
+            keys: &self.lists_keys,
+            changes: &changes,
+            now_ms,
+            token: &token,
+        };
         let sent = cluster.clock.now();
-        let result = link.round(&pushes, &penalties, config.timeout).await;
+        let result = link
+            .round(&pushes, &penalties, &outgoing, config.timeout)
+            .await;
         let received = cluster.clock.now();
         let metrics = &cluster.metrics;
         match result {
@@ -318,6 +351,7 @@ impl Syncer {
                 cost,
                 redis_ns,
                 live,
+                lists_version,
             }) => {
                 metrics.penalties_shared.inc_by(added.len() as u64);
                 metrics
@@ -333,6 +367,16 @@ impl Syncer {
                 metrics.received_bytes.inc_by(cost.received);
                 metrics.redis_commands.inc_by(cost.commands);
                 metrics.syncs.inc();
+                metrics.list_entries_sent.inc_by(changes.len() as u64);
+                for change in changes {
+                    match change {
+                        Change::Put(key, travelled) => self.lists_known.insert(key, travelled),
+                        Change::Remove(key) => self.lists_known.remove(&key),
+                    };
+                }
+                if lists_version.is_some() && lists_version != self.lists_version {
+                    self.read_lists().await;
+                }
                 let reading = cluster.redis_clock.read(sent, received, redis_ns);
                 let refused = self.clock_refused;
                 self.clock_read(redis_ns, reading.error);
@@ -347,6 +391,7 @@ impl Syncer {
                     own.pushed = own.counted;
                     own.touched = false;
                     let current = current.saturating_sub(own.pushed[0]);
+                    let first_ms = self.view.get(hash).map_or(now_ms, |last| last.first_ms);
                     let (growth, growth_ms) = match self.view.get(hash) {
                         Some(last) if last.window == own.window && last.read_ms < now_ms => {
                             (current.saturating_sub(last.current), now_ms - last.read_ms)
@@ -363,6 +408,8 @@ impl Syncer {
                             read_ms: now_ms,
                             growth,
                             growth_ms,
+                            own: Rest::sliding(own.counted, own.period_ms, now_ms),
+                            first_ms,
                         },
                     );
                 }
@@ -394,9 +441,174 @@ impl Syncer {
                 let room = super::PENALTIES_OUT.saturating_sub(out.len());
                 out.extend(added.into_iter().take(room));
                 drop(out);
+                let mut out = cluster.lists_out.lock().unwrap_or_else(|e| e.into_inner());
+                let room = super::LISTS_OUT.saturating_sub(out.len());
+                let lost = changes.len().saturating_sub(room);
+                // Older first: a later change to one entry must stay the later.
+                let newer = std::mem::take(&mut *out);
+                out.extend(changes.into_iter().take(room));
+                out.extend(newer);
+                out.truncate(super::LISTS_OUT);
+                drop(out);
+                metrics.list_entries_dropped.inc_by(lost as u64);
                 self.link = None;
                 self.failed(&error.to_string());
             }
+        }
+    }
+
+    /// Reads the lists' whole state (the version changed since the last read) and lays the
+    /// difference over this node's lists.
+    async fn read_lists(&mut self) {
+        let cluster = Arc::clone(&self.cluster);
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        let mut cost = Cost::default();
+        let pipe = lists::read_pipeline(&self.lists_keys, &mut cost);
+        let read = link.query(&pipe, cluster.config.timeout).await;
+        match read {
+            Ok(raw) => {
+                let state = lists::parse_state(raw, &mut cost);
+                let metrics = &cluster.metrics;
+                metrics.sent_bytes.inc_by(cost.sent);
+                metrics.received_bytes.inc_by(cost.received);
+                metrics.redis_commands.inc_by(cost.commands);
+                self.apply_lists(state);
+            }
+            Err(error) => {
+                self.link = None;
+                self.failed(&error.to_string());
+            }
+        }
+    }
+
+    /// Lays what `state` holds and this node does not (and takes out what was known and is
+    /// gone) over the filter's lists, leaving alone the entries this node changed since its
+    /// last round (its own change is the later one).
+    fn apply_lists(&mut self, state: State) {
+        let cluster = Arc::clone(&self.cluster);
+        let metrics = &cluster.metrics;
+        metrics
+            .list_entries_held
+            .set(i64::try_from(state.entries.len()).unwrap_or(i64::MAX));
+        if state.version.is_none() {
+            // Never written, or Redis lost them: keep what is held.
+            return;
+        }
+        let pending: HashMap<ListKey, Option<String>> = cluster
+            .lists_out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|change| match change {
+                Change::Put(key, travelled) => (*key, Some(travelled.node.clone())),
+                Change::Remove(key) => (*key, None),
+            })
+            .collect();
+        if let Some(lists) = cluster.lists.get() {
+            let now = cluster.clock.now();
+            let now_ms = cluster.cluster_ms(now);
+            let held: HashMap<ListKey, ListEntry> = lists
+                .entries(now)
+                .into_iter()
+                .map(|entry| ((entry.kind, entry.cidr), entry))
+                .collect();
+            let mut puts = Vec::new();
+            for (key, travelled) in &state.entries {
+                if pending.contains_key(key) || travelled.until_ms <= now_ms {
+                    continue;
+                }
+                let expires = now + Duration::from_millis(travelled.until_ms - now_ms);
+                let same = held.get(key).is_some_and(|entry| {
+                    let apart = entry
+                        .expires
+                        .saturating_since(expires)
+                        .max(expires.saturating_since(entry.expires));
+                    entry.reason == travelled.reason && apart < Duration::from_secs(1)
+                });
+                if !same {
+                    puts.push(ListEntry {
+                        cidr: key.1,
+                        kind: key.0,
+                        expires,
+                        reason: travelled.reason.clone(),
+                    });
+                }
+            }
+            let removes: Vec<ListKey> = self
+                .lists_known
+                .keys()
+                .filter(|key| {
+                    !state.entries.contains_key(key)
+                        && !pending.contains_key(key)
+                        && held.contains_key(key)
+                })
+                .copied()
+                .collect();
+            let merged = lists.merge(puts, &removes, now);
+            metrics.list_entries_received.inc_by(merged.applied as u64);
+            metrics.list_entries_dropped.inc_by(merged.dropped as u64);
+            if merged.applied > 0 || merged.dropped > 0 {
+                tracing::info!(
+                    cluster = %cluster.config.name,
+                    node = %cluster.config.node,
+                    applied = merged.applied,
+                    dropped = merged.dropped,
+                    "cluster: run-time list changes from other nodes applied"
+                );
+            }
+        }
+        let mut origins: HashMap<ListKey, String> = state
+            .entries
+            .iter()
+            .map(|(key, travelled)| (*key, travelled.node.clone()))
+            .collect();
+        for (key, node) in pending {
+            match node {
+                Some(node) => origins.insert(key, node),
+                None => origins.remove(&key),
+            };
+        }
+        cluster.list_origins.store(Arc::new(origins));
+        self.lists_known = state.entries;
+        self.lists_version = state.version;
+    }
+
+    /// After Redis restarted (it lost the lists): writes again the entries this node added
+    /// and still holds, and forgets what it knew, so that the first read of the new Redis
+    /// removes nothing (the others write theirs again too; a node that is gone as well leaves
+    /// its entries where they are held until they end).
+    fn rewrite_own_lists(&mut self) {
+        let cluster = Arc::clone(&self.cluster);
+        self.lists_known.clear();
+        self.lists_version = None;
+        let Some(lists) = cluster.lists.get() else {
+            return;
+        };
+        let origins = cluster.list_origins.load();
+        let now = cluster.clock.now();
+        let now_ms = cluster.cluster_ms(now);
+        let mut out = cluster.lists_out.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in lists.entries(now) {
+            let key = (entry.kind, entry.cidr);
+            if origins.get(&key) != Some(&cluster.config.node) {
+                continue;
+            }
+            if out.len() >= super::LISTS_OUT {
+                cluster.metrics.list_entries_dropped.inc();
+                continue;
+            }
+            let left =
+                u64::try_from(entry.expires.saturating_since(now).as_millis()).unwrap_or(u64::MAX);
+            out.push(Change::Put(
+                key,
+                Travelled {
+                    until_ms: now_ms.saturating_add(left),
+                    node: cluster.config.node.clone(),
+                    reason: entry.reason,
+                },
+            ));
         }
     }
 

@@ -22,6 +22,10 @@ pub(crate) struct Rest {
     /// across a window edge), and over how long.
     pub(crate) growth: u64,
     pub(crate) growth_ms: u64,
+    /// This node's own sliding estimate when the counts were collected for the read.
+    pub(crate) own: u64,
+    /// Redis time of the suspect's first read, in milliseconds.
+    pub(crate) first_ms: u64,
 }
 
 impl Rest {
@@ -29,19 +33,49 @@ impl Rest {
     /// interpolation the sketch uses, `current + previous * (1 - elapsed / period)`, moved on
     /// by however many windows have passed since the read (a window the view has not seen
     /// counts 0 until the next sync), plus what the others are likely to have added since the
-    /// read: they go on as between the last two reads, for at most as long as those were
-    /// apart. A source spread over the nodes then meets the others' traffic of the sync
-    /// interval in flight, not only what had reached Redis; one that stops is over-counted
-    /// for at most one interval.
-    pub(crate) fn at(&self, now_ms: u64) -> tollgate_filter::Rest {
+    /// read, the larger of two predictions:
+    ///
+    /// - *by time*: they go on as between the last two reads, for at most as long as those
+    ///   were apart;
+    /// - *by share*: they grow in the proportion this node has since the counts were
+    ///   collected (`grown`, its weight since then, against its own estimate `own` then), at
+    ///   most doubling: a source spread over the nodes grows everywhere at once, and this
+    ///   node sees its own part of that growth at every event, not one interval later. It is
+    ///   what keeps a source that uses up its limit within one interval near the limit (the
+    ///   prediction by time needs two reads of it first).
+    ///
+    /// A source spread over the nodes then meets the others' traffic of the sync interval in
+    /// flight, not only what had reached Redis; one that stops elsewhere is over-counted until
+    /// the next read.
+    pub(crate) fn at(&self, now_ms: u64, grown: u64) -> tollgate_filter::Rest {
+        let counted = self.counted_at(now_ms);
         let since = now_ms.saturating_sub(self.read_ms).min(self.growth_ms);
-        let ahead = (u128::from(self.growth) * u128::from(since))
+        let by_time = (u128::from(self.growth) * u128::from(since))
             .checked_div(u128::from(self.growth_ms))
             .map_or(0, |a| a as u64);
+        let by_share = (u128::from(counted) * u128::from(grown))
+            .checked_div(u128::from(self.own))
+            .map_or(0, |a| a.min(u128::from(counted)) as u64);
         tollgate_filter::Rest {
-            counted: self.counted_at(now_ms),
-            ahead,
+            counted,
+            ahead: by_time.max(by_share),
         }
+    }
+
+    /// Whether the read found none of the others' counts while the suspect is new (read
+    /// first less than `sync_ms` before `now_ms`): the others may have become suspects at
+    /// the same moment and pushed just after; an early round reads it again (rounds are a
+    /// quarter interval apart at least, so a suspect costs at most four of them).
+    pub(crate) fn unsettled(&self, now_ms: u64, sync_ms: u64) -> bool {
+        self.current == 0 && self.previous == 0 && now_ms < self.first_ms.saturating_add(sync_ms)
+    }
+
+    /// `counted` (this window, the previous one) as a sliding estimate at `now_ms`, windows
+    /// of `period_ms`.
+    pub(crate) fn sliding(counted: [u64; 2], period_ms: u64, now_ms: u64) -> u64 {
+        let period = period_ms.max(1);
+        let left = u128::from(period - now_ms % period);
+        counted[0] + (u128::from(counted[1]) * left / u128::from(period)) as u64
     }
 
     /// [`Rest::at`] without what the others are likely to have added since the read.
@@ -94,7 +128,7 @@ mod tests {
             previous: 100,
             ..Rest::default()
         };
-        let at = |ms| rest.at(ms).counted;
+        let at = |ms| rest.at(ms, 0).counted;
         assert_eq!(at(10_000), 140);
         assert_eq!(at(10_250), 40 + 75);
         assert_eq!(at(11_000), 40);
@@ -112,9 +146,11 @@ mod tests {
             read_ms: 10_200,
             growth: 10,
             growth_ms: 100,
+            own: 0,
+            first_ms: 0,
         };
         let at = |ms| {
-            let rest = rest.at(ms);
+            let rest = rest.at(ms, 0);
             (rest.counted, rest.ahead)
         };
         assert_eq!(at(10_200), (40, 0));
@@ -122,5 +158,25 @@ mod tests {
         assert_eq!(at(10_300), (40, 10));
         // No further than the interval the growth was seen over.
         assert_eq!(at(10_900), (40, 10));
+    }
+
+    #[test]
+    fn the_others_are_taken_to_grow_in_this_nodes_proportion_at_most_doubling() {
+        let rest = Rest {
+            window: 10,
+            period_ms: 1000,
+            current: 20,
+            read_ms: 10_100,
+            own: 10,
+            ..Rest::default()
+        };
+        // Nothing added here since: nothing predicted there.
+        assert_eq!(rest.at(10_150, 0).ahead, 0);
+        // Half as much again here: half as much again there.
+        assert_eq!(rest.at(10_150, 5).ahead, 10);
+        assert_eq!(rest.at(10_150, 50).ahead, 20, "at most doubling");
+        // A suspect new here (own 0): no share to go by.
+        assert_eq!(Rest { own: 0, ..rest }.at(10_150, 5).ahead, 0);
+        assert_eq!(Rest::sliding([10, 40], 1000, 10_250), 40);
     }
 }

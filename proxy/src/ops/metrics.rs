@@ -335,6 +335,16 @@ pub struct ClusterMetrics {
     pub penalties_dropped: Counter,
     /// Penalties in force in the cluster as of the last round (this node's included).
     pub penalties_held: Gauge,
+    /// Run-time list changes (entries added or removed here) written to the cluster.
+    pub list_entries_sent: Counter,
+    /// Run-time list changes other nodes made, applied here.
+    pub list_entries_received: Counter,
+    /// Run-time list changes not carried: more than 4096 made here between two rounds, or
+    /// entries from others left out by this node's bounds (its cap, longest time to live,
+    /// longest reason).
+    pub list_entries_dropped: Counter,
+    /// Run-time list entries the cluster holds, as of this node's last read.
+    pub list_entries_held: Gauge,
 }
 
 impl Default for ClusterMetrics {
@@ -369,6 +379,10 @@ impl ClusterMetrics {
             penalties_shared: Counter::default(),
             penalties_dropped: Counter::default(),
             penalties_held: Gauge::default(),
+            list_entries_sent: Counter::default(),
+            list_entries_received: Counter::default(),
+            list_entries_dropped: Counter::default(),
+            list_entries_held: Gauge::default(),
         };
         metrics.alone.set(1);
         metrics
@@ -465,6 +479,27 @@ impl ClusterMetrics {
             "cluster_penalties_held",
             "Penalties in force in the cluster as of the last sync round",
             self.penalties_held.clone(),
+        );
+        r.register(
+            "cluster_list_entries_sent",
+            "Run-time list changes made on this node and written to the cluster",
+            self.list_entries_sent.clone(),
+        );
+        r.register(
+            "cluster_list_entries_received",
+            "Run-time list changes other nodes made, applied on this node",
+            self.list_entries_received.clone(),
+        );
+        r.register(
+            "cluster_list_entries_dropped",
+            "Run-time list changes not carried: over 4096 between two rounds, or left out by \
+             this node's bounds (cap, longest ttl, longest reason)",
+            self.list_entries_dropped.clone(),
+        );
+        r.register(
+            "cluster_list_entries_held",
+            "Run-time list entries the cluster holds, as of this node's last read",
+            self.list_entries_held.clone(),
         );
         r.register(
             "cluster_memory_bytes",

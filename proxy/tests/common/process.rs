@@ -54,9 +54,22 @@ impl Proxy {
     /// (or process) may take one meanwhile. A proxy that could not bind is started again on
     /// fresh ports, a few times at most.
     pub fn launch(name: &str, listener_body: &str, rest: &str, shell: &str, log: bool) -> Proxy {
+        Proxy::launch_with_admin(name, "", listener_body, rest, shell, log)
+    }
+
+    /// As [`Proxy::launch`], with `admin_body` (such as a `token_env` line) in `[admin]`.
+    #[allow(dead_code)] // Not every test file that includes this module sets the admin.
+    pub fn launch_with_admin(
+        name: &str,
+        admin_body: &str,
+        listener_body: &str,
+        rest: &str,
+        shell: &str,
+        log: bool,
+    ) -> Proxy {
         const ATTEMPTS: usize = 5;
         for attempt in 1..=ATTEMPTS {
-            match Proxy::try_launch(name, listener_body, rest, shell, log) {
+            match Proxy::try_launch(name, admin_body, listener_body, rest, shell, log) {
                 Ok(proxy) => return proxy,
                 Err(output) if output.contains("Address already in use") && attempt < ATTEMPTS => {
                     eprintln!("a port was taken before the proxy bound it; again:\n{output}");
@@ -70,6 +83,7 @@ impl Proxy {
     /// One start: the proxy once its admin answers, or its exit status and stderr.
     fn try_launch(
         name: &str,
+        admin_body: &str,
         listener_body: &str,
         rest: &str,
         shell: &str,
@@ -77,7 +91,7 @@ impl Proxy {
     ) -> Result<Proxy, String> {
         let (front, admin) = (free_port(), free_port());
         let config = format!(
-            "[admin]\nlisten = \"{admin}\"\n\n[[listener]]\nname = \"front\"\nlisten = \"{front}\"\n{listener_body}\n\n{rest}\n"
+            "[admin]\nlisten = \"{admin}\"\n{admin_body}\n\n[[listener]]\nname = \"front\"\nlisten = \"{front}\"\n{listener_body}\n\n{rest}\n"
         );
         let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -32,7 +32,9 @@ fn key() -> LimitKey {
 /// Adds `weight` for the model's key from another thread.
 fn adder(table: &Arc<SuspectTable>, weight: u64) -> thread::JoinHandle<()> {
     let table = Arc::clone(table);
-    thread::spawn(move || table.add(&key(), HASH, PERIOD_MS, SHAPE, || BEFORE, weight))
+    thread::spawn(move || {
+        let _ = table.add(&key(), HASH, PERIOD_MS, SHAPE, || BEFORE, weight);
+    })
 }
 
 /// Every collected entry is the model's key, whole, and their weights sum to `total`.
@@ -74,7 +76,9 @@ fn first_events_of_two_keys_at_one_home_claim_two_slots() {
         let second_hash = HASH ^ 0b10;
         let other = {
             let table = Arc::clone(&table);
-            thread::spawn(move || table.add(&second, second_hash, PERIOD_MS, SHAPE, || BEFORE, 2))
+            thread::spawn(move || {
+                let _ = table.add(&second, second_hash, PERIOD_MS, SHAPE, || BEFORE, 2);
+            })
         };
         table.add(&key(), HASH, PERIOD_MS, SHAPE, || BEFORE, 1);
         other.join().expect("adder");

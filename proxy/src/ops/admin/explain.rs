@@ -44,14 +44,26 @@ pub(crate) fn explain(
     let why = policy.explain(Source::new(addr), transport, now);
     // The kernel fast path's hold on the source, if `[kernel]` is on (what its updater last
     // committed; see `crate::kernel::View`).
+    // The cluster node that added the run-time entry deciding, if it travels.
+    let node = why
+        .listed
+        .as_ref()
+        .and_then(|listed| listed.entry.as_ref())
+        .and_then(|entry| super::lists::origin(shared, entry));
     match format {
         Format::Json => {
             let mut value = to_json(&policy, &why, now);
+            if let Some(node) = &node {
+                value["list"]["node"] = json!(node);
+            }
             value["kernel"] = kernel::held(shared, addr);
             json(StatusCode::OK, &value)
         }
         Format::Text => {
             let mut body = to_text(&policy, &why, now);
+            if let Some(node) = &node {
+                let _ = writeln!(body, "node     the list entry was added on node {node}");
+            }
             body.push_str(&kernel::estimate_line(shared, addr));
             text(StatusCode::OK, body)
         }

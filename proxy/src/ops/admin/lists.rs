@@ -7,6 +7,8 @@
 //!   one that list holds for that network;
 //! - `DELETE /lists/allow?cidr=...`, `DELETE /lists/deny?cidr=...`: removes it.
 //!
+//! With `[cluster]`, every change travels to the other nodes (see `crate::cluster`), and
+//! an entry that travels shows the node that added it (`"node"`, or `(added on node ...)`).
 //! Every change is logged (the network, list, time to live and reason). The bodies are at
 //! most 4 KiB and must arrive within 5 s. The changes need the token (see the admin module).
 
@@ -17,7 +19,7 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tollgate_filter::{Cidr, ListEntry, ListError, ListKind, parse_duration};
+use tollgate_filter::{Cidr, ListEntry, ListError, ListKind, Remote, parse_duration};
 use tollgate_sketch::Tick;
 
 use super::answer::{Answer, Format, json, query, text};
@@ -66,24 +68,37 @@ fn refusal(error: &ListError) -> StatusCode {
     }
 }
 
-fn entry_json(entry: &ListEntry, now: Tick, unix_ms: u64) -> Value {
+/// The cluster node that added `entry`, if it travels through a cluster.
+pub(crate) fn origin(shared: &Shared, entry: &ListEntry) -> Option<String> {
+    shared
+        .cluster
+        .as_ref()
+        .and_then(|cluster| cluster.list_origin(entry.kind, entry.cidr))
+}
+
+fn entry_json(entry: &ListEntry, now: Tick, unix_ms: u64, node: Option<String>) -> Value {
     let left = u64::try_from(entry.expires.saturating_since(now).as_millis()).unwrap_or(u64::MAX);
-    json!({
+    let mut value = json!({
         "cidr": entry.cidr.to_string(),
         "list": entry.kind.as_str(),
         "expires_in_ms": left,
         "expires_unix_ms": unix_ms.saturating_add(left),
         "reason": entry.reason,
-    })
+    });
+    if let Some(node) = node {
+        value["node"] = json!(node);
+    }
+    value
 }
 
-fn entry_text(entry: &ListEntry, now: Tick) -> String {
+fn entry_text(entry: &ListEntry, now: Tick, node: Option<String>) -> String {
     format!(
-        "{:<5} {:<44} expires in {:>8}s  {:?}\n",
+        "{:<5} {:<44} expires in {:>8}s  {:?}{}\n",
         entry.kind.as_str(),
         entry.cidr.to_string(),
         entry.expires.saturating_since(now).as_secs(),
-        entry.reason
+        entry.reason,
+        node.map_or_else(String::new, |node| format!("  (added on node {node})"))
     )
 }
 
@@ -99,7 +114,10 @@ pub(crate) fn list(shared: &Shared, format: Format) -> Answer {
             json(
                 StatusCode::OK,
                 &json!({
-                    "entries": entries.iter().map(|e| entry_json(e, now, unix_ms)).collect::<Vec<_>>(),
+                    "entries": entries
+                        .iter()
+                        .map(|e| entry_json(e, now, unix_ms, origin(shared, e)))
+                        .collect::<Vec<_>>(),
                     "capacity": lists.capacity(),
                     "max_ttl_s": lists.max_ttl().as_secs(),
                 }),
@@ -113,7 +131,7 @@ pub(crate) fn list(shared: &Shared, format: Format) -> Answer {
                 lists.max_ttl().as_secs()
             );
             for entry in &entries {
-                body.push_str(&entry_text(entry, now));
+                body.push_str(&entry_text(entry, now, origin(shared, entry)));
             }
             text(StatusCode::OK, body)
         }
@@ -179,6 +197,10 @@ pub(crate) async fn add(
     let reason = posted.reason;
     match shared.filter.lists().add(cidr, kind, ttl, reason, now) {
         Ok((entry, replaced)) => {
+            if let Some(cluster) = &shared.cluster {
+                // The rest of the cluster holds it from its next round.
+                cluster.list_entry_added(&entry, now);
+            }
             tracing::info!(
                 list = kind.as_str(),
                 cidr = %entry.cidr,
@@ -193,14 +215,17 @@ pub(crate) async fn add(
                 StatusCode::CREATED
             };
             match format {
-                Format::Json => json(status, &entry_json(&entry, now, unix_ms_now())),
+                Format::Json => json(
+                    status,
+                    &entry_json(&entry, now, unix_ms_now(), origin(shared, &entry)),
+                ),
                 Format::Text => text(
                     status,
                     format!(
                         "{} {}\n{}",
                         if replaced { "replaced" } else { "added" },
                         entry.cidr,
-                        entry_text(&entry, now)
+                        entry_text(&entry, now, origin(shared, &entry))
                     ),
                 ),
             }
@@ -232,9 +257,17 @@ pub(crate) fn remove(
     let now = shared.now();
     match shared.filter.lists().remove(cidr, kind, now) {
         Ok(entry) => {
+            let node = origin(shared, &entry);
+            if let Some(cluster) = &shared.cluster {
+                // And from the rest of the cluster by its next round.
+                cluster.list_entry_removed(entry.kind, entry.cidr, now);
+            }
             tracing::info!(list = kind.as_str(), cidr = %entry.cidr, "run-time list entry removed");
             match format {
-                Format::Json => json(StatusCode::OK, &entry_json(&entry, now, unix_ms_now())),
+                Format::Json => json(
+                    StatusCode::OK,
+                    &entry_json(&entry, now, unix_ms_now(), node),
+                ),
                 Format::Text => text(StatusCode::OK, format!("removed {}\n", entry.cidr)),
             }
         }

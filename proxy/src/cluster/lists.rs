@@ -1,0 +1,266 @@
+//! Run-time list entries that travel: an entry added to or removed from one node's run-time
+//! allow/deny lists (the admin's `/lists`) reaches every node of the cluster through Redis.
+//!
+//! In Redis, per cluster:
+//!
+//! - a hash `tollgate:NAME:lists`: field the list and network (`deny 192.0.2.0/24`), value
+//!   a JSON object with the Redis-time millisecond the entry ends, the node that wrote it and
+//!   the reason;
+//! - a sorted set `tollgate:NAME:lists:ends`: the same fields scored by their end, so that
+//!   every write takes out the entries that ended;
+//! - a version `tollgate:NAME:lists:version`: a token the writer sets anew with every write.
+//!
+//! A node's changes since its last round are written by one small script in its next round
+//! (sent as text with `EVAL`: changes are rare, the script is 600 bytes), which also takes
+//! out the ended entries and sets a new version; all three keys expire 8 days after the last
+//! write (longer than the longest time to live an entry may have). Every round ends with
+//! `GET` of the version (one command, ~60 bytes); when it differs from the one this node last
+//! read, a second round trip reads the version and the whole hash atomically (`MULTI`), and
+//! the node lays the difference over its lists ([`tollgate_filter::RuntimeLists::merge`],
+//! which keeps its cap of entries, its longest time to live and its longest reason whatever
+//! the others send; what it leaves out is counted).
+//!
+//! Reading the whole state rather than a log of changes is what makes a node that was away
+//! (Redis down for it, or restarted) catch up: the version differs when it returns, and the
+//! hash holds every entry added meanwhile and lacks every one removed. A restarted Redis
+//! (its `run_id` changed) has lost the hash: each node writes again the entries it added
+//! itself and still holds, and forgets what it knew of the others' (so that a read before
+//! they have written theirs again removes nothing); the entries of a node that is gone as
+//! well stay where they are held until they end.
+
+use std::collections::HashMap;
+
+use redis::{Pipeline, Value};
+use serde::{Deserialize, Serialize};
+use tollgate_filter::{Cidr, ListKind};
+
+use super::redis::{Cost, digits, resp_array};
+
+/// A run-time list entry's identity: its list and its network.
+pub(crate) type ListKey = (ListKind, Cidr);
+
+/// Changes one node may make between two rounds; more are counted in
+/// `tollgate_cluster_list_entries_dropped_total` and stay local.
+pub(crate) const LISTS_OUT: usize = 4096;
+
+/// How long the keys live after the last write: longer than any entry may.
+const KEYS_TTL_MS: u64 = 8 * 24 * 3600 * 1000;
+
+/// An entry as it travels.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Travelled {
+    /// When it ends, in Redis-time milliseconds.
+    pub(crate) until_ms: u64,
+    /// The node that added it.
+    pub(crate) node: String,
+    /// Why (as the operator wrote it).
+    pub(crate) reason: String,
+}
+
+/// One change a node made to its run-time lists, to be written by its next round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Added or replaced.
+    Put(ListKey, Travelled),
+    /// Removed.
+    Remove(ListKey),
+}
+
+impl Change {
+    pub(crate) fn key(&self) -> ListKey {
+        match self {
+            Change::Put(key, _) | Change::Remove(key) => *key,
+        }
+    }
+}
+
+/// The hash field of `key`: `deny 192.0.2.0/24`.
+pub(crate) fn field((kind, cidr): ListKey) -> String {
+    format!("{} {cidr}", kind.as_str())
+}
+
+/// The key a hash field names, if it is one.
+pub(crate) fn parse_field(field: &str) -> Option<ListKey> {
+    let (kind, cidr) = field.split_once(' ')?;
+    let kind = match kind {
+        "allow" => ListKind::Allow,
+        "deny" => ListKind::Deny,
+        _ => return None,
+    };
+    Some((kind, Cidr::parse(cidr).ok()?))
+}
+
+/// The Redis keys of one cluster's travelling entries.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    hash: Vec<u8>,
+    ends: Vec<u8>,
+    version: Vec<u8>,
+}
+
+impl Keys {
+    /// `tollgate:NAME:lists`, `...:lists:ends`, `...:lists:version` (a suspect's key has a
+    /// fixed-length binary suffix after the name's `:`, never these texts).
+    pub(crate) fn new(cluster: &str) -> Keys {
+        Keys {
+            hash: format!("tollgate:{cluster}:lists").into_bytes(),
+            ends: format!("tollgate:{cluster}:lists:ends").into_bytes(),
+            version: format!("tollgate:{cluster}:lists:version").into_bytes(),
+        }
+    }
+}
+
+/// KEYS: the hash, the ends, the version. ARGV: now (ms), the new version, the keys' TTL, then
+/// per change four: `put` or `del`, the field, its end (ms), its value.
+const WRITE: &str = r"
+local now = tonumber(ARGV[1])
+for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+  redis.call('HDEL', KEYS[1], f)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+for i = 4, #ARGV, 4 do
+  if ARGV[i] == 'put' then
+    redis.call('HSET', KEYS[1], ARGV[i + 1], ARGV[i + 3])
+    redis.call('ZADD', KEYS[2], ARGV[i + 2], ARGV[i + 1])
+  else
+    redis.call('HDEL', KEYS[1], ARGV[i + 1])
+    redis.call('ZREM', KEYS[2], ARGV[i + 1])
+  end
+end
+redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+";
+
+/// A round's part in the travelling entries.
+#[derive(Debug)]
+pub(crate) struct Outgoing<'a> {
+    pub(crate) keys: &'a Keys,
+    /// This node's changes since its last round.
+    pub(crate) changes: &'a [Change],
+    /// Redis time now, in ms.
+    pub(crate) now_ms: u64,
+    /// The version the write sets (unique to this node and write).
+    pub(crate) token: &'a str,
+}
+
+impl Outgoing<'_> {
+    /// Appends the write (if there are changes) and the version's `GET` to `pipe`; only the
+    /// `GET` replies, so the round finds it last.
+    pub(crate) fn append(&self, pipe: &mut Pipeline, cost: &mut Cost) {
+        if !self.changes.is_empty() {
+            let command = pipe
+                .cmd("EVAL")
+                .arg(WRITE)
+                .arg(3)
+                .arg(&self.keys.hash[..])
+                .arg(&self.keys.ends[..])
+                .arg(&self.keys.version[..])
+                .arg(self.now_ms)
+                .arg(self.token)
+                .arg(KEYS_TTL_MS);
+            let mut args = vec![
+                4,
+                WRITE.len(),
+                1,
+                self.keys.hash.len(),
+                self.keys.ends.len(),
+                self.keys.version.len(),
+                digits(self.now_ms),
+                self.token.len(),
+                digits(KEYS_TTL_MS),
+            ];
+            for change in self.changes {
+                let name = field(change.key());
+                let (op, until, value) = match change {
+                    Change::Put(_, travelled) => (
+                        "put",
+                        travelled.until_ms,
+                        serde_json::to_string(travelled).unwrap_or_default(),
+                    ),
+                    Change::Remove(_) => ("del", 0, String::new()),
+                };
+                args.extend([op.len(), name.len(), digits(until), value.len()]);
+                command.arg(op).arg(name).arg(until).arg(value);
+            }
+            command.ignore();
+            cost.sent += resp_array(&args);
+            // The script, and per change two commands, plus the expiry's ZRANGEBYSCORE and
+            // ZREMRANGEBYSCORE and the SET and two PEXPIREs.
+            cost.commands += 6 + 2 * self.changes.len() as u64;
+        }
+        pipe.cmd("GET").arg(&self.keys.version[..]);
+        cost.sent += resp_array(&[3, self.keys.version.len()]);
+        cost.commands += 1;
+    }
+}
+
+/// The version a round's `GET` found (`None`: no entry was ever written, or Redis lost them).
+pub(crate) fn version_of(reply: Value, cost: &mut Cost) -> Result<Option<String>, String> {
+    let version: Option<String> =
+        redis::from_redis_value(reply).map_err(|e| format!("lists version: {e}"))?;
+    cost.received += version.as_ref().map_or(5, |v| {
+        1 + digits(v.len() as u64) as u64 + 4 + v.len() as u64
+    });
+    Ok(version)
+}
+
+/// The whole state as one read found it.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) version: Option<String>,
+    /// Every entry the hash holds (fields that do not parse are left out).
+    pub(crate) entries: HashMap<ListKey, Travelled>,
+}
+
+/// The pipeline reading the version and the hash in one `MULTI`.
+pub(crate) fn read_pipeline(keys: &Keys, cost: &mut Cost) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("GET")
+        .arg(&keys.version[..])
+        .cmd("HGETALL")
+        .arg(&keys.hash[..]);
+    cost.sent += resp_array(&[5])
+        + resp_array(&[3, keys.version.len()])
+        + resp_array(&[7, keys.hash.len()])
+        + resp_array(&[4]);
+    cost.commands += 4;
+    pipe
+}
+
+/// Parses what [`read_pipeline`] returned.
+pub(crate) fn parse_state(
+    (version, fields): (Option<String>, Vec<(String, String)>),
+    cost: &mut Cost,
+) -> State {
+    let mut entries = HashMap::with_capacity(fields.len());
+    cost.received += 3 + digits(fields.len() as u64 * 2) as u64;
+    for (name, value) in fields {
+        cost.received += resp_array(&[name.len(), value.len()]) - 4;
+        let parsed = parse_field(&name).zip(serde_json::from_str::<Travelled>(&value).ok());
+        if let Some((key, travelled)) = parsed {
+            entries.insert(key, travelled);
+        }
+    }
+    cost.received += version.as_ref().map_or(5, |v| 4 + v.len() as u64);
+    State { version, entries }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_name_the_list_and_the_network_and_read_back() {
+        let key = (ListKind::Deny, Cidr::parse("2001:db8::/48").unwrap());
+        assert_eq!(field(key), "deny 2001:db8::/48");
+        assert_eq!(parse_field(&field(key)), Some(key));
+        let key = (ListKind::Allow, Cidr::parse("192.0.2.0/24").unwrap());
+        assert_eq!(parse_field(&field(key)), Some(key));
+        assert_eq!(parse_field("block 192.0.2.0/24"), None);
+        assert_eq!(parse_field("deny nowhere"), None);
+        assert_eq!(redis::Script::new(WRITE).get_hash().len(), 40);
+    }
+}
