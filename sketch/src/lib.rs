@@ -152,7 +152,7 @@ mod concurrency;
 mod count_min;
 mod error;
 mod hash;
-mod pages;
+mod memory;
 mod pair;
 mod sketch;
 mod snapshot;

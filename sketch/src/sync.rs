@@ -53,11 +53,11 @@ pub(crate) fn thread_stripe() -> usize {
 }
 
 /// Allocates `len` zeroed atomics in one boxed slice (the sketch's only allocations), on huge
-/// pages where the kernel gives them (see [`crate::pages`]): the allocation is marked before
+/// pages where the kernel gives them (see [`crate::memory`]): the allocation is marked before
 /// its first write, so its pages are faulted in as huge ones.
 pub(crate) fn zeroed_atomics(len: usize) -> Box<[AtomicU64]> {
     let mut cells: Vec<AtomicU64> = Vec::with_capacity(len);
-    crate::pages::prefer_huge(
+    crate::memory::prefer_huge(
         cells.as_ptr().cast(),
         len.saturating_mul(std::mem::size_of::<AtomicU64>()),
     );

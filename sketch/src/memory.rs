@@ -1,4 +1,7 @@
-//! Huge pages for the sketch's arrays: the one place the crate calls the operating system.
+//! Below safe Rust: huge pages for the sketch's arrays (the one place the crate calls the
+//! operating system) and a prefetch hint (the one processor instruction it names).
+//!
+//! # Huge pages
 //!
 //! A key's cells are random words in arrays of megabytes, so nearly every observe misses the
 //! TLB as well as the caches when the arrays sit on 4 KiB pages (a 32 MiB sketch spans 8,192 of
@@ -37,3 +40,26 @@ pub(crate) fn prefer_huge(start: *const u8, len: usize) {
 /// Elsewhere: nothing to ask.
 #[cfg(not(all(target_os = "linux", not(loom))))]
 pub(crate) fn prefer_huge(_start: *const u8, _len: usize) {}
+
+/// Asks the processor to bring the cache line holding `word` into its caches, and returns at
+/// once: no wait for the line, no value, no fault. On x86_64 a `prefetcht0`; elsewhere a
+/// plain load whose value is discarded (it waits at retirement, so it overlaps less).
+#[inline]
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[allow(unsafe_code)] // see `prefer_huge`
+pub(crate) fn prefetch(word: &crate::sync::AtomicU64) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    // SAFETY: the call is unsafe only because `_mm_prefetch` is a `#[target_feature(enable =
+    // "sse")]` function, and SSE is part of the x86_64 baseline: every x86_64 processor has
+    // it. A prefetch reads no memory architecturally and never faults; the pointer comes
+    // from a live reference anyway.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(word.as_ptr().cast_const().cast()) }
+}
+
+/// Elsewhere (and under loom, whose atomics are not plain words): a load, discarded.
+#[inline]
+#[cfg(not(all(target_arch = "x86_64", not(loom))))]
+pub(crate) fn prefetch(word: &crate::sync::AtomicU64) {
+    // Relaxed: the value is thrown away; only the cache line is wanted.
+    std::hint::black_box(word.load(crate::sync::Ordering::Relaxed));
+}
