@@ -12,8 +12,9 @@
 //! core, 100 ns per frame (10 GbE at minimum frame size is 14.88 Mpps).
 //!
 //! `parse_and_decide` decides one frame at a time (`decide_frame`); `parse_and_decide_batched`
-//! hands the filter `FRAME_BATCH` frames at a time (`decide_frames`), which parses them all and
-//! requests every key's cache lines before deciding any, so their misses overlap.
+//! hands the filter `FRAME_BATCH` frames at a time (`decide_frames`), which parses them all,
+//! hashes every key once and prefetches its cache lines before deciding any (with those
+//! hashes), so their misses overlap.
 //! `TOLLGATE_BENCH_CLOCK=cpu` times by this thread's time on a CPU instead of wall time.
 
 #[path = "workload.rs"]

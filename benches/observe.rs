@@ -20,6 +20,10 @@
 //!   one): keys
 //!   under it are counted exactly as above, keys at it only read their cells (no
 //!   compare-and-swap), which is what the filter does for every limit.
+//! - `tollgate_batch/{2,32}MiB`: the capped sketch through its batch API,
+//!   [`RateSketch::observe_batch`], 16 events per call (hashed and prefetched, then counted in
+//!   order, each with the estimate `observe_capped` gives). Not one call per event: a caller
+//!   needs several events at hand (a receive batch), so it is reported apart.
 //! - `pingora/{2,32}MiB`: pingora-limits' `Rate` at the same total memory. A `Rate` holds two
 //!   estimators of `4 x slots` 8-byte counters, so 2 MiB is `slots = 2^15` and 32 MiB is
 //!   `slots = 2^19`. Per event it does what a limiter needs: `observe(&id, 1)` and then
@@ -97,7 +101,17 @@ const GOVERNOR_PER_SECOND: u32 = 10;
 /// What every limiter under test does per event: count it and compute what a limit is checked
 /// against. `now` is the benchmark's synthetic clock; the peers ignore it and read their own.
 trait Limiter: Sync {
+    /// Events per call of `hit_many`: 1 (one call per event) for every case but the batch API.
+    const GROUP: usize = 1;
+
     fn hit(&self, id: u64, now: Tick);
+
+    /// `GROUP` events at once, for a limiter with a batch API.
+    fn hit_many(&self, ids: &[u64], now: Tick) {
+        for &id in ids {
+            self.hit(id, now);
+        }
+    }
 }
 
 struct Tollgate(RateSketch);
@@ -142,6 +156,34 @@ impl Limiter for TollgateCapped {
     #[inline]
     fn hit(&self, id: u64, now: Tick) {
         black_box(self.0.observe_capped(&id.to_le_bytes(), 1, CAP, now));
+    }
+}
+
+/// `tollgate_batch`: the same capped counting through [`RateSketch::observe_batch`], a group of
+/// [`RateSketch::OBSERVE_BATCH`] events per call (hashed and prefetched, then counted).
+struct TollgateBatch(RateSketch);
+
+thread_local! {
+    /// Where `tollgate_batch` puts a group's estimates: allocated once per thread.
+    static ESTIMATES: std::cell::RefCell<Vec<u64>> =
+        std::cell::RefCell::new(Vec::with_capacity(RateSketch::OBSERVE_BATCH));
+}
+
+impl Limiter for TollgateBatch {
+    const GROUP: usize = RateSketch::OBSERVE_BATCH;
+
+    fn hit(&self, id: u64, now: Tick) {
+        self.hit_many(&[id], now);
+    }
+
+    #[inline]
+    fn hit_many(&self, ids: &[u64], now: Tick) {
+        ESTIMATES.with_borrow_mut(|estimates| {
+            estimates.clear();
+            let keys = ids.iter().map(|id| id.to_le_bytes());
+            self.0.observe_batch(keys, 1, CAP, now, estimates);
+            black_box(&estimates);
+        });
     }
 }
 
@@ -225,14 +267,19 @@ impl<'a> Replay<'a> {
                         barrier.wait();
                         let cpu = on_cpu();
                         let start = Instant::now();
-                        for n in 0..per_thread {
+                        // Groups never straddle the wrap: the cursor, the part and every
+                        // thread's share are multiples of the group.
+                        for n in (0..per_thread).step_by(L::GROUP) {
                             // Threads interleave in synthetic time, so it runs at the same pace
                             // per event whatever the thread count.
                             let event = first_event + (n * threads + lane) as u64;
-                            limiter.hit(
-                                part[(cursor + n) & wrap],
-                                Tick::from_nanos(event * NANOS_PER_EVENT),
-                            );
+                            let now = Tick::from_nanos(event * NANOS_PER_EVENT);
+                            let at = (cursor + n) & wrap;
+                            if L::GROUP == 1 {
+                                limiter.hit(part[at], now);
+                            } else {
+                                limiter.hit_many(&part[at..at + L::GROUP], now);
+                            }
                         }
                         let end = Instant::now();
                         (start, end, on_cpu().saturating_sub(cpu))
@@ -329,6 +376,13 @@ fn observe(c: &mut Criterion) {
                 stream,
                 threads,
                 &TollgateCapped(tollgate(budget, DEFAULT_DEPTH).0),
+            );
+            bench(
+                &mut group,
+                id("tollgate_batch"),
+                stream,
+                threads,
+                &TollgateBatch(tollgate(budget, DEFAULT_DEPTH).0),
             );
             if threads == 1 && name == "observe_1_thread" {
                 // The deeper sketch the accuracy tool shows meeting the 2 MiB skew goal.

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use tollgate_sketch::{BuildError, RateSketch, Tick};
+use tollgate_sketch::{BuildError, KeyHash, RateSketch, Tick};
 
 use crate::budget::{Counts, Share};
 
@@ -117,7 +117,21 @@ impl Counter {
     /// `cap` and the true count.
     #[inline]
     pub(crate) fn observe_capped(&self, key: &[u8], weight: u64, cap: u64, now: Tick) -> u64 {
-        let here = self.sketch.observe_capped(key, weight, cap, now);
+        self.observe_hashed_capped(key, self.sketch.hash(key), weight, cap, now)
+    }
+
+    /// [`Counter::observe_capped`] with `hash`, the key's hash under [`Counter::sketch`] (the
+    /// retired sketches hash `key` themselves).
+    #[inline]
+    pub(crate) fn observe_hashed_capped(
+        &self,
+        key: &[u8],
+        hash: KeyHash,
+        weight: u64,
+        cap: u64,
+        now: Tick,
+    ) -> u64 {
+        let here = self.sketch.observe_hashed_capped(hash, weight, cap, now);
         here.saturating_add(self.retired_estimate(key, cap, now))
     }
 

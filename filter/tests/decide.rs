@@ -299,3 +299,82 @@ fn frames_decided_in_batches_get_the_decisions_of_one_at_a_time() {
     assert!(count(|v| matches!(v, Verdict::Deny(DenyReason::Malformed(_)))) == 7);
     assert!(count(|v| matches!(v, Verdict::Allow)) > 10);
 }
+
+#[test]
+fn batched_frames_keep_each_keys_hash_under_many_rules() {
+    // The batch's first pass hashes every key of the rules of a frame's protocol and hands the
+    // hashes to the second in that order: a rule of the other protocol, a rule the source
+    // does not match, limits that share a key, and more keys than are kept (9 per IPv4 TCP
+    // frame, 8 kept) must all leave each limit with its own key's count.
+    const RULES: &str = r#"
+[sketch]
+memory = "8MiB"
+
+[[rule]]
+name = "udp-only"
+protocol = "udp"
+limits = [{ rate = "3/10s", ipv4_prefix = 32, ipv6_prefix = 128 }]
+
+[[rule]]
+name = "one-network"
+sources = ["203.0.113.0/25"]
+limits = [
+  { rate = "4/10s", ipv4_prefix = 32, ipv6_prefix = 128 },
+  { rate = "9/10s", ipv4_prefix = 24, ipv6_prefix = 64 },
+]
+
+[[rule]]
+name = "many"
+limits = [
+  { rate = "5/10s", ipv4_prefix = 32, ipv6_prefix = 128 },
+  { rate = "6/10s", ipv4_prefix = 32, ipv6_prefix = 128 },
+  { rate = "7/10s", ipv4_prefix = 31, ipv6_prefix = 127 },
+  { rate = "8/10s", ipv4_prefix = 30, ipv6_prefix = 126 },
+  { rate = "11/10s", ipv4_prefix = 29, ipv6_prefix = 125 },
+  { rate = "12/10s", ipv4_prefix = 28, ipv6_prefix = 124 },
+  { rate = "13/1s", ipv4_prefix = 28, ipv6_prefix = 124 },
+]
+"#;
+    let frame = |i: u8| {
+        let eth = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        // Sources on both sides of 203.0.113.128, a few per /28.
+        let ip = eth.ipv4([203, 0, 113, (i % 5) * 37], [192, 0, 2, 1], 64);
+        let mut bytes = Vec::new();
+        let written = if i % 3 == 0 {
+            ip.udp(40_000, 53).write(&mut bytes, &[0; 8])
+        } else {
+            ip.tcp(40_000, 443, 1, 64_240).syn().write(&mut bytes, &[])
+        };
+        written.expect("a well-formed frame");
+        bytes
+    };
+    let frames: Vec<Vec<u8>> = (0..120u8).map(frame).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let now = Tick::from_nanos(1);
+    let one = filter(RULES);
+    let singles: Vec<_> = refs.iter().map(|f| one.decide_frame(f, now)).collect();
+    let batched_filter = filter(RULES);
+    let mut batched = Vec::new();
+    batched_filter.decide_frames(&refs, now, &mut batched);
+    for (i, (single, batch)) in singles.iter().zip(&batched).enumerate() {
+        assert_eq!(single, batch, "frame {i}");
+    }
+    assert_eq!(singles.len(), batched.len());
+    // And every key holds the same count (a hash handed to the wrong limit counts into
+    // another cell, which the decisions alone may not show).
+    for last in (0..5u8).map(|i| i * 37) {
+        let source = Source::new(IpAddr::from([203, 0, 113, last]));
+        let single = one.policy().estimates(source, now);
+        assert_eq!(
+            single,
+            batched_filter.policy().estimates(source, now),
+            "{source:?}"
+        );
+        assert!(single.iter().all(|e| e.estimate > 0), "{single:?}");
+    }
+    // Every rule throttles some frame: each was counted.
+    for rule in 0..3 {
+        let by = |d: &tollgate_filter::Decision| matches!(d.verdict, Verdict::Throttle(t) if t.at.rule == rule);
+        assert!(singles.iter().any(by), "rule {rule} throttled nothing");
+    }
+}

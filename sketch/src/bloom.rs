@@ -97,13 +97,12 @@ impl Front {
         }
     }
 
-    /// Loads the key's register and discards it (see `CountMin::touch`).
+    /// Prefetches the key's register (see `CountMin::touch`).
     #[inline]
     pub(crate) fn touch(&self, hash: KeyHash) {
         if self.is_enabled() {
             let (register, _) = self.locate(hash);
-            // Relaxed: the value is thrown away; only the cache line is wanted.
-            std::hint::black_box(register.load(Ordering::Relaxed));
+            crate::memory::prefetch(register);
         }
     }
 

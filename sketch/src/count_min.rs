@@ -144,13 +144,16 @@ impl CountMin {
         self.read(self.slots(hash))
     }
 
-    /// Loads the key's cells and discards them: their cache lines are on their way in when a
+    /// Prefetches the key's cells, waiting for nothing: their cache lines are on their way in when a
     /// later observe of the key needs them. A batch of keys touched first, then counted, has
     /// its misses overlap across keys instead of paying them one key after another.
     #[inline]
     pub(crate) fn touch(&self, hash: KeyHash) {
-        // `black_box` keeps the loads, whose values nothing uses.
-        std::hint::black_box(self.snapshot(hash).words);
+        // A prefetch, not a load: it retires at once, so a batch's touches never wait for
+        // their lines and all of them are in flight together.
+        for slot in &self.slots(hash)[..self.depth] {
+            crate::memory::prefetch(&self.cells[*slot]);
+        }
     }
 
     /// The key's estimated counts in `window` and the one before, from the words of

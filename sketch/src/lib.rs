@@ -152,6 +152,7 @@ mod concurrency;
 mod count_min;
 mod error;
 mod hash;
+mod memory;
 mod pair;
 mod sketch;
 mod snapshot;

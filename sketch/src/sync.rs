@@ -52,7 +52,16 @@ pub(crate) fn thread_stripe() -> usize {
     })
 }
 
-/// Allocates `len` zeroed atomics in one boxed slice (the sketch's only allocations).
+/// Allocates `len` zeroed atomics in one boxed slice (the sketch's only allocations), on huge
+/// pages where the kernel gives them (see [`crate::memory`]): the allocation is marked before
+/// its first write, so its pages are faulted in as huge ones.
 pub(crate) fn zeroed_atomics(len: usize) -> Box<[AtomicU64]> {
-    (0..len).map(|_| AtomicU64::new(0)).collect()
+    let mut cells: Vec<AtomicU64> = Vec::with_capacity(len);
+    crate::memory::prefer_huge(
+        cells.as_ptr().cast(),
+        len.saturating_mul(std::mem::size_of::<AtomicU64>()),
+    );
+    cells.extend((0..len).map(|_| AtomicU64::new(0)));
+    // The capacity is exactly `len`: no reallocation, one allocation of `len` words.
+    cells.into_boxed_slice()
 }
