@@ -780,35 +780,6 @@ async fn processes_reach(
     }
 }
 
-/// One source sends `total` connections over `period`, paced evenly and spread in turn over
-/// the processes; how many were served. `steady`: an attempt that a loaded machine delays
-/// pushes the next ones back rather than into a burst (a source meant to stay under its
-/// limit then does in every window).
-async fn flood(
-    processes: &[common::process::Proxy],
-    from: &str,
-    total: u64,
-    period: Duration,
-    steady: bool,
-) -> u64 {
-    let mut pace = tokio::time::interval(period / u32::try_from(total).unwrap());
-    if steady {
-        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    }
-    let mut served = 0;
-    for i in 0..total {
-        pace.tick().await;
-        let front = processes[i as usize % processes.len()].front;
-        let wire = attempt(from, front).await;
-        assert!(
-            matches!(wire, Wire::Echoed | Wire::Reset | Wire::Closed(_)),
-            "{wire:?}"
-        );
-        served += u64::from(wire == Wire::Echoed);
-    }
-    served
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis() {
@@ -835,7 +806,7 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             // limit spread over the three it was refused 9 times in 48 in one run of eight on
             // a machine loaded 8 times over; not explained yet.)
             let under = 2 * limit * 2 / 3;
-            let served = flood(
+            let served = common::process::flood(
                 &nodes[..2],
                 "127.0.0.13",
                 under,
@@ -846,7 +817,7 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             println!("two processes, one source at 2/3 of its limit: {served} of {under}");
             assert_eq!(served, under, "a source under its limit was refused");
         }
-        let served = flood(
+        let served = common::process::flood(
             &nodes,
             source,
             10 * limit,

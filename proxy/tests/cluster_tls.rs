@@ -1,7 +1,8 @@
 //! TLS to Redis for the cluster: nodes join a `redis-server` that speaks only TLS
 //! (`--port 0 --tls-port P`), with certificates this test makes (`rcgen`); a node that
 //! trusts another CA, expects another name or lacks the client certificate the server asks
-//! for stays alone and says why.
+//! for stays alone and says why. Three separate `tollgate run` processes sharing over TLS with a
+//! password hold one source spread over them to its limit.
 //!
 //! The tests that need `redis-server` (built with TLS, as Debian's is) are `#[ignore]`d with
 //! that reason, so a plain `cargo test` reports them as ignored, never as passed. Run them
@@ -438,4 +439,70 @@ async fn the_ca_file_is_read_again_at_each_connection() {
     // The right CA is put in its place: the next connection reads it and joins, no restart.
     std::fs::copy(pki.path("ca.pem"), &ca).unwrap();
     eventually(|| !alone(&node)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
+async fn three_processes_over_tls_hold_a_spread_source_near_its_limit() {
+    let pki = Pki::new("tls-processes");
+    let redis = Redis::tls(&pki, Some("tls-s3cret"), false);
+    let password = secret_file(&pki.dir, "password", "tls-s3cret\n");
+    let upstream = echo_upstream().await;
+    let limit = 30;
+    let nodes: Vec<Proxy> = (0..NODES)
+        .map(|node| {
+            let login = format!(
+                "{}password_file = \"{}\"\n",
+                tls_lines(&pki, "ca.pem"),
+                password.display()
+            );
+            let rest = format!(
+                "{}[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/10s\" }}]\n",
+                cluster(redis.address(), &format!("p{node}"), &login)
+                    .replace("sync = \"50ms\"", "sync = \"100ms\"")
+            );
+            Proxy::launch(
+                &format!("tls-process-{node}"),
+                &format!("upstreams = [\"{upstream}\"]"),
+                &rest,
+                "",
+                true,
+            )
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + 3 * BOUND;
+    while !nodes
+        .iter()
+        .all(|p| p.metric("tollgate_cluster_alone ") == 0.0)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the processes did not join over TLS:\n{}",
+            nodes.iter().map(Proxy::log).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // One source at 10x its limit, spread in turn over the three, for one 10 s period.
+    let served = common::process::flood(
+        &nodes,
+        "127.0.0.2",
+        10 * limit,
+        Duration::from_secs(10),
+        false,
+    )
+    .await;
+    let ratio = served as f64 / limit as f64;
+    println!(
+        "three processes over TLS, one source at 10x its limit: {served} of {limit} ({ratio:.2}x)"
+    );
+    assert!(served >= limit * 9 / 10, "{served}: well under the limit");
+    let errors: Vec<f64> = nodes
+        .iter()
+        .map(|p| p.metric("tollgate_cluster_redis_errors_total"))
+        .collect();
+    // Three alone would admit 3 L.
+    assert!(
+        ratio <= 1.1,
+        "{ratio:.2}x > 1.1x; Redis errors per node: {errors:?}"
+    );
 }

@@ -187,3 +187,36 @@ impl Proxy {
             .map_or(0.0, |value| value.parse().unwrap())
     }
 }
+
+/// One source sends `total` connections over `period`, paced evenly and spread in turn over
+/// the processes; how many were served. `steady`: an attempt that a loaded machine delays
+/// pushes the next ones back rather than into a burst (a source meant to stay under its
+/// limit then does in every window).
+#[allow(dead_code)] // Only the cluster tests flood processes.
+pub async fn flood(
+    processes: &[Proxy],
+    from: &str,
+    total: u64,
+    period: Duration,
+    steady: bool,
+) -> u64 {
+    let mut pace = tokio::time::interval(period / u32::try_from(total).unwrap());
+    if steady {
+        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    }
+    let mut served = 0;
+    for i in 0..total {
+        pace.tick().await;
+        let front = processes[i as usize % processes.len()].front;
+        let wire = super::attempt(from, front).await;
+        assert!(
+            matches!(
+                wire,
+                super::Wire::Echoed | super::Wire::Reset | super::Wire::Closed(_)
+            ),
+            "{wire:?}"
+        );
+        served += u64::from(wire == super::Wire::Echoed);
+    }
+    served
+}
