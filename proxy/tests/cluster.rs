@@ -794,10 +794,10 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
     for (limit, period, seconds, most) in [(30, "10s", 10, 1.1), (30, "1s", 1, 2.1)] {
         let nodes = processes(&redis, &file, upstream, limit, period);
         processes_reach(&nodes, all_joined).await;
-        let source = if seconds == 10 {
-            "127.0.0.2"
+        let sources: &[&str] = if seconds == 10 {
+            &["127.0.0.2", "127.0.0.22"]
         } else {
-            "127.0.0.3"
+            &["127.0.0.3", "127.0.0.23", "127.0.0.33"]
         };
         if seconds == 1 {
             // Never stricter than needed: a source at 2/3 of its limit, spread over two of
@@ -817,12 +817,11 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             println!("two processes, one source at 2/3 of its limit: {served} of {under}");
             assert_eq!(served, under, "a source under its limit was refused");
         }
-        let served = common::process::flood(
+        let (served, source) = common::process::shared_flood(
             &nodes,
-            source,
+            sources,
             10 * limit,
             Duration::from_secs(seconds),
-            false,
         )
         .await;
         let ratio = served as f64 / limit as f64;

@@ -483,12 +483,11 @@ async fn three_processes_over_tls_hold_a_spread_source_near_its_limit() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // One source at 10x its limit, spread in turn over the three, for one 10 s period.
-    let served = common::process::flood(
+    let (served, _) = common::process::shared_flood(
         &nodes,
-        "127.0.0.2",
+        &["127.0.0.2", "127.0.0.22"],
         10 * limit,
         Duration::from_secs(10),
-        false,
     )
     .await;
     let ratio = served as f64 / limit as f64;

@@ -220,3 +220,48 @@ pub async fn flood(
     }
     served
 }
+
+/// What the cluster's processes count against sharing: Redis errors and clock refusals, all
+/// of them together.
+#[allow(dead_code)] // Only the cluster tests flood processes.
+fn lapses(processes: &[Proxy]) -> f64 {
+    processes
+        .iter()
+        .map(|p| {
+            p.metric("tollgate_cluster_redis_errors_total")
+                + p.metric("tollgate_cluster_clock_refusals_total")
+        })
+        .sum()
+}
+
+/// [`flood`] from each of `sources` in turn (each a fresh source: a flood leaves its source
+/// penalised) until one ran with every process in the cluster throughout. A process whose
+/// Redis round timed out, or whose clock reading was off, limits alone for that round: a
+/// flood during which that happened (seen on a machine loaded 8 times over) measures the
+/// machine, not the sharing, and is said so and run again. Returns how many were served and
+/// the source that sent them.
+///
+/// # Panics
+/// If every flood had a process alone: the sharing was never measured, and the test must not
+/// pass.
+#[allow(dead_code)] // Only the cluster tests flood processes.
+pub async fn shared_flood<'a>(
+    processes: &[Proxy],
+    sources: &[&'a str],
+    total: u64,
+    period: Duration,
+) -> (u64, &'a str) {
+    for &source in sources {
+        let before = lapses(processes);
+        let served = flood(processes, source, total, period, false).await;
+        let during = lapses(processes) - before;
+        if during == 0.0 {
+            return (served, source);
+        }
+        println!(
+            "flood from {source} void: {served} of {total} served while the processes counted \
+             {during} Redis errors or clock refusals (a process limited alone)"
+        );
+    }
+    panic!("every flood ({sources:?}) had a process alone: the sharing was never measured");
+}
