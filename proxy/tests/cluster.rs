@@ -13,6 +13,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::cluster::{alone, cluster_of, joined, two_rounds};
 use common::{BOUND, Wire, attempt, echo_upstream, eventually, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::server::Server;
@@ -262,33 +263,11 @@ async fn nodes_on(servers: &[&Redis], limit: u64) -> Vec<Server> {
     nodes
 }
 
-fn cluster_of(server: &Server) -> &tollgate::cluster::Cluster {
-    server.shared().cluster.as_deref().expect("a cluster node")
-}
-
-fn alone(server: &Server) -> bool {
-    cluster_of(server).metrics().alone.get() == 1
-}
-
-fn syncs(server: &Server) -> u64 {
-    cluster_of(server).metrics().syncs.get()
-}
-
 fn allowed(servers: &[Server]) -> u64 {
     servers
         .iter()
         .map(|s| s.shared().metrics.listener("front").allowed.get())
         .sum()
-}
-
-/// Waits until every node has finished two more sync rounds (so the first began after now).
-async fn two_rounds(servers: &[Server]) {
-    let before: Vec<u64> = servers.iter().map(syncs).collect();
-    eventually(|| servers.iter().zip(&before).all(|(s, b)| syncs(s) >= b + 2)).await;
-}
-
-async fn joined(servers: &[Server]) {
-    eventually(|| servers.iter().all(|s| !alone(s))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::cluster::{alone, cluster_of, errors, two_rounds};
 use common::process::Proxy;
 use common::redis::{Pki, Redis, secret_file};
 use common::{BOUND, Wire, attempt, echo_upstream, eventually, start};
@@ -58,28 +59,6 @@ fn cluster(redis: SocketAddr, node: &str, extra: &str) -> String {
 /// The TLS lines trusting `pki`'s CA (or the file `ca` names in it).
 fn tls_lines(pki: &Pki, ca: &str) -> String {
     format!("tls = true\nca_file = \"{}\"\n", pki.path(ca).display())
-}
-
-fn cluster_of(server: &Server) -> &tollgate::cluster::Cluster {
-    server.shared().cluster.as_deref().expect("a cluster node")
-}
-
-fn alone(server: &Server) -> bool {
-    cluster_of(server).metrics().alone.get() == 1
-}
-
-fn errors(server: &Server) -> u64 {
-    cluster_of(server).metrics().redis_errors.get()
-}
-
-fn syncs(server: &Server) -> u64 {
-    cluster_of(server).metrics().syncs.get()
-}
-
-/// Waits until every node has finished two more sync rounds (so the first began after now).
-async fn two_rounds(servers: &[Server]) {
-    let before: Vec<u64> = servers.iter().map(syncs).collect();
-    eventually(|| servers.iter().zip(&before).all(|(s, b)| syncs(s) >= b + 2)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

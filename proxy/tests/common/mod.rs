@@ -5,6 +5,7 @@
 
 pub mod browser;
 pub mod capture;
+pub mod cluster;
 pub mod process;
 pub mod redis;
 

@@ -1,7 +1,7 @@
 //! A `redis-server` on a loopback port reached only by TLS, for the cluster's TLS tests, and
 //! the certificates it and the nodes use, made by the test (`rcgen`) in a temporary folder.
 //!
-//! (The plain-TCP launcher is in `tests/cluster.rs`; what is shared would move here.)
+//! (The plain-TCP launcher, with its replicas and sentinels, is in `tests/cluster.rs`.)
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
