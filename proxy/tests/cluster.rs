@@ -357,8 +357,10 @@ async fn windows_follow_redis_time_and_a_node_whose_clock_jumps_stops_sharing_un
     // finds them 10 s off, beyond max_clock_error (250 ms): that round shares nothing.
     let jumped = cluster_of(&cluster[0]);
     jumped.shift_clock_ms(10_000);
+    // A refusal is the reading beyond the bound. (Its error gauge is not read here: the next
+    // round, which agrees again, may already have set it: a new suspect's early rounds come a
+    // quarter interval apart, and CI once read the gauge after one.)
     eventually(|| jumped.metrics().clock_refusals.get() > 0).await;
-    assert!(jumped.metrics().clock_error.get() >= 10.0);
     // The round after agrees: it shares again.
     two_rounds(&cluster).await;
     assert_eq!(jumped.metrics().clock_refused.get(), 0);
