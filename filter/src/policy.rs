@@ -499,7 +499,7 @@ impl Policy {
             for ((slot, frame), hashes) in parsed.iter_mut().zip(batch).zip(&mut hashes) {
                 let event = parse_frame(frame).map(|packet| Event::from_packet(&packet));
                 if let Ok(event) = &event {
-                    self.touch(event, hashes);
+                    self.touch(event, now, hashes);
                 }
                 *slot = Some(event);
             }
@@ -516,10 +516,11 @@ impl Policy {
     }
 
     /// Hashes the sketch keys deciding `event` counts into `hashes` (see [`FrameHashes`]) and
-    /// requests their cache lines: the sketch cells of every limit of every rule of its
+    /// requests their cache lines (none for a key already at its cap at `now`, see
+    /// [`tollgate_sketch::RateSketch::touch_capped`]): the sketch cells of every limit of every rule of its
     /// protocol (a rule its source does not match costs a wasted prefetch and hash, not a
     /// wrong decision). A key shared by adjacent limits is hashed and fetched once.
-    fn touch(&self, event: &Event, hashes: &mut FrameHashes) {
+    fn touch(&self, event: &Event, now: Tick, hashes: &mut FrameHashes) {
         let source = event.source;
         let family = usize::from(!matches!(source.addr(), std::net::IpAddr::V4(_)));
         let mut slots = hashes.iter_mut();
@@ -540,7 +541,8 @@ impl Policy {
                     _ => {
                         let sketch = self.counters[bound.counter].sketch();
                         let hash = sketch.hash(key.as_bytes());
-                        sketch.touch(hash);
+                        // Nothing to fetch for a key already at its cap in this window.
+                        sketch.touch_capped(hash, bound.cap[family], now);
                         hash
                     }
                 };

@@ -94,7 +94,7 @@ impl CountMin {
 
     /// The positions of a key's cells, one per row.
     #[inline]
-    fn slots(&self, hash: KeyHash) -> [usize; MAX_DEPTH] {
+    pub(crate) fn slots(&self, hash: KeyHash) -> [usize; MAX_DEPTH] {
         let mut slots = [0; MAX_DEPTH];
         for (row, slot) in slots.iter_mut().enumerate().take(self.depth) {
             // `row` < MAX_DEPTH, so the cast is exact.
@@ -106,7 +106,7 @@ impl CountMin {
     /// Reads the cells at `slots`. All loads are issued before any is used, so their cache
     /// misses overlap instead of adding up.
     #[inline]
-    fn read(&self, slots: [usize; MAX_DEPTH]) -> Snapshot {
+    pub(crate) fn read(&self, slots: [usize; MAX_DEPTH]) -> Snapshot {
         let mut words = [0; MAX_DEPTH];
         for row in 0..self.depth {
             // Relaxed: a stale value is caught by the compare-and-swap that must follow any use
@@ -149,9 +149,15 @@ impl CountMin {
     /// its misses overlap across keys instead of paying them one key after another.
     #[inline]
     pub(crate) fn touch(&self, hash: KeyHash) {
+        self.prefetch(&self.slots(hash));
+    }
+
+    /// Prefetches the cells at `slots` (see [`CountMin::touch`]).
+    #[inline]
+    pub(crate) fn prefetch(&self, slots: &[usize; MAX_DEPTH]) {
         // A prefetch, not a load: it retires at once, so a batch's touches never wait for
         // their lines and all of them are in flight together.
-        for slot in &self.slots(hash)[..self.depth] {
+        for slot in &slots[..self.depth] {
             crate::memory::prefetch(&self.cells[*slot]);
         }
     }

@@ -63,11 +63,23 @@ fn step(keys: u16) -> impl Strategy<Value = Step> {
 
 /// A sketch with `extra` bytes beyond the smallest of its shape: small, so keys collide.
 fn sketch(extra: usize, depth: usize, front_share: f64, front_weight: u32) -> RateSketch {
+    hot_sketch(extra, depth, front_share, front_weight, 0)
+}
+
+/// [`sketch`] with a table of `hot` bytes for keys seen at their cap.
+fn hot_sketch(
+    extra: usize,
+    depth: usize,
+    front_share: f64,
+    front_weight: u32,
+    hot: usize,
+) -> RateSketch {
     let builder = RateSketch::builder()
         .window(Duration::from_nanos(WINDOW))
         .depth(depth)
         .front_share(front_share)
         .front_weight(front_weight)
+        .hot_keys_bytes(hot)
         .seed(42);
     let memory = builder.min_memory_bytes() + extra;
     builder
@@ -132,10 +144,13 @@ proptest! {
         front_share in prop_oneof![Just(0.0), Just(0.125), 0.0..0.5f64],
         cap in prop_oneof![1..8u64, 1..3_000u64, Just(u64::MAX)],
         start in prop_oneof![Just(0u64), 0..u64::MAX / 4],
+        // No table, one line (64 keys share 8 slots), and room for all.
+        hot in prop_oneof![Just(0usize), Just(64), Just(4_096)],
     ) {
         // The caps' promise: estimate >= min(cap, truth). Keys stop counting at the cap, so
-        // the oracle's truth goes on above what the sketch holds.
-        let sketch = sketch(extra, depth, front_share, 1);
+        // the oracle's truth goes on above what the sketch holds; keys noted at their cap
+        // are answered from the hot keys' table, and must be counted again the next window.
+        let sketch = hot_sketch(extra, depth, front_share, 1, hot);
         let mut oracle = Oracle::default();
         let mut now = start;
         for step in steps {

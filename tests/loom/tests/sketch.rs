@@ -1,6 +1,7 @@
 //! Loom models of the sketch: observe vs observe on one key (counting, and capped) and on two
 //! keys that share a cell, observe vs rotation, a lagging tick vs the tick that rolls its window away, the front's
-//! first-sighting decision racing itself, and acquires racing under a cap.
+//! first-sighting decision racing itself, acquires racing under a cap, and a key noted at its
+//! cap racing the next window.
 
 #![cfg(loom)]
 
@@ -56,6 +57,40 @@ fn capped_observe_observe_one_key() {
         // Late in the next window the share of window 0 has faded, the cap has not.
         let late = Tick::from_nanos(2 * WINDOW - 1);
         assert!(sketch.estimate_capped(KEY, CAP, late) >= CAP);
+    });
+}
+
+/// A key noted at its cap in window 0 (see the hot keys' table) is observed by a lagging tick
+/// of window 0, which may answer from the note, racing the first observe of window 1, which
+/// must not: window 1's count has to reach the cells, or window 2 would read nothing of it.
+#[test]
+fn a_noted_key_vs_the_next_window() {
+    check(|| {
+        const CAP: u64 = 2;
+        let builder = RateSketch::builder()
+            .window(Duration::from_nanos(WINDOW))
+            .depth(2)
+            .front_share(0.0)
+            .hot_keys_bytes(64)
+            .seed(1);
+        let minimum = builder.min_memory_bytes();
+        let sketch = Arc::new(builder.memory_bytes(minimum).build().expect("builds"));
+        let early = Tick::from_nanos(10);
+        for _ in 0..=CAP {
+            // The last one finds the cap and notes the key.
+            let _ = sketch.observe_capped(KEY, 1, CAP, early);
+        }
+        let other = Arc::clone(&sketch);
+        let lagging = thread::spawn(move || other.observe_capped(KEY, 1, CAP, early));
+        let next = sketch.observe_capped(KEY, 1, CAP, Tick::from_nanos(WINDOW));
+        assert!(lagging.join().expect("no panic") >= CAP);
+        assert!(next >= CAP, "window 0's share still counts: {next}");
+        // Early in window 2, window 1's one event is owed.
+        let after = Tick::from_nanos(2 * WINDOW);
+        assert!(
+            sketch.estimate_capped(KEY, CAP, after) >= 1,
+            "window 1 lost its count"
+        );
     });
 }
 

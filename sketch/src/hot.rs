@@ -1,0 +1,211 @@
+//! [`HotKeys`]: the keys found at their cap in the current window, in a table small enough to
+//! stay in a core's cache.
+//!
+//! # Why
+//! On a bad day most events come from a few thousand keys far over their limits. A capped
+//! observe already only reads such a key's cells (see [`crate::RateSketch::observe_capped`]),
+//! but on a sketch of megabytes reading them is `depth` cache misses per event, and the
+//! front's line besides. A key found at its cap is noted here, in one word; its later events in
+//! the same window read that word and nothing else, from a table of at most
+//! [`HotKeys::MAX_BYTES`] that a core's L2 cache holds.
+//!
+//! # Why it is sound
+//! A note says "the key's current-window count read at least `cap` in window `w`". It is
+//! written only after the counters showed exactly that, and a window's count never falls while
+//! the window is current. An observe that finds its note counts nothing and returns `cap`,
+//! which is what the capped path promises (never below `min(cap, true sliding count)`), so a
+//! noted key is treated exactly as the counters would have treated it. A note holds for its own
+//! window only: in the next window the key is counted again until its count there reaches the
+//! cap, or the window after would find too little in its previous half.
+//!
+//! # One word per note
+//! A note is the key's 64-bit hash XOR a mix of the window and the cap, so one word can neither
+//! tear nor mix two notes. Another key, window or cap reads as this note only by a 64-bit
+//! coincidence: the hash is seeded, so an attacker cannot aim keys at it. Each key may sit in
+//! either of two slots of one cache line; a note is written over one of them at random. Notes
+//! lost to a race or pushed out by another key cost nothing but the slow path.
+
+use crate::hash::KeyHash;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Slots per cache line.
+const SLOTS: usize = 8;
+
+/// One cache line of notes.
+#[repr(align(64))]
+#[derive(Debug)]
+struct Line([AtomicU64; SLOTS]);
+
+/// The notes of one sketch (see the module docs).
+#[derive(Debug)]
+pub(crate) struct HotKeys {
+    lines: Box<[Line]>,
+}
+
+/// A key's two slots in its line.
+#[derive(Clone, Copy)]
+struct Place {
+    line: usize,
+    first: usize,
+    second: usize,
+}
+
+impl HotKeys {
+    /// The largest table: 128 KiB, 16,384 notes, well inside a core's L2 cache.
+    pub(crate) const MAX_BYTES: usize = 128 << 10;
+
+    /// The smallest table worth keeping: 8 lines. Below it a sketch has none.
+    const MIN_BYTES: usize = 8 * std::mem::size_of::<Line>();
+
+    /// The bytes a sketch of `budget` bytes gives its notes: 1/64 of it, in whole lines, at
+    /// most [`HotKeys::MAX_BYTES`]; none below [`HotKeys::MIN_BYTES`].
+    pub(crate) fn bytes_for(budget: usize) -> usize {
+        let bytes = (budget / 64).min(Self::MAX_BYTES);
+        if bytes < Self::MIN_BYTES {
+            return 0;
+        }
+        Self::whole(bytes)
+    }
+
+    /// `bytes` rounded down to whole lines.
+    pub(crate) fn whole(bytes: usize) -> usize {
+        bytes / std::mem::size_of::<Line>() * std::mem::size_of::<Line>()
+    }
+
+    /// A table of `bytes` (a whole number of lines, see [`HotKeys::bytes_for`]), all empty.
+    pub(crate) fn new(bytes: usize) -> HotKeys {
+        let lines = bytes / std::mem::size_of::<Line>();
+        HotKeys {
+            lines: (0..lines)
+                .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+        }
+    }
+
+    /// The bytes the table holds.
+    pub(crate) fn bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.lines)
+    }
+
+    /// The note of `hash` at its cap `cap` in `window`: the hash's bits changed by a mix of
+    /// the two (a bijective mix of each: no other window with the same cap, nor another cap in
+    /// the same window, gives the same word for the same key).
+    #[inline]
+    fn note(hash: KeyHash, window: u64, cap: u64) -> u64 {
+        hash.as_u64() ^ mix(window) ^ mix(cap.rotate_left(32) ^ 0x6361_7070_6564_2121)
+    }
+
+    #[inline]
+    fn place(&self, hash: KeyHash) -> Option<Place> {
+        if self.lines.is_empty() {
+            return None;
+        }
+        let bits = hash.bits();
+        let line = crate::hash::reduce(bits, self.lines.len());
+        // The low six bits name the two slots; `reduce` used the high bits for the line.
+        let first = (bits & 7) as usize;
+        let second = ((bits >> 3) & 7) as usize;
+        let second = if second == first { first ^ 1 } else { second };
+        Some(Place {
+            line,
+            first,
+            second,
+        })
+    }
+
+    /// Whether the key of `hash` was noted at `cap` in `window`.
+    #[inline]
+    pub(crate) fn holds(&self, hash: KeyHash, window: u64, cap: u64) -> bool {
+        let Some(place) = self.place(hash) else {
+            return false;
+        };
+        let note = Self::note(hash, window, cap);
+        let line = &self.lines[place.line].0;
+        // Relaxed: a note is one word, whole or absent; what it says was true when written and
+        // stays true for its window (see the module docs), whichever write it comes from.
+        line[place.first].load(Ordering::Relaxed) == note
+            || line[place.second].load(Ordering::Relaxed) == note
+    }
+
+    /// Notes that the key of `hash` read at least `cap` in `window`'s counts. `coin` picks
+    /// which of its two slots is written over, when neither holds the note already.
+    #[inline]
+    pub(crate) fn note_capped(&self, hash: KeyHash, window: u64, cap: u64, coin: u64) {
+        let Some(place) = self.place(hash) else {
+            return;
+        };
+        let note = Self::note(hash, window, cap);
+        let line = &self.lines[place.line].0;
+        let slot = if coin & 1 == 0 {
+            place.first
+        } else {
+            place.second
+        };
+        // Relaxed: see `holds`. A racing write of another note may win; that key or this one
+        // then takes the slow path once more.
+        line[slot].store(note, Ordering::Relaxed);
+    }
+}
+
+/// A bijective 64-bit mix (the finaliser of splitmix64).
+#[inline]
+fn mix(value: u64) -> u64 {
+    let mut z = value.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn hash(n: u64) -> KeyHash {
+        KeyHash::of(7, &n.to_le_bytes())
+    }
+
+    #[test]
+    fn a_note_holds_for_its_key_window_and_cap_only() {
+        let hot = HotKeys::new(HotKeys::bytes_for(1 << 20));
+        let key = hash(1);
+        assert!(!hot.holds(key, 5, 801), "an empty table holds nothing");
+        hot.note_capped(key, 5, 801, 0);
+        assert!(hot.holds(key, 5, 801));
+        assert!(!hot.holds(key, 6, 801), "the next window counts again");
+        assert!(!hot.holds(key, 4, 801));
+        assert!(!hot.holds(key, 5, 802), "a higher cap was not reached");
+        assert!(!hot.holds(hash(2), 5, 801));
+    }
+
+    #[test]
+    fn a_key_keeps_its_note_beside_one_other_key_in_its_line() {
+        let hot = HotKeys::new(HotKeys::bytes_for(1 << 20));
+        let key = hash(1);
+        hot.note_capped(key, 5, 801, 0);
+        hot.note_capped(key, 5, 801, 1);
+        assert!(hot.holds(key, 5, 801));
+        // Another key noted over one of the two slots leaves the other.
+        let place = hot.place(key).unwrap();
+        hot.lines[place.line].0[place.first].store(0, Ordering::Relaxed);
+        assert!(hot.holds(key, 5, 801));
+        hot.lines[place.line].0[place.second].store(0, Ordering::Relaxed);
+        assert!(!hot.holds(key, 5, 801));
+    }
+
+    #[test]
+    fn the_table_is_a_sixty_fourth_of_the_budget_in_whole_lines_up_to_its_cap() {
+        assert_eq!(
+            HotKeys::bytes_for((32 << 10) - 1),
+            0,
+            "too small to keep one"
+        );
+        assert_eq!(HotKeys::bytes_for(32 << 10), 512, "eight lines");
+        assert_eq!(HotKeys::bytes_for(2 << 20), 32 << 10);
+        assert_eq!(HotKeys::bytes_for((2 << 20) + 4_000), 32 << 10);
+        assert_eq!(HotKeys::bytes_for(1 << 30), HotKeys::MAX_BYTES);
+        let hot = HotKeys::new(HotKeys::bytes_for(2 << 20));
+        assert_eq!(hot.bytes(), 32 << 10);
+        assert_eq!(HotKeys::new(0).bytes(), 0);
+        assert!(!HotKeys::new(0).holds(hash(1), 0, 1));
+    }
+}
