@@ -92,6 +92,11 @@ fn listed() -> Vec<(String, u64)> {
     found
 }
 
+/// Whether `address` (as [`listed`] names it) is in the test table's IPv4 sets.
+fn in_kernel(address: &str) -> bool {
+    listed().iter().any(|(a, _)| a == address)
+}
+
 fn listed_in(set: &str) -> Vec<(String, u64)> {
     let output = Command::new("nft")
         .args(["-j", "list", "set", "inet", TABLE, set])
@@ -241,7 +246,7 @@ async fn flood_and_drop() {
         delay.as_secs_f64() * 1000.0,
         then.len() - 1
     );
-    assert!(listed().iter().any(|(a, _)| a == FLOODER));
+    assert!(in_kernel(FLOODER));
     // One element added, by the first update after it crossed the factor (a second one may
     // hold it longer: the attempts above were counted after its timeout was computed). The
     // updater counts it once `nft` has returned, which can be after the kernel already drops.
@@ -358,9 +363,7 @@ async fn flood_udp() {
             .unwrap();
     }
     poll("the flood's 12 decisions", || decisions(&proxy) == 12.0);
-    poll("the flooder in the kernel's set", || {
-        listed().iter().any(|(a, _)| a == FLOODER)
-    });
+    poll("the flooder in the kernel's set", || in_kernel(FLOODER));
     poll("the update counted", || {
         proxy.metric("tollgate_kernel_updates_total") >= 1.0
     });
@@ -417,12 +420,10 @@ fn a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start() {
             for _ in 0..8 {
                 let _ = attempt(FLOODER, proxy.front).await;
             }
-            poll("the flooder in the kernel's set", || {
-                listed().iter().any(|(a, _)| a == FLOODER)
-            });
+            poll("the flooder in the kernel's set", || in_kernel(FLOODER));
             // SIGKILL (the fixture's drop): nothing cleans up, the table and its element stay.
             drop(proxy);
-            assert!(listed().iter().any(|(a, _)| a == FLOODER));
+            assert!(in_kernel(FLOODER));
             let again = Proxy::launch("kernel-restart", &body, &config, "", true);
             assert!(
                 listed().is_empty(),
@@ -492,7 +493,7 @@ async fn deny_listed() {
     std::fs::write(&proxy.path, config).unwrap();
     proxy.signal("HUP");
     poll("127.0.0.5 out of the kernel's sets", || {
-        !listed().iter().any(|(a, _)| a == "127.0.0.5")
+        !in_kernel("127.0.0.5")
     });
     assert_eq!(listed(), [("\"127.0.1.0\"/25".to_owned(), 0)]);
     assert_eq!(attempt("127.0.0.5", front).await, Met::Served);
@@ -532,19 +533,7 @@ async fn runtime_denied() {
     assert_eq!(attempt("127.0.0.6", front).await, Met::Served);
 
     // Added at run time for an hour: in the kernel within an interval, with that timeout.
-    let (status, body) = common::admin_json(
-        &server,
-        "POST",
-        "/lists/deny",
-        Some(TOKEN),
-        r#"{"cidr": "127.0.0.6", "ttl": "1h", "reason": "test"}"#,
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    poll_async("the run-time entry in the kernel", || {
-        listed().iter().any(|(a, _)| a == "127.0.0.6")
-    })
-    .await;
+    deny_at_run_time(&server, TOKEN, "127.0.0.6", "1h").await;
     let (_, timeout) = listed()
         .into_iter()
         .find(|(a, _)| a == "127.0.0.6")
@@ -567,27 +556,15 @@ async fn runtime_denied() {
     .await;
     assert!(status == 200 || status == 204, "{status}: {body}");
     poll_async("the deleted entry out of the kernel", || {
-        !listed().iter().any(|(a, _)| a == "127.0.0.6")
+        !in_kernel("127.0.0.6")
     })
     .await;
     assert_eq!(attempt("127.0.0.6", front).await, Met::Served);
 
     // A short time to live: the kernel lets it go by its own timeout.
-    let (status, body) = common::admin_json(
-        &server,
-        "POST",
-        "/lists/deny",
-        Some(TOKEN),
-        r#"{"cidr": "127.0.0.7", "ttl": "1s", "reason": "test"}"#,
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    poll_async("the short entry in the kernel", || {
-        listed().iter().any(|(a, _)| a == "127.0.0.7")
-    })
-    .await;
+    deny_at_run_time(&server, TOKEN, "127.0.0.7", "1s").await;
     poll_async("the short entry expired from the kernel", || {
-        !listed().iter().any(|(a, _)| a == "127.0.0.7")
+        !in_kernel("127.0.0.7")
     })
     .await;
     assert_eq!(
@@ -596,6 +573,16 @@ async fn runtime_denied() {
         "a transaction was refused"
     );
     server.shutdown().await;
+}
+
+/// Adds `cidr` to `server`'s deny list at run time for `ttl` (the admin's `POST /lists/deny`
+/// with `token`), and waits until it is in the kernel's sets.
+async fn deny_at_run_time(server: &tollgate::server::Server, token: &str, cidr: &str, ttl: &str) {
+    let entry = format!(r#"{{"cidr": "{cidr}", "ttl": "{ttl}", "reason": "test"}}"#);
+    let (status, body) =
+        common::admin_json(server, "POST", "/lists/deny", Some(token), &entry).await;
+    assert_eq!(status, 201, "{cidr}: {body}");
+    poll_async(&format!("{cidr} in the kernel"), || in_kernel(cidr)).await;
 }
 
 /// [`poll`] without blocking the runtime's worker (the in-process proxy runs on it).
@@ -650,9 +637,7 @@ async fn reload_kernel() {
     for _ in 0..8 {
         let _ = attempt(FLOODER, front).await;
     }
-    poll("the flooder in the kernel's set", || {
-        listed().iter().any(|(a, _)| a == FLOODER)
-    });
+    poll("the flooder in the kernel's set", || in_kernel(FLOODER));
 
     // Changed (another name, another action): the old table goes, the new one comes, and the
     // flooder (still over its limit) is put into it by the new table's updater.
@@ -683,7 +668,7 @@ async fn reload_kernel() {
     // Added again: made, and the flooder goes back in.
     reload(kernel(TABLE, "reset"));
     poll("the flooder in the re-made table", || {
-        table_exists() && listed().iter().any(|(a, _)| a == FLOODER)
+        table_exists() && in_kernel(FLOODER)
     });
     assert_eq!(attempt(FLOODER, front).await, Met::RefusedBeforeAccept);
     assert_eq!(attempt(LEGIT, front).await, Met::Served);
