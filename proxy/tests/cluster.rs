@@ -687,14 +687,15 @@ fn processes(
                 "export TOLLGATE_TEST_REDIS_PASSWORD='{}' TOLLGATE_TEST_ADMIN_TOKEN='{ADMIN_TOKEN}' && ",
                 redis.password.as_deref().unwrap_or_default()
             );
-            common::process::Proxy::launch_with_admin(
-                &format!("cluster-{period}-{node}"),
-                "token_env = \"TOLLGATE_TEST_ADMIN_TOKEN\"",
-                &format!("upstreams = [\"{upstream}\"]"),
-                &rest,
-                &shell,
-                true,
-            )
+            let (name, listener) = (
+                format!("cluster-{period}-{node}"),
+                format!("upstreams = [\"{upstream}\"]"),
+            );
+            common::process::Launch::new(&name, &listener, &rest)
+                .admin("token_env = \"TOLLGATE_TEST_ADMIN_TOKEN\"")
+                .shell(shell)
+                .quiet()
+                .start()
         })
         .collect()
 }

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::cluster::{alone, cluster_of, errors, two_rounds};
-use common::process::Proxy;
+use common::process::{Launch, Proxy};
 use common::redis::{Pki, Redis, secret_file};
 use common::{BOUND, Wire, attempt, echo_upstream, eventually, start};
 use tollgate::config::{ClientCertificate, ProxyConfig, RedisTls};
@@ -124,13 +124,9 @@ fn process(name: &str, upstream: SocketAddr, redis: SocketAddr, extra: &str) -> 
         "{}[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"10/60s\" }}]\n",
         cluster(redis, name, extra)
     );
-    Proxy::launch(
-        name,
-        &format!("upstreams = [\"{upstream}\"]"),
-        &rest,
-        "",
-        true,
-    )
+    Launch::new(name, &format!("upstreams = [\"{upstream}\"]"), &rest)
+        .quiet()
+        .start()
 }
 
 /// Waits (polling, bounded) until `proxy` has logged `text` and counted a Redis error.
@@ -375,7 +371,7 @@ async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
     let node = start(&text).await;
     // A node trusting another CA cannot ask the sentinel, and its log says why.
     let sentinels = format!("sentinels = [\"{}\"]\nmaster = \"m\"\n", sentinel.address());
-    let distrusting = Proxy::launch(
+    let distrusting = Launch::new(
         "tls-sentinel-other-ca",
         &format!("upstreams = [\"{upstream}\"]"),
         &format!(
@@ -384,9 +380,9 @@ async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
              [[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"10/60s\" }}]\n",
             tls_lines(&pki, "other-ca.pem")
         ),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     eventually(|| !alone(&node)).await;
     two_rounds(std::slice::from_ref(&node)).await;
     assert_eq!(errors(&node), 0, "{}", sentinel.log());
@@ -440,13 +436,13 @@ async fn three_processes_over_tls_hold_a_spread_source_near_its_limit() {
                 cluster(redis.address(), &format!("p{node}"), &login)
                     .replace("sync = \"50ms\"", "sync = \"100ms\"")
             );
-            Proxy::launch(
+            Launch::new(
                 &format!("tls-process-{node}"),
                 &format!("upstreams = [\"{upstream}\"]"),
                 &rest,
-                "",
-                true,
             )
+            .quiet()
+            .start()
         })
         .collect();
     let deadline = tokio::time::Instant::now() + 3 * BOUND;

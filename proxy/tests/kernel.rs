@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::Proxy;
+use common::process::{Launch, Proxy};
 use common::{BOUND, connect_from, echo_upstream, exchange};
 
 /// Set in the re-executed test binary that runs inside the namespace.
@@ -192,7 +192,7 @@ fn a_flooding_source_is_dropped_in_the_kernel_until_its_estimate_falls() {
 
 async fn flood_and_drop() {
     let upstream = echo_upstream().await;
-    let mut proxy = Proxy::launch(
+    let mut proxy = Launch::new(
         "kernel",
         &format!("upstreams = [\"{upstream}\"]"),
         &format!(
@@ -200,9 +200,9 @@ async fn flood_and_drop() {
              [kernel]\ntable = \"{TABLE}\"\ninterval = \"100ms\"\naction = \"reset\"\n\
              factor = 2.0\nrequired = true\n"
         ),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     let front = proxy.front;
     assert!(table_exists(), "the table is made at start");
     assert!(listed().is_empty());
@@ -342,16 +342,16 @@ fn a_flooding_udp_source_is_dropped_in_the_kernel() {
 
 async fn flood_udp() {
     let upstream = common::udp_echo_upstream().await;
-    let mut proxy = Proxy::launch(
+    let mut proxy = Launch::new(
         "kernel-udp",
         &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
         &format!(
             "[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"5/2s\" }}]\n\n\
              [kernel]\ntable = \"{TABLE}\"\nfactor = 2.0\nrequired = true\n"
         ),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     let front = proxy.front;
     let flooder = tokio::net::UdpSocket::bind(format!("{FLOODER}:0"))
         .await
@@ -416,7 +416,7 @@ fn a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start() {
              [kernel]\ntable = \"{TABLE}\"\nrequired = true\n"
             );
             let body = format!("upstreams = [\"{upstream}\"]");
-            let proxy = Proxy::launch("kernel-crash", &body, &config, "", true);
+            let proxy = Launch::new("kernel-crash", &body, &config).quiet().start();
             for _ in 0..8 {
                 let _ = attempt(FLOODER, proxy.front).await;
             }
@@ -424,7 +424,9 @@ fn a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start() {
             // SIGKILL (the fixture's drop): nothing cleans up, the table and its element stay.
             drop(proxy);
             assert!(in_kernel(FLOODER));
-            let again = Proxy::launch("kernel-restart", &body, &config, "", true);
+            let again = Launch::new("kernel-restart", &body, &config)
+                .quiet()
+                .start();
             assert!(
                 listed().is_empty(),
                 "the old table's elements survived a restart"
@@ -452,13 +454,13 @@ async fn deny_listed() {
     // 127.0.1.0/24 is denied but for 127.0.1.128/25; 127.0.0.5 is denied alone.
     let lists =
         |deny: &str| format!("[lists]\nallow = [\"127.0.1.128/25\"]\ndeny = [{deny}]\n\n{kernel}");
-    let mut proxy = Proxy::launch(
+    let mut proxy = Launch::new(
         "kernel-deny",
         &format!("upstreams = [\"{upstream}\"]"),
         &lists("\"127.0.0.5\", \"127.0.1.0/24\""),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     let front = proxy.front;
     let both = || {
         let found = listed();
@@ -620,13 +622,13 @@ async fn reload_kernel() {
     let kernel = |table: &str, action: &str| {
         format!("\n[kernel]\ntable = \"{table}\"\naction = \"{action}\"\nrequired = true\n")
     };
-    let mut proxy = Proxy::launch(
+    let mut proxy = Launch::new(
         "kernel-reload",
         &format!("upstreams = [\"{upstream}\"]"),
         &format!("{rule}{}", kernel(TABLE, "reset")),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     let front = proxy.front;
     let head = std::fs::read_to_string(&proxy.path).unwrap();
     let head = head[..head.find("[[rule]]").unwrap()].to_owned();
@@ -698,13 +700,14 @@ async fn without_nft_the_proxy_refuses_to_start_or_runs_without_the_fast_path() 
     let rule = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/2s\" }]\n";
     let path = no_nft_path();
     // Optional: it serves, and says the fast path is off.
-    let proxy = Proxy::launch(
+    let proxy = Launch::new(
         "kernel-optional",
         &format!("upstreams = [\"{upstream}\"]"),
         &format!("{rule}\n[kernel]\ntable = \"{TABLE}\"\n"),
-        &format!("export PATH={} && ", path.display()),
-        true,
-    );
+    )
+    .shell(format!("export PATH={} && ", path.display()))
+    .quiet()
+    .start();
     assert_eq!(attempt("127.0.0.4", proxy.front).await, Met::Served);
     assert_eq!(proxy.metric("tollgate_kernel_active"), 0.0);
     assert_eq!(proxy.metric("tollgate_kernel_errors_total"), 1.0);
@@ -751,13 +754,14 @@ async fn a_reload_that_adds_a_required_kernel_it_cannot_make_is_refused_and_one_
     let upstream = echo_upstream().await;
     let rule = |rate: &str| format!("[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"{rate}\" }}]\n");
     let path = no_nft_path();
-    let proxy = Proxy::launch(
+    let proxy = Launch::new(
         "kernel-reload-no-nft",
         &format!("upstreams = [\"{upstream}\"]"),
         &rule("5/2s"),
-        &format!("export PATH={} && ", path.display()),
-        true,
-    );
+    )
+    .shell(format!("export PATH={} && ", path.display()))
+    .quiet()
+    .start();
     let head = std::fs::read_to_string(&proxy.path).unwrap();
     let head = head[..head.find("[[rule]]").unwrap()].to_owned();
     let reloads =
