@@ -65,7 +65,7 @@ fn tls_lines(pki: &Pki, ca: &str) -> String {
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn over_tls_with_a_password_nodes_join_and_share_and_a_plain_node_stays_alone() {
     let pki = Pki::new("tls-join");
-    let redis = Redis::tls(&pki, Some("tls-s3cret"), false);
+    let redis = Redis::tls(&pki).password("tls-s3cret").start().await;
     let password = secret_file(&pki.dir, "password", "tls-s3cret\n");
     let login = format!("password_file = \"{}\"\n", password.display());
     let upstream = echo_upstream().await;
@@ -148,7 +148,7 @@ async fn logs(proxy: &Proxy, text: &str) {
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn a_node_trusting_another_ca_or_expecting_another_name_stays_alone_and_logs_why() {
     let pki = Pki::new("tls-refused");
-    let redis = Redis::tls(&pki, None, false);
+    let redis = Redis::tls(&pki).start().await;
     let upstream = echo_upstream().await;
     let trusting = start(&config(
         upstream,
@@ -199,7 +199,7 @@ async fn a_node_trusting_another_ca_or_expecting_another_name_stays_alone_and_lo
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn a_client_certificate_the_server_requires_is_sent_when_given() {
     let pki = Pki::new("tls-client");
-    let redis = Redis::tls(&pki, None, true);
+    let redis = Redis::tls(&pki).client_certificates().start().await;
     let upstream = echo_upstream().await;
     let client = format!(
         "{}client_cert = \"{}\"\nclient_key = \"{}\"\n",
@@ -351,8 +351,8 @@ async fn a_missing_or_mismatched_tls_file_stops_the_start_naming_it() {
 #[ignore = "needs redis-server (built with TLS, and its --sentinel mode) on the PATH; run with --include-ignored"]
 async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
     let pki = Pki::new("tls-sentinel");
-    let master = Redis::tls(&pki, None, false);
-    let sentinel = Redis::sentinel_tls(&pki, &master);
+    let master = Redis::tls(&pki).start().await;
+    let sentinel = Redis::tls(&pki).sentinel(&master, 1, "").await;
     let upstream = echo_upstream().await;
     // No `redis` list to fall back to: the master's address can only come from the
     // sentinel, whose port speaks only TLS.
@@ -401,7 +401,7 @@ async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn the_ca_file_is_read_again_at_each_connection() {
     let pki = Pki::new("tls-renewed");
-    let redis = Redis::tls(&pki, None, false);
+    let redis = Redis::tls(&pki).start().await;
     let upstream = echo_upstream().await;
     // The node's CA file holds another CA at start: a valid file, so the node starts, and
     // stays alone.
@@ -420,7 +420,7 @@ async fn the_ca_file_is_read_again_at_each_connection() {
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn three_processes_over_tls_hold_a_spread_source_near_its_limit() {
     let pki = Pki::new("tls-processes");
-    let redis = Redis::tls(&pki, Some("tls-s3cret"), false);
+    let redis = Redis::tls(&pki).password("tls-s3cret").start().await;
     let password = secret_file(&pki.dir, "password", "tls-s3cret\n");
     let upstream = echo_upstream().await;
     let limit = 30;
