@@ -64,21 +64,10 @@ threshold = {THRESHOLD}
             servers.join(", ")
         )
     });
-    format!(
-        r#"
-[admin]
-enabled = false
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-{cluster}
-[[rule]]
-name = "per-source"
-limits = [{{ rate = "{limit}/60s" }}]
-"#
-    )
+    let rest = format!(
+        "{cluster}\n[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/60s\" }}]"
+    );
+    common::one_listener(common::NO_ADMIN, upstream, "", &rest)
 }
 
 async fn nodes(redis: Option<&Redis>, limit: u64) -> Vec<Server> {

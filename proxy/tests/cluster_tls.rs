@@ -29,23 +29,11 @@ const THRESHOLD: f64 = 0.25;
 /// A whole config: one listener to `upstream`, and a `[cluster]` on `redis` as node `node`
 /// with `extra` lines (TLS, login), limiting `limit` connections per minute per source.
 fn config(upstream: SocketAddr, redis: SocketAddr, node: &str, extra: &str, limit: u64) -> String {
-    format!(
-        r#"
-[admin]
-enabled = false
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-
-{}
-[[rule]]
-name = "per-source"
-limits = [{{ rate = "{limit}/60s" }}]
-"#,
+    let rest = format!(
+        "{}\n[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/60s\" }}]",
         cluster(redis, node, extra)
-    )
+    );
+    common::one_listener(common::NO_ADMIN, upstream, "", &rest)
 }
 
 /// The `[cluster]` section of [`config`].

@@ -28,18 +28,12 @@ fn dir() -> PathBuf {
 }
 
 fn config(dir: &std::path::Path, upstream: &str, rate: &str) -> String {
-    format!(
-        r#"
-[admin]
-listen = "127.0.0.1:0"
-token_file = "{}"
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-
-[lists]
+    let admin = format!(
+        "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"",
+        dir.join("token").display()
+    );
+    let rest = format!(
+        r#"[lists]
 deny = ["198.51.100.0/24"]
 
 [[rule]]
@@ -50,10 +44,9 @@ limits = [{{ rate = "{rate}", ipv4_prefix = 24, ipv6_prefix = 64 }}]
 name = "banned"
 sources = ["203.0.113.0/24"]
 penalty = "10m"
-limits = [{{ rate = "1/10s" }}]
-"#,
-        dir.join("token").display()
-    )
+limits = [{{ rate = "1/10s" }}]"#
+    );
+    common::one_listener(&admin, upstream, "", &rest)
 }
 
 /// Starts a proxy from a config file in `dir` (so that it can reload).
