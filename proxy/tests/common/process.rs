@@ -3,7 +3,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `tollgate run`, killed when dropped.
@@ -36,6 +36,36 @@ pub fn free_port() -> SocketAddr {
         .unwrap()
         .local_addr()
         .unwrap()
+}
+
+/// Waits until something accepts connections at `admin` (polling, bounded: a guard against a
+/// hang, not a timing assertion; a debug build starting while the rest of the suite runs can
+/// take seconds).
+///
+/// # Errors
+/// `child`'s exit status, if it exits first.
+pub fn until_answering(child: &mut Child, admin: SocketAddr) -> Result<(), ExitStatus> {
+    let deadline = Instant::now() + 3 * super::BOUND;
+    while std::net::TcpStream::connect(admin).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(status);
+        }
+        assert!(Instant::now() < deadline, "{admin} did not answer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Waits (polling, bounded) for `child` to exit; its exit status.
+pub fn exited(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + super::BOUND;
+    loop {
+        if let Some(status) = child.try_wait().expect("the child's status") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the child did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A `tollgate run` to start for a test: its config and how to start it. [`Launch::start`]
@@ -142,18 +172,13 @@ impl<'a> Launch<'a> {
             path,
             show_log: !quiet,
         };
-        // A guard against a hang, not a timing assertion: a debug build starting while the
-        // rest of the suite runs can take seconds.
-        let deadline = Instant::now() + 3 * super::BOUND;
-        while std::net::TcpStream::connect(proxy.admin).is_err() {
-            if let Ok(Some(status)) = proxy.child.try_wait() {
+        match until_answering(&mut proxy.child, admin) {
+            Ok(()) => Ok(proxy),
+            Err(status) => {
                 proxy.show_log = false;
-                return Err(format!("({status}):\n{}", proxy.log()));
+                Err(format!("({status}):\n{}", proxy.log()))
             }
-            assert!(Instant::now() < deadline, "the proxy did not come up");
-            std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(proxy)
     }
 }
 
@@ -168,15 +193,8 @@ impl Proxy {
     }
 
     /// Waits (bounded) for the child to exit; its exit status.
-    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + super::BOUND;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the proxy did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        exited(&mut self.child)
     }
 
     /// What the child wrote to stderr so far.
