@@ -43,9 +43,11 @@ impl Run {
     /// then SIGTERM; everything it wrote to stderr.
     fn serve_and_stop(dir: &str, format: Option<&str>) -> Vec<u8> {
         let admin = free_port();
-        let config = format!(
-            "[admin]\nlisten = \"{admin}\"\n\n[[listener]]\nname = \"front\"\nlisten = \
-             \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:9\"]\nmax_connections = 100\n"
+        let config = common::one_listener(
+            &format!("listen = \"{admin}\""),
+            "127.0.0.1:9",
+            "max_connections = 100",
+            "",
         );
         let path =
             std::env::temp_dir().join(format!("tollgate-logs-{}-{dir}.toml", std::process::id()));
