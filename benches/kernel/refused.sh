@@ -16,15 +16,14 @@ set -euo pipefail
 BIN=$(realpath "${1:-target/release/tollgate}")
 ATTEMPTS=${2:-20000}
 ROUNDS=${3:-3}
-if [ -z "${TOLLGATE_REFUSED_NETNS:-}" ]; then
-  exec env TOLLGATE_REFUSED_NETNS=1 unshare -n bash "$0" "$BIN" "$ATTEMPTS" "$ROUNDS"
-fi
-command -v haproxy > /dev/null || { echo "haproxy is needed (apt-get install -y haproxy)" >&2; exit 1; }
-ip link set lo up
+. "$(dirname "$(realpath "$0")")/../support/harness.sh"
+in_own_netns "$BIN" "$ATTEMPTS" "$ROUNDS"
+needs haproxy nft python3
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 cat > "$DIR/flood.py" <<'EOF'
-import os, socket, subprocess, sys, time
+import socket, subprocess, sys, time
+from schedstat import cpu_seconds
 pid, mode, n, port, ready = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 for _ in range(250):
     try:
@@ -42,14 +41,6 @@ def attempt():
         pass
     finally:
         s.close()
-def cpu():
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            total += int(open(f"/proc/{pid}/task/{task}/schedstat").read().split()[0])
-        except OSError:
-            pass
-    return total / 1e9
 for _ in range(20):
     attempt()
 time.sleep(0.5)
@@ -57,21 +48,15 @@ if mode == "kernel":
     listed = subprocess.run(["nft", "list", "set", "inet", "tollgate", "v4_hosts"],
                             capture_output=True, text=True).stdout
     assert "127.0.0.2" in listed, listed
-c0, t0 = cpu(), time.time()
+c0, t0 = cpu_seconds([pid]), time.time()
 for _ in range(n):
     attempt()
-c1, t1 = cpu(), time.time()
+c1, t1 = cpu_seconds([pid]), time.time()
 print(f"{mode:>8}: {n} refused attempts in {t1 - t0:.2f} s, CPU {c1 - c0:.4f} s = "
       f"{(c1 - c0) / n * 1e6:.2f} us per attempt", flush=True)
 EOF
-cat > "$DIR/haproxy.cfg" <<CFG
-global
-  nbthread 1
-defaults
-  mode tcp
-  timeout connect 1s
-  timeout client 5s
-  timeout server 5s
+haproxy_head 5s > "$DIR/haproxy.cfg"
+cat >> "$DIR/haproxy.cfg" <<CFG
 frontend front
   bind 127.0.0.1:18080
   stick-table type ip size 100k expire 1m store conn_rate(1m)
@@ -90,29 +75,14 @@ for round in $(seq "$ROUNDS"); do
       haproxy -f "$DIR/haproxy.cfg" -db 2> "$DIR/haproxy.log" &
       PID=$!
     else
-      cat > "$DIR/$mode.toml" <<CFG
-[proxy]
-threads = 1
-
-[admin]
-listen = "127.0.0.1:19090"
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:18080"
-upstreams = ["127.0.0.1:9"]
-
-[[rule]]
-name = "r"
-limits = [{ rate = "5/1m" }]
-CFG
+      tollgate_config 'listen = "127.0.0.1:19090"' 18080 9 5/1m > "$DIR/$mode.toml"
       if [ "$mode" = kernel ]; then
         printf '\n[kernel]\naction = "reset"\nrequired = true\n' >> "$DIR/$mode.toml"
       fi
       RUST_LOG=warn "$BIN" run --config "$DIR/$mode.toml" 2> "$DIR/$mode.log" &
       PID=$!
     fi
-    python3 "$DIR/flood.py" "$PID" "$mode" "$ATTEMPTS" 18080 19090
+    PYTHONPATH="$SUPPORT" python3 "$DIR/flood.py" "$PID" "$mode" "$ATTEMPTS" 18080 19090
     kill -TERM "$PID"
     wait "$PID" || true
   done

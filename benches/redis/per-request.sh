@@ -16,13 +16,9 @@ set -euo pipefail
 BIN=$(realpath "${1:-target/release/tollgate}")
 REQUESTS=${2:-20000}
 ROUNDS=${3:-3}
-if [ -z "${TOLLGATE_REDIS_NETNS:-}" ]; then
-  exec env TOLLGATE_REDIS_NETNS=1 unshare -n bash "$0" "$BIN" "$REQUESTS" "$ROUNDS"
-fi
-for tool in redis-server redis-benchmark haproxy nginx python3; do
-  command -v "$tool" > /dev/null || { echo "$tool is needed" >&2; exit 1; }
-done
-ip link set lo up
+. "$(dirname "$(realpath "$0")")/../support/harness.sh"
+in_own_netns "$BIN" "$REQUESTS" "$ROUNDS"
+needs redis-server redis-benchmark haproxy nginx python3
 DIR=$(mktemp -d)
 trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$DIR"' EXIT
 REDIS=16379
@@ -31,45 +27,9 @@ redis-server --port "$REDIS" --bind 127.0.0.1 --save '' --appendonly no --daemon
   > "$DIR/redis.log" 2>&1 &
 for _ in $(seq 100); do redis-cli -p "$REDIS" ping > /dev/null 2>&1 && break; sleep 0.05; done
 
-# The CPU (seconds) of every task of every process in $1 (space-separated pids).
-cpu() {
-  python3 - "$@" <<'EOF'
-import os, sys
-total = 0
-for pid in sys.argv[1:]:
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            total += int(open(f"/proc/{pid}/task/{task}/schedstat").read().split()[0])
-        except OSError:
-            pass
-print(f"{total / 1e9:.6f}")
-EOF
-}
-
-cat > "$DIR/tollgate.toml" <<CFG
-[proxy]
-threads = 1
-
-[admin]
-enabled = false
-
-[[listener]]
-name = "redis"
-listen = "127.0.0.1:$FRONT"
-upstreams = ["127.0.0.1:$REDIS"]
-
-[[rule]]
-name = "per-source"
-limits = [{ rate = "10000000/1s" }]
-CFG
-cat > "$DIR/haproxy.cfg" <<CFG
-global
-  nbthread 1
-defaults
-  mode tcp
-  timeout connect 1s
-  timeout client 10s
-  timeout server 10s
+tollgate_config "enabled = false" "$FRONT" "$REDIS" 10000000/1s > "$DIR/tollgate.toml"
+haproxy_head 10s > "$DIR/haproxy.cfg"
+cat >> "$DIR/haproxy.cfg" <<CFG
 frontend front
   bind 127.0.0.1:$FRONT
   default_backend redis

@@ -9,6 +9,7 @@
 
 use std::fs;
 use std::io;
+use std::ops::Add;
 use std::time::Duration;
 
 /// Clock ticks per second in `/proc/PID/stat`: USER_HZ, fixed at 100 in the Linux ABI.
@@ -19,11 +20,7 @@ const TICKS_PER_SECOND: u64 = 100;
 /// A process that exits between listing and reading is skipped; an error only if `pid` itself
 /// cannot be read (it has exited).
 pub fn tree_time(pid: u32) -> io::Result<Duration> {
-    let mut total = process_time(pid)?;
-    for child in descendants(pid) {
-        total += process_time(child).unwrap_or_default();
-    }
-    Ok(total)
+    over_tree(pid, process_time)
 }
 
 /// The CPU time of one process: the sum over its live threads.
@@ -62,11 +59,7 @@ fn process_time(pid: u32) -> io::Result<Duration> {
 /// proxy takes per connection. A process that exits meanwhile is skipped; an error only if
 /// `pid` itself cannot be read.
 pub fn tree_switches(pid: u32) -> io::Result<u64> {
-    let mut total = process_switches(pid)?;
-    for child in descendants(pid) {
-        total += process_switches(child).unwrap_or_default();
-    }
-    Ok(total)
+    over_tree(pid, process_switches)
 }
 
 /// The context switches of one process: the sum over its live threads.
@@ -103,6 +96,21 @@ fn stat_fields(stat: &str) -> Vec<&str> {
     stat.rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default()
+}
+
+/// `of` process `pid` plus `of` each of its descendants: a figure of the whole tree (nginx's
+/// worker is a child of its master). A descendant that exits meanwhile counts for nothing.
+///
+/// # Errors
+/// `of(pid)`'s: `pid` itself cannot be read (it has exited).
+pub fn over_tree<T: Default + Add<Output = T>>(
+    pid: u32,
+    of: impl Fn(u32) -> io::Result<T>,
+) -> io::Result<T> {
+    let own = of(pid)?;
+    Ok(descendants(pid)
+        .into_iter()
+        .fold(own, |total, child| total + of(child).unwrap_or_default()))
 }
 
 /// Every descendant of `pid`, found by parent pid in one pass over `/proc`.
@@ -150,6 +158,25 @@ mod tests {
         let status = "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
         assert_eq!(switches(status), 15);
         assert!(tree_switches(std::process::id()).is_ok());
+    }
+
+    #[test]
+    fn a_tree_figure_adds_the_descendants_and_fails_only_for_the_root() {
+        let own = std::process::id();
+        let mut child = std::process::Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("cat runs");
+        let figure = over_tree(own, |pid| {
+            Ok::<u64, io::Error>(if pid == own { 1 } else { 10 })
+        });
+        let gone = || io::Error::other("exited");
+        let root_only = over_tree(own, |pid| if pid == own { Ok(1u64) } else { Err(gone()) });
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(figure.unwrap() >= 11, "the child `cat` is not counted");
+        assert_eq!(root_only.unwrap(), 1);
+        assert!(over_tree(own, |_| Err::<u64, _>(gone())).is_err());
     }
 
     #[test]

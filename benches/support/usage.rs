@@ -14,11 +14,7 @@ use crate::cpu;
 /// # Errors
 /// `pid` itself cannot be read (it has exited, or belongs to another user).
 pub fn fds(pid: u32) -> io::Result<u64> {
-    let mut total = count_fds(pid)?;
-    for child in cpu::descendants(pid) {
-        total += count_fds(child).unwrap_or(0);
-    }
-    Ok(total)
+    cpu::over_tree(pid, count_fds)
 }
 
 fn count_fds(pid: u32) -> io::Result<u64> {
@@ -30,11 +26,7 @@ fn count_fds(pid: u32) -> io::Result<u64> {
 /// # Errors
 /// `pid` itself cannot be read.
 pub fn rss_bytes(pid: u32) -> io::Result<u64> {
-    let mut total = own_rss(pid)?;
-    for child in cpu::descendants(pid) {
-        total += own_rss(child).unwrap_or(0);
-    }
-    Ok(total)
+    cpu::over_tree(pid, own_rss)
 }
 
 fn own_rss(pid: u32) -> io::Result<u64> {

@@ -117,23 +117,19 @@ fn the_replay_report_renders_its_chart_and_shows_markup_as_text() {
 /// limit whose rule name is markup.
 async fn status_proxy() -> Server {
     let upstream = echo_upstream().await;
-    start(&format!(
-        r#"
-[admin]
-listen = "127.0.0.1:0"
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-
-[lists]
+    let rest = format!(
+        r#"[lists]
 deny = ["127.0.0.99/32"]
 
 [[rule]]
 name = {HOSTILE:?}
-limits = [{{ rate = "200/10s" }}]
-"#
+limits = [{{ rate = "200/10s" }}]"#
+    );
+    start(&common::one_listener(
+        "listen = \"127.0.0.1:0\"",
+        upstream,
+        "",
+        &rest,
     ))
     .await
 }

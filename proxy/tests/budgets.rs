@@ -10,22 +10,8 @@ use common::{Wire, attempt, connect_from, echo_upstream, eventually, exchange, m
 use tokio::io::AsyncReadExt;
 
 fn config(upstream: SocketAddr, listener: &str, rule: &str) -> String {
-    format!(
-        r#"
-[admin]
-enabled = false
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-{listener}
-
-[[rule]]
-name = "limit"
-{rule}
-"#
-    )
+    let rule = format!("[[rule]]\nname = \"limit\"\n{rule}");
+    common::one_listener(common::NO_ADMIN, upstream, listener, &rule)
 }
 
 fn refused(server: &tollgate::server::Server, reason: &str) -> f64 {

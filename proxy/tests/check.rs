@@ -23,6 +23,15 @@ fn check(path: &PathBuf) -> (bool, String) {
     )
 }
 
+/// Checks `text` as the file `name`: it must fail, and say each of `needles`.
+fn refused(name: &str, text: &str, needles: &[&str]) {
+    let (ok, out) = check(&write(name, text));
+    assert!(!ok, "{name} passed:\n{out}");
+    for needle in needles {
+        assert!(out.contains(needle), "{needle} missing from\n{out}");
+    }
+}
+
 #[test]
 fn a_valid_policy_is_printed_and_passes() {
     let path = write(
@@ -41,34 +50,22 @@ fn a_valid_policy_is_printed_and_passes() {
 
 #[test]
 fn every_error_is_located_and_the_exit_code_fails() {
-    let path = write(
-        "bad.toml",
-        "[lists]\ndeny = [\"10.0.0.0/40\"]\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"0/s\" }]\naction = \"explode\"\n",
-    );
-    let (ok, out) = check(&path);
-    assert!(!ok);
+    let policy = "[lists]\ndeny = [\"10.0.0.0/40\"]\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"0/s\" }]\n";
     // toml stops at the unknown variant; the semantic errors come from a file without it.
-    assert!(
-        out.contains("bad.toml:6:10: unknown variant `explode`"),
-        "{out}"
+    refused(
+        "bad.toml",
+        &format!("{policy}action = \"explode\"\n"),
+        &["bad.toml:6:10: unknown variant `explode`"],
     );
-    let path = write(
+    refused(
         "bad2.toml",
-        "[lists]\ndeny = [\"10.0.0.0/40\"]\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"0/s\" }]\n",
+        policy,
+        &[
+            "bad2.toml:2:9: `10.0.0.0/40`: prefix length /40 is longer than an IPv4 address",
+            "bad2.toml:5:20: `0/s`: a rate of zero allows nothing",
+            "2 error(s); the policy is refused",
+        ],
     );
-    let (ok, out) = check(&path);
-    assert!(!ok);
-    assert!(
-        out.contains(
-            "bad2.toml:2:9: `10.0.0.0/40`: prefix length /40 is longer than an IPv4 address"
-        ),
-        "{out}"
-    );
-    assert!(
-        out.contains("bad2.toml:5:20: `0/s`: a rate of zero allows nothing"),
-        "{out}"
-    );
-    assert!(out.contains("2 error(s); the policy is refused"), "{out}");
 }
 
 #[test]
@@ -89,24 +86,20 @@ fn a_missing_file_and_a_bad_flag_are_clear_errors() {
 
 #[test]
 fn listener_errors_are_located_too() {
-    let path = write(
+    refused(
         "listeners.toml",
         "[[listener]]\nname = \"a\"\nlisten = \"0.0.0.0:99999\"\nupstreams = [\"127.0.0.1:80\"]\n\n\
          [[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:8080\"\nupstreams = []\nprotocol = \"sctp\"\n\n\
          [proxy]\ndrain = \"soon\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"0/s\" }]\n",
+        &[
+            "listeners.toml:3:10: `0.0.0.0:99999` is not an address:port",
+            "listeners.toml:7:8: duplicate listener name `a` (first used on line 2)",
+            "listeners.toml:9:13: listener `a` has no upstreams",
+            "listeners.toml:10:12: unknown listener protocol `sctp`",
+            "listeners.toml:13:9: `soon` is not a duration",
+            "listeners.toml:17:20: `0/s`",
+        ],
     );
-    let (ok, out) = check(&path);
-    assert!(!ok);
-    for needle in [
-        "listeners.toml:3:10: `0.0.0.0:99999` is not an address:port",
-        "listeners.toml:7:8: duplicate listener name `a` (first used on line 2)",
-        "listeners.toml:9:13: listener `a` has no upstreams",
-        "listeners.toml:10:12: unknown listener protocol `sctp`",
-        "listeners.toml:13:9: `soon` is not a duration",
-        "listeners.toml:17:20: `0/s`",
-    ] {
-        assert!(out.contains(needle), "{needle} missing from\n{out}");
-    }
 }
 
 #[test]
@@ -130,24 +123,18 @@ fn a_whole_config_round_trips_through_check() {
 #[test]
 fn a_connection_memory_too_small_for_its_counts_is_located() {
     // It passed `check` and failed only at start, with neither line nor value.
-    let path = write(
+    refused(
         "connection_memory.toml",
         "[proxy]\nconnection_memory = \"0MiB\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\n",
+        &["connection_memory.toml:2:21: connection_memory `0MiB` is too small"],
     );
-    let (ok, out) = check(&path);
-    assert!(!ok, "{out}");
-    let needle = "connection_memory.toml:2:21: connection_memory `0MiB` is too small";
-    assert!(out.contains(needle), "{needle} missing from\n{out}");
 }
 
 #[test]
 fn a_state_interval_without_a_state_file_is_located() {
-    let path = write(
+    refused(
         "state.toml",
         "[proxy]\nstate_interval = \"10s\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\n",
+        &["state.toml:2:18: state_interval without state_file"],
     );
-    let (ok, out) = check(&path);
-    assert!(!ok, "{out}");
-    let needle = "state.toml:2:18: state_interval without state_file";
-    assert!(out.contains(needle), "{needle} missing from\n{out}");
 }

@@ -9,11 +9,11 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::cluster::{alone, cluster_of, joined, two_rounds};
+use common::redis::Redis;
 use common::{BOUND, Wire, attempt, echo_upstream, eventually, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::server::Server;
@@ -24,168 +24,10 @@ const LIMIT: u64 = 30;
 const NODES: usize = 3;
 /// The suspect threshold, as a fraction of the limit.
 const THRESHOLD: f64 = 0.25;
-
-/// A `redis-server` on a loopback port, killed when dropped (and resumed first if stopped).
-struct Redis {
-    child: Child,
-    port: u16,
-    /// `requirepass`, if started with one.
-    password: Option<String>,
-}
-
-impl Redis {
-    /// Starts one on a free port.
-    ///
-    /// # Panics
-    /// If `redis-server` cannot be started: a test that asked for Redis and did not get it has
-    /// not run, and must not pass.
-    async fn start() -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Redis::on(port).await
-    }
-
-    async fn on(port: u16) -> Redis {
-        Redis::spawn(port, None).await
-    }
-
-    /// Starts one on a free port that requires `password` (`requirepass`).
-    async fn with_password(password: &str) -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Redis::spawn(port, Some(password)).await
-    }
-
-    /// A replica of `master` on a free port.
-    async fn replica_of(master: &Redis) -> Redis {
-        let port = common::process::free_port().port();
-        let of = master.port.to_string();
-        Redis::launch(port, None, &["--replicaof", "127.0.0.1", &of]).await
-    }
-
-    /// A sentinel on a free port watching `master` as `m` (quorum 2, down after 500 ms); its
-    /// config file in its own temporary folder, as sentinels rewrite theirs.
-    async fn sentinel_of(master: &Redis) -> Redis {
-        let port = common::process::free_port().port();
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-{}-sentinel-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir writable");
-        let path = dir.join("sentinel.conf");
-        std::fs::write(
-            &path,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor m 127.0.0.1 {} 2\n\
-                 sentinel down-after-milliseconds m 500\nsentinel failover-timeout m 3000\n",
-                dir.display(),
-                master.port
-            ),
-        )
-        .expect("temp dir writable");
-        let mut child = Command::new("redis-server");
-        child
-            .arg(&path)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        Redis::wait(child, port, None).await
-    }
-
-    async fn spawn(port: u16, password: Option<&str>) -> Redis {
-        Redis::launch(port, password, &[]).await
-    }
-
-    async fn launch(port: u16, password: Option<&str>, extra: &[&str]) -> Redis {
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(password.map(|p| ["--requirepass", p]).into_iter().flatten())
-            .args(extra)
-            .args(["--save", "", "--appendonly", "no"])
-            // A replica writes the master's snapshot to its folder: the temporary one.
-            .arg("--dir")
-            .arg(std::env::temp_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        Redis::wait(command, port, password).await
-    }
-
-    async fn wait(mut command: Command, port: u16, password: Option<&str>) -> Redis {
-        let child = command.spawn().unwrap_or_else(|err| {
-            panic!(
-                "cannot start redis-server ({err}): install it (apt-get install \
-                     redis-server) or leave out --include-ignored"
-            )
-        });
-        let redis = Redis {
-            child,
-            port,
-            password: password.map(str::to_owned),
-        };
-        let address = redis.address();
-        let password = redis.password.clone();
-        eventually_async(|| {
-            let password = password.clone();
-            async move { ping(address, password.as_deref()).await }
-        })
-        .await;
-        redis
-    }
-
-    fn address(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether Redis answers a PING at `address` (within a bound), logging in with `password`.
-async fn ping(address: SocketAddr, password: Option<&str>) -> bool {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-        if let Some(password) = password {
-            stream
-                .write_all(format!("AUTH {password}\r\n").as_bytes())
-                .await
-                .ok()?;
-            let mut ok = [0u8; 5];
-            stream.read_exact(&mut ok).await.ok()?;
-            if &ok != b"+OK\r\n" {
-                return Some(false);
-            }
-        }
-        stream.write_all(b"PING\r\n").await.ok()?;
-        let mut reply = [0u8; 7];
-        stream.read_exact(&mut reply).await.ok()?;
-        Some(&reply == b"+PONG\r\n")
-    };
-    tokio::time::timeout(Duration::from_secs(1), exchange)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-}
+/// The sentinels' times: the master is down after 500 ms without an answer, and a failover
+/// takes 3 s at most.
+const SENTINEL_TIMES: &str =
+    "sentinel down-after-milliseconds m 500\nsentinel failover-timeout m 3000\n";
 
 /// Waits (polling, bounded by [`BOUND`]) until the async condition holds.
 async fn eventually_async<F, Fut>(mut done: F)
@@ -222,21 +64,10 @@ threshold = {THRESHOLD}
             servers.join(", ")
         )
     });
-    format!(
-        r#"
-[admin]
-enabled = false
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-{cluster}
-[[rule]]
-name = "per-source"
-limits = [{{ rate = "{limit}/60s" }}]
-"#
-    )
+    let rest = format!(
+        "{cluster}\n[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/60s\" }}]"
+    );
+    common::one_listener(common::NO_ADMIN, upstream, "", &rest)
 }
 
 async fn nodes(redis: Option<&Redis>, limit: u64) -> Vec<Server> {
@@ -273,7 +104,7 @@ fn allowed(servers: &[Server]) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn three_nodes_admit_about_one_limit_where_three_alone_admit_three() {
-    let redis = Redis::start().await;
+    let redis = Redis::plain().start().await;
     let cluster = nodes(Some(&redis), LIMIT).await;
     let independent = nodes(None, LIMIT).await;
     joined(&cluster).await;
@@ -331,7 +162,7 @@ async fn three_nodes_admit_about_one_limit_where_three_alone_admit_three() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn windows_follow_redis_time_and_a_node_whose_clock_jumps_stops_sharing_until_it_agrees() {
-    let redis = Redis::start().await;
+    let redis = Redis::plain().start().await;
     let cluster = nodes(Some(&redis), LIMIT).await;
     joined(&cluster).await;
     two_rounds(&cluster).await;
@@ -372,7 +203,7 @@ async fn windows_follow_redis_time_and_a_node_whose_clock_jumps_stops_sharing_un
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn without_redis_every_node_limits_alone_and_rejoins_when_it_returns() {
-    let redis = Redis::start().await;
+    let redis = Redis::plain().start().await;
     let port = redis.port;
     let cluster = nodes(Some(&redis), 5).await;
     joined(&cluster).await;
@@ -407,7 +238,7 @@ async fn without_redis_every_node_limits_alone_and_rejoins_when_it_returns() {
     }
     // Redis returns on the same port: the nodes rejoin by themselves, the view is fresh again,
     // and what node 0 counted while alone reaches the others.
-    let _redis = Redis::on(port).await;
+    let _redis = Redis::plain().port(port).start().await;
     joined(&cluster).await;
     eventually(|| {
         cluster
@@ -432,7 +263,7 @@ async fn without_redis_every_node_limits_alone_and_rejoins_when_it_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn when_the_first_redis_fails_the_nodes_move_to_the_next() {
-    let (first, second) = (Redis::start().await, Redis::start().await);
+    let (first, second) = (Redis::plain().start().await, Redis::plain().start().await);
     let cluster = nodes_on(&[&first, &second], 5).await;
     joined(&cluster).await;
     drop(first);
@@ -466,7 +297,7 @@ async fn when_the_first_redis_fails_the_nodes_move_to_the_next() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn a_stalled_redis_does_not_stall_the_data_path() {
-    let redis = Redis::start().await;
+    let redis = Redis::plain().start().await;
     let cluster = nodes(Some(&redis), 1000).await;
     joined(&cluster).await;
     let errors = |s: &Server| cluster_of(s).metrics().redis_errors.get();
@@ -516,7 +347,7 @@ impl Drop for SecretFile {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn with_requirepass_nodes_log_in_from_a_file_and_without_it_stay_alone() {
-    let redis = Redis::with_password("s3cret-pass").await;
+    let redis = Redis::plain().password("s3cret-pass").start().await;
     let upstream = echo_upstream().await;
     let file = SecretFile::new("redis-password", "s3cret-pass\n");
     let with = |login: String| {
@@ -687,14 +518,15 @@ fn processes(
                 "export TOLLGATE_TEST_REDIS_PASSWORD='{}' TOLLGATE_TEST_ADMIN_TOKEN='{ADMIN_TOKEN}' && ",
                 redis.password.as_deref().unwrap_or_default()
             );
-            common::process::Proxy::launch_with_admin(
-                &format!("cluster-{period}-{node}"),
-                "token_env = \"TOLLGATE_TEST_ADMIN_TOKEN\"",
-                &format!("upstreams = [\"{upstream}\"]"),
-                &rest,
-                &shell,
-                true,
-            )
+            let (name, listener) = (
+                format!("cluster-{period}-{node}"),
+                format!("upstreams = [\"{upstream}\"]"),
+            );
+            common::process::Launch::new(&name, &listener, &rest)
+                .admin("token_env = \"TOLLGATE_TEST_ADMIN_TOKEN\"")
+                .shell(shell)
+                .quiet()
+                .start()
         })
         .collect()
 }
@@ -764,7 +596,7 @@ async fn processes_reach(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis() {
-    let mut redis = Redis::with_password("process-secret").await;
+    let mut redis = Redis::plain().password("process-secret").start().await;
     let file = SecretFile::new("process-password", "process-secret\n");
     let upstream = echo_upstream().await;
     let mut figures = Vec::new();
@@ -861,7 +693,11 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             for node in &nodes {
                 assert_eq!(attempt("127.0.0.5", node.front).await, Wire::Echoed);
             }
-            redis = Redis::spawn(port, Some("process-secret")).await;
+            redis = Redis::plain()
+                .port(port)
+                .password("process-secret")
+                .start()
+                .await;
             processes_reach(&nodes, all_joined).await;
             for node in &nodes {
                 assert_eq!(attempt("127.0.0.6", node.front).await, Wire::Echoed);
@@ -889,11 +725,11 @@ async fn is_master(address: SocketAddr) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH (and its --sentinel mode); run with --include-ignored (.ci/run does)"]
 async fn through_sentinels_the_nodes_find_the_master_and_follow_a_failover() {
-    let master = Redis::start().await;
-    let replica = Redis::replica_of(&master).await;
+    let master = Redis::plain().start().await;
+    let replica = Redis::plain().replica_of(&master).start().await;
     let mut sentinels = Vec::new();
     for _ in 0..3 {
-        sentinels.push(Redis::sentinel_of(&master).await);
+        sentinels.push(Redis::plain().sentinel(&master, 2, SENTINEL_TIMES).await);
     }
     let upstream = echo_upstream().await;
     let listed: Vec<String> = sentinels
@@ -933,7 +769,7 @@ async fn through_sentinels_the_nodes_find_the_master_and_follow_a_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn a_penalty_one_node_starts_is_refused_by_the_others_from_the_next_round() {
-    let redis = Redis::start().await;
+    let redis = Redis::plain().start().await;
     let upstream = echo_upstream().await;
     // Node 0 limits to 5 a minute; the others to 1000 (another rule shape: their counts are
     // not shared with node 0's), so only a shared penalty can make them refuse the source.
@@ -987,7 +823,7 @@ async fn served_by_all(processes: &[common::process::Proxy], from: &str) -> Vec<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn run_time_list_entries_reach_every_process_and_catch_up_after_redis_returns() {
-    let redis = Redis::with_password("lists-secret").await;
+    let redis = Redis::plain().password("lists-secret").start().await;
     let file = SecretFile::new("lists-password", "lists-secret\n");
     let upstream = echo_upstream().await;
     // A limit no test source reaches: only the lists refuse.

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::cluster::{alone, cluster_of, errors, two_rounds};
-use common::process::Proxy;
+use common::process::{Launch, Proxy};
 use common::redis::{Pki, Redis, secret_file};
 use common::{BOUND, Wire, attempt, echo_upstream, eventually, start};
 use tollgate::config::{ClientCertificate, ProxyConfig, RedisTls};
@@ -29,23 +29,11 @@ const THRESHOLD: f64 = 0.25;
 /// A whole config: one listener to `upstream`, and a `[cluster]` on `redis` as node `node`
 /// with `extra` lines (TLS, login), limiting `limit` connections per minute per source.
 fn config(upstream: SocketAddr, redis: SocketAddr, node: &str, extra: &str, limit: u64) -> String {
-    format!(
-        r#"
-[admin]
-enabled = false
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-
-{}
-[[rule]]
-name = "per-source"
-limits = [{{ rate = "{limit}/60s" }}]
-"#,
+    let rest = format!(
+        "{}\n[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/60s\" }}]",
         cluster(redis, node, extra)
-    )
+    );
+    common::one_listener(common::NO_ADMIN, upstream, "", &rest)
 }
 
 /// The `[cluster]` section of [`config`].
@@ -65,7 +53,7 @@ fn tls_lines(pki: &Pki, ca: &str) -> String {
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn over_tls_with_a_password_nodes_join_and_share_and_a_plain_node_stays_alone() {
     let pki = Pki::new("tls-join");
-    let redis = Redis::tls(&pki, Some("tls-s3cret"), false);
+    let redis = Redis::tls(&pki).password("tls-s3cret").start().await;
     let password = secret_file(&pki.dir, "password", "tls-s3cret\n");
     let login = format!("password_file = \"{}\"\n", password.display());
     let upstream = echo_upstream().await;
@@ -124,13 +112,9 @@ fn process(name: &str, upstream: SocketAddr, redis: SocketAddr, extra: &str) -> 
         "{}[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"10/60s\" }}]\n",
         cluster(redis, name, extra)
     );
-    Proxy::launch(
-        name,
-        &format!("upstreams = [\"{upstream}\"]"),
-        &rest,
-        "",
-        true,
-    )
+    Launch::new(name, &format!("upstreams = [\"{upstream}\"]"), &rest)
+        .quiet()
+        .start()
 }
 
 /// Waits (polling, bounded) until `proxy` has logged `text` and counted a Redis error.
@@ -152,7 +136,7 @@ async fn logs(proxy: &Proxy, text: &str) {
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn a_node_trusting_another_ca_or_expecting_another_name_stays_alone_and_logs_why() {
     let pki = Pki::new("tls-refused");
-    let redis = Redis::tls(&pki, None, false);
+    let redis = Redis::tls(&pki).start().await;
     let upstream = echo_upstream().await;
     let trusting = start(&config(
         upstream,
@@ -203,7 +187,7 @@ async fn a_node_trusting_another_ca_or_expecting_another_name_stays_alone_and_lo
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn a_client_certificate_the_server_requires_is_sent_when_given() {
     let pki = Pki::new("tls-client");
-    let redis = Redis::tls(&pki, None, true);
+    let redis = Redis::tls(&pki).client_certificates().start().await;
     let upstream = echo_upstream().await;
     let client = format!(
         "{}client_cert = \"{}\"\nclient_key = \"{}\"\n",
@@ -355,8 +339,8 @@ async fn a_missing_or_mismatched_tls_file_stops_the_start_naming_it() {
 #[ignore = "needs redis-server (built with TLS, and its --sentinel mode) on the PATH; run with --include-ignored"]
 async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
     let pki = Pki::new("tls-sentinel");
-    let master = Redis::tls(&pki, None, false);
-    let sentinel = Redis::sentinel_tls(&pki, &master);
+    let master = Redis::tls(&pki).start().await;
+    let sentinel = Redis::tls(&pki).sentinel(&master, 1, "").await;
     let upstream = echo_upstream().await;
     // No `redis` list to fall back to: the master's address can only come from the
     // sentinel, whose port speaks only TLS.
@@ -375,7 +359,7 @@ async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
     let node = start(&text).await;
     // A node trusting another CA cannot ask the sentinel, and its log says why.
     let sentinels = format!("sentinels = [\"{}\"]\nmaster = \"m\"\n", sentinel.address());
-    let distrusting = Proxy::launch(
+    let distrusting = Launch::new(
         "tls-sentinel-other-ca",
         &format!("upstreams = [\"{upstream}\"]"),
         &format!(
@@ -384,9 +368,9 @@ async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
              [[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"10/60s\" }}]\n",
             tls_lines(&pki, "other-ca.pem")
         ),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     eventually(|| !alone(&node)).await;
     two_rounds(std::slice::from_ref(&node)).await;
     assert_eq!(errors(&node), 0, "{}", sentinel.log());
@@ -405,7 +389,7 @@ async fn through_a_tls_only_sentinel_a_node_finds_the_tls_master() {
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn the_ca_file_is_read_again_at_each_connection() {
     let pki = Pki::new("tls-renewed");
-    let redis = Redis::tls(&pki, None, false);
+    let redis = Redis::tls(&pki).start().await;
     let upstream = echo_upstream().await;
     // The node's CA file holds another CA at start: a valid file, so the node starts, and
     // stays alone.
@@ -424,7 +408,7 @@ async fn the_ca_file_is_read_again_at_each_connection() {
 #[ignore = "needs redis-server (built with TLS) on the PATH; run with --include-ignored"]
 async fn three_processes_over_tls_hold_a_spread_source_near_its_limit() {
     let pki = Pki::new("tls-processes");
-    let redis = Redis::tls(&pki, Some("tls-s3cret"), false);
+    let redis = Redis::tls(&pki).password("tls-s3cret").start().await;
     let password = secret_file(&pki.dir, "password", "tls-s3cret\n");
     let upstream = echo_upstream().await;
     let limit = 30;
@@ -440,13 +424,13 @@ async fn three_processes_over_tls_hold_a_spread_source_near_its_limit() {
                 cluster(redis.address(), &format!("p{node}"), &login)
                     .replace("sync = \"50ms\"", "sync = \"100ms\"")
             );
-            Proxy::launch(
+            Launch::new(
                 &format!("tls-process-{node}"),
                 &format!("upstreams = [\"{upstream}\"]"),
                 &rest,
-                "",
-                true,
             )
+            .quiet()
+            .start()
         })
         .collect();
     let deadline = tokio::time::Instant::now() + 3 * BOUND;

@@ -28,18 +28,12 @@ fn dir() -> PathBuf {
 }
 
 fn config(dir: &std::path::Path, upstream: &str, rate: &str) -> String {
-    format!(
-        r#"
-[admin]
-listen = "127.0.0.1:0"
-token_file = "{}"
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-
-[lists]
+    let admin = format!(
+        "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"",
+        dir.join("token").display()
+    );
+    let rest = format!(
+        r#"[lists]
 deny = ["198.51.100.0/24"]
 
 [[rule]]
@@ -50,10 +44,9 @@ limits = [{{ rate = "{rate}", ipv4_prefix = 24, ipv6_prefix = 64 }}]
 name = "banned"
 sources = ["203.0.113.0/24"]
 penalty = "10m"
-limits = [{{ rate = "1/10s" }}]
-"#,
-        dir.join("token").display()
-    )
+limits = [{{ rate = "1/10s" }}]"#
+    );
+    common::one_listener(&admin, upstream, "", &rest)
 }
 
 /// Starts a proxy from a config file in `dir` (so that it can reload).
@@ -381,66 +374,41 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
         get(&server, "/lists").await["entries"],
         serde_json::json!([])
     );
-    refused(
-        post(
+    // Bad entries: 400, each naming what is wrong.
+    for (path, body, words) in [
+        (
             "/lists/deny",
-            Some(TOKEN),
-            r#"{"cidr": "192.0.2.300/24", "ttl": 60}"#.into(),
-        )
-        .await,
-        400,
-        "`192.0.2.300` is not an IP address",
-    );
-    refused(
-        post(
+            r#"{"cidr": "192.0.2.300/24", "ttl": 60}"#,
+            "`192.0.2.300` is not an IP address",
+        ),
+        (
             "/lists/deny",
-            Some(TOKEN),
-            r#"{"cidr": "192.0.2.0/33", "ttl": 60}"#.into(),
-        )
-        .await,
-        400,
-        "192.0.2.0/33",
-    );
-    refused(
-        post(
+            r#"{"cidr": "192.0.2.0/33", "ttl": 60}"#,
+            "192.0.2.0/33",
+        ),
+        (
             "/lists/allow",
-            Some(TOKEN),
-            r#"{"cidr": "192.0.2.0/24", "ttl": "8d"}"#.into(),
-        )
-        .await,
-        400,
-        "ttl",
-    );
-    refused(
-        post(
+            r#"{"cidr": "192.0.2.0/24", "ttl": "8d"}"#,
+            "ttl",
+        ),
+        (
             "/lists/allow",
-            Some(TOKEN),
-            r#"{"cidr": "192.0.2.0/24", "ttl": 604801}"#.into(),
-        )
-        .await,
-        400,
-        "at most 604800s",
-    );
-    refused(
-        post(
+            r#"{"cidr": "192.0.2.0/24", "ttl": 604801}"#,
+            "at most 604800s",
+        ),
+        (
             "/lists/allow",
-            Some(TOKEN),
-            r#"{"cidr": "192.0.2.0/24", "ttl": 0}"#.into(),
-        )
-        .await,
-        400,
-        "more than 0",
-    );
-    refused(
-        post(
+            r#"{"cidr": "192.0.2.0/24", "ttl": 0}"#,
+            "more than 0",
+        ),
+        (
             "/lists/allow",
-            Some(TOKEN),
-            r#"{"cidr": "192.0.2.0/24", "tll": 60}"#.into(),
-        )
-        .await,
-        400,
-        "unknown field `tll`",
-    );
+            r#"{"cidr": "192.0.2.0/24", "tll": 60}"#,
+            "unknown field `tll`",
+        ),
+    ] {
+        refused(post(path, Some(TOKEN), body.to_owned()).await, 400, words);
+    }
     refused(
         post(
             "/lists/allow",
@@ -490,10 +458,11 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
 #[tokio::test]
 async fn without_a_token_list_changes_are_refused_while_reads_stay_open() {
     let upstream = echo_upstream().await;
-    let server = common::start(&format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n[[listener]]\nname = \"front\"\nlisten = \
-         \"127.0.0.1:0\"\nupstreams = [\"{upstream}\"]\n[[rule]]\nname = \"r\"\nlimits = \
-         [{{ rate = \"10/1s\" }}]\n"
+    let server = common::start(&common::one_listener(
+        "listen = \"127.0.0.1:0\"",
+        upstream,
+        "",
+        "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]",
     ))
     .await;
     let (status, body) = admin_json(

@@ -5,18 +5,19 @@ mod common;
 
 use std::time::Duration;
 
-use common::process::Proxy;
+use common::process::Launch;
 use common::{Wire, echo_upstream, exchange};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accept_at_the_open_file_limit_backs_off_and_recovers() {
     let upstream = echo_upstream().await;
-    let proxy = Proxy::start(
+    let proxy = Launch::new(
         "emfile",
         &format!("upstreams = [\"{upstream}\"]"),
         "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"100000/10s\" }]",
-        Some(48),
-    );
+    )
+    .shell("ulimit -n 48 && ")
+    .start();
     // Idle connections, each holding two of the proxy's descriptors (client and upstream),
     // until accept fails with EMFILE; the rest wait in the kernel's accept queue.
     let mut idle = Vec::new();

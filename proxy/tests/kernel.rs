@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::Proxy;
+use common::process::{Launch, Proxy};
 use common::{BOUND, connect_from, echo_upstream, exchange};
 
 /// Set in the re-executed test binary that runs inside the namespace.
@@ -90,6 +90,11 @@ fn listed() -> Vec<(String, u64)> {
     let mut found = listed_in("v4");
     found.extend(listed_in("v4_hosts"));
     found
+}
+
+/// Whether `address` (as [`listed`] names it) is in the test table's IPv4 sets.
+fn in_kernel(address: &str) -> bool {
+    listed().iter().any(|(a, _)| a == address)
 }
 
 fn listed_in(set: &str) -> Vec<(String, u64)> {
@@ -187,7 +192,7 @@ fn a_flooding_source_is_dropped_in_the_kernel_until_its_estimate_falls() {
 
 async fn flood_and_drop() {
     let upstream = echo_upstream().await;
-    let mut proxy = Proxy::launch(
+    let mut proxy = Launch::new(
         "kernel",
         &format!("upstreams = [\"{upstream}\"]"),
         &format!(
@@ -195,9 +200,9 @@ async fn flood_and_drop() {
              [kernel]\ntable = \"{TABLE}\"\ninterval = \"100ms\"\naction = \"reset\"\n\
              factor = 2.0\nrequired = true\n"
         ),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     let front = proxy.front;
     assert!(table_exists(), "the table is made at start");
     assert!(listed().is_empty());
@@ -241,7 +246,7 @@ async fn flood_and_drop() {
         delay.as_secs_f64() * 1000.0,
         then.len() - 1
     );
-    assert!(listed().iter().any(|(a, _)| a == FLOODER));
+    assert!(in_kernel(FLOODER));
     // One element added, by the first update after it crossed the factor (a second one may
     // hold it longer: the attempts above were counted after its timeout was computed). The
     // updater counts it once `nft` has returned, which can be after the kernel already drops.
@@ -265,24 +270,19 @@ async fn flood_and_drop() {
         .find(|l| l.starts_with(FLOODER))
         .unwrap_or_default();
     assert!(row.contains(&format!("{FLOODER}/32 for ")), "{top}");
-    let estimate = admin_get(&proxy, &format!("/estimate?source={FLOODER}"));
-    assert!(
-        estimate.contains(&format!(
-            "{FLOODER}: held in the kernel as {FLOODER}/32 for "
-        )),
-        "{estimate}"
-    );
+    for view in ["estimate", "explain"] {
+        let text = admin_get(&proxy, &format!("/{view}?source={FLOODER}"));
+        assert!(
+            text.contains(&format!(
+                "{FLOODER}: held in the kernel as {FLOODER}/32 for "
+            )),
+            "{view}: {text}"
+        );
+    }
     let estimate = admin_get(&proxy, &format!("/estimate?source={LEGIT}"));
     assert!(
         estimate.ends_with(&format!("{LEGIT}: not held in the kernel\n")),
         "{estimate}"
-    );
-    let explain = admin_get(&proxy, &format!("/explain?source={FLOODER}"));
-    assert!(
-        explain.contains(&format!(
-            "{FLOODER}: held in the kernel as {FLOODER}/32 for "
-        )),
-        "{explain}"
     );
     let explain = admin_get(&proxy, &format!("/explain?source={FLOODER}&format=json"));
     assert!(
@@ -337,16 +337,16 @@ fn a_flooding_udp_source_is_dropped_in_the_kernel() {
 
 async fn flood_udp() {
     let upstream = common::udp_echo_upstream().await;
-    let mut proxy = Proxy::launch(
+    let mut proxy = Launch::new(
         "kernel-udp",
         &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
         &format!(
             "[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"5/2s\" }}]\n\n\
              [kernel]\ntable = \"{TABLE}\"\nfactor = 2.0\nrequired = true\n"
         ),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     let front = proxy.front;
     let flooder = tokio::net::UdpSocket::bind(format!("{FLOODER}:0"))
         .await
@@ -358,9 +358,7 @@ async fn flood_udp() {
             .unwrap();
     }
     poll("the flood's 12 decisions", || decisions(&proxy) == 12.0);
-    poll("the flooder in the kernel's set", || {
-        listed().iter().any(|(a, _)| a == FLOODER)
-    });
+    poll("the flooder in the kernel's set", || in_kernel(FLOODER));
     poll("the update counted", || {
         proxy.metric("tollgate_kernel_updates_total") >= 1.0
     });
@@ -413,17 +411,17 @@ fn a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start() {
              [kernel]\ntable = \"{TABLE}\"\nrequired = true\n"
             );
             let body = format!("upstreams = [\"{upstream}\"]");
-            let proxy = Proxy::launch("kernel-crash", &body, &config, "", true);
+            let proxy = Launch::new("kernel-crash", &body, &config).quiet().start();
             for _ in 0..8 {
                 let _ = attempt(FLOODER, proxy.front).await;
             }
-            poll("the flooder in the kernel's set", || {
-                listed().iter().any(|(a, _)| a == FLOODER)
-            });
+            poll("the flooder in the kernel's set", || in_kernel(FLOODER));
             // SIGKILL (the fixture's drop): nothing cleans up, the table and its element stay.
             drop(proxy);
-            assert!(listed().iter().any(|(a, _)| a == FLOODER));
-            let again = Proxy::launch("kernel-restart", &body, &config, "", true);
+            assert!(in_kernel(FLOODER));
+            let again = Launch::new("kernel-restart", &body, &config)
+                .quiet()
+                .start();
             assert!(
                 listed().is_empty(),
                 "the old table's elements survived a restart"
@@ -451,13 +449,13 @@ async fn deny_listed() {
     // 127.0.1.0/24 is denied but for 127.0.1.128/25; 127.0.0.5 is denied alone.
     let lists =
         |deny: &str| format!("[lists]\nallow = [\"127.0.1.128/25\"]\ndeny = [{deny}]\n\n{kernel}");
-    let mut proxy = Proxy::launch(
+    let mut proxy = Launch::new(
         "kernel-deny",
         &format!("upstreams = [\"{upstream}\"]"),
         &lists("\"127.0.0.5\", \"127.0.1.0/24\""),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     let front = proxy.front;
     let both = || {
         let found = listed();
@@ -492,7 +490,7 @@ async fn deny_listed() {
     std::fs::write(&proxy.path, config).unwrap();
     proxy.signal("HUP");
     poll("127.0.0.5 out of the kernel's sets", || {
-        !listed().iter().any(|(a, _)| a == "127.0.0.5")
+        !in_kernel("127.0.0.5")
     });
     assert_eq!(listed(), [("\"127.0.1.0\"/25".to_owned(), 0)]);
     assert_eq!(attempt("127.0.0.5", front).await, Met::Served);
@@ -532,19 +530,7 @@ async fn runtime_denied() {
     assert_eq!(attempt("127.0.0.6", front).await, Met::Served);
 
     // Added at run time for an hour: in the kernel within an interval, with that timeout.
-    let (status, body) = common::admin_json(
-        &server,
-        "POST",
-        "/lists/deny",
-        Some(TOKEN),
-        r#"{"cidr": "127.0.0.6", "ttl": "1h", "reason": "test"}"#,
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    poll_async("the run-time entry in the kernel", || {
-        listed().iter().any(|(a, _)| a == "127.0.0.6")
-    })
-    .await;
+    deny_at_run_time(&server, TOKEN, "127.0.0.6", "1h").await;
     let (_, timeout) = listed()
         .into_iter()
         .find(|(a, _)| a == "127.0.0.6")
@@ -567,27 +553,15 @@ async fn runtime_denied() {
     .await;
     assert!(status == 200 || status == 204, "{status}: {body}");
     poll_async("the deleted entry out of the kernel", || {
-        !listed().iter().any(|(a, _)| a == "127.0.0.6")
+        !in_kernel("127.0.0.6")
     })
     .await;
     assert_eq!(attempt("127.0.0.6", front).await, Met::Served);
 
     // A short time to live: the kernel lets it go by its own timeout.
-    let (status, body) = common::admin_json(
-        &server,
-        "POST",
-        "/lists/deny",
-        Some(TOKEN),
-        r#"{"cidr": "127.0.0.7", "ttl": "1s", "reason": "test"}"#,
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    poll_async("the short entry in the kernel", || {
-        listed().iter().any(|(a, _)| a == "127.0.0.7")
-    })
-    .await;
+    deny_at_run_time(&server, TOKEN, "127.0.0.7", "1s").await;
     poll_async("the short entry expired from the kernel", || {
-        !listed().iter().any(|(a, _)| a == "127.0.0.7")
+        !in_kernel("127.0.0.7")
     })
     .await;
     assert_eq!(
@@ -596,6 +570,16 @@ async fn runtime_denied() {
         "a transaction was refused"
     );
     server.shutdown().await;
+}
+
+/// Adds `cidr` to `server`'s deny list at run time for `ttl` (the admin's `POST /lists/deny`
+/// with `token`), and waits until it is in the kernel's sets.
+async fn deny_at_run_time(server: &tollgate::server::Server, token: &str, cidr: &str, ttl: &str) {
+    let entry = format!(r#"{{"cidr": "{cidr}", "ttl": "{ttl}", "reason": "test"}}"#);
+    let (status, body) =
+        common::admin_json(server, "POST", "/lists/deny", Some(token), &entry).await;
+    assert_eq!(status, 201, "{cidr}: {body}");
+    poll_async(&format!("{cidr} in the kernel"), || in_kernel(cidr)).await;
 }
 
 /// [`poll`] without blocking the runtime's worker (the in-process proxy runs on it).
@@ -633,13 +617,13 @@ async fn reload_kernel() {
     let kernel = |table: &str, action: &str| {
         format!("\n[kernel]\ntable = \"{table}\"\naction = \"{action}\"\nrequired = true\n")
     };
-    let mut proxy = Proxy::launch(
+    let mut proxy = Launch::new(
         "kernel-reload",
         &format!("upstreams = [\"{upstream}\"]"),
         &format!("{rule}{}", kernel(TABLE, "reset")),
-        "",
-        true,
-    );
+    )
+    .quiet()
+    .start();
     let front = proxy.front;
     let head = std::fs::read_to_string(&proxy.path).unwrap();
     let head = head[..head.find("[[rule]]").unwrap()].to_owned();
@@ -650,9 +634,7 @@ async fn reload_kernel() {
     for _ in 0..8 {
         let _ = attempt(FLOODER, front).await;
     }
-    poll("the flooder in the kernel's set", || {
-        listed().iter().any(|(a, _)| a == FLOODER)
-    });
+    poll("the flooder in the kernel's set", || in_kernel(FLOODER));
 
     // Changed (another name, another action): the old table goes, the new one comes, and the
     // flooder (still over its limit) is put into it by the new table's updater.
@@ -675,15 +657,17 @@ async fn reload_kernel() {
     });
 
     // Removed: the table is deleted, the proxy refuses the flooder at accept again.
+    // (The gauge falls once `nft` has returned, which can be after the table is gone.)
     reload(String::new());
-    poll("the table's removal", || !table_named(RENAMED));
+    poll("the table's removal", || {
+        !table_named(RENAMED) && proxy.metric("tollgate_kernel_active") == 0.0
+    });
     assert_eq!(attempt(FLOODER, front).await, Met::RejectedByProxy);
-    assert_eq!(proxy.metric("tollgate_kernel_active"), 0.0);
 
     // Added again: made, and the flooder goes back in.
     reload(kernel(TABLE, "reset"));
     poll("the flooder in the re-made table", || {
-        table_exists() && listed().iter().any(|(a, _)| a == FLOODER)
+        table_exists() && in_kernel(FLOODER)
     });
     assert_eq!(attempt(FLOODER, front).await, Met::RefusedBeforeAccept);
     assert_eq!(attempt(LEGIT, front).await, Met::Served);
@@ -711,13 +695,14 @@ async fn without_nft_the_proxy_refuses_to_start_or_runs_without_the_fast_path() 
     let rule = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/2s\" }]\n";
     let path = no_nft_path();
     // Optional: it serves, and says the fast path is off.
-    let proxy = Proxy::launch(
+    let proxy = Launch::new(
         "kernel-optional",
         &format!("upstreams = [\"{upstream}\"]"),
         &format!("{rule}\n[kernel]\ntable = \"{TABLE}\"\n"),
-        &format!("export PATH={} && ", path.display()),
-        true,
-    );
+    )
+    .shell(format!("export PATH={} && ", path.display()))
+    .quiet()
+    .start();
     assert_eq!(attempt("127.0.0.4", proxy.front).await, Met::Served);
     assert_eq!(proxy.metric("tollgate_kernel_active"), 0.0);
     assert_eq!(proxy.metric("tollgate_kernel_errors_total"), 1.0);
@@ -764,13 +749,14 @@ async fn a_reload_that_adds_a_required_kernel_it_cannot_make_is_refused_and_one_
     let upstream = echo_upstream().await;
     let rule = |rate: &str| format!("[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"{rate}\" }}]\n");
     let path = no_nft_path();
-    let proxy = Proxy::launch(
+    let proxy = Launch::new(
         "kernel-reload-no-nft",
         &format!("upstreams = [\"{upstream}\"]"),
         &rule("5/2s"),
-        &format!("export PATH={} && ", path.display()),
-        true,
-    );
+    )
+    .shell(format!("export PATH={} && ", path.display()))
+    .quiet()
+    .start();
     let head = std::fs::read_to_string(&proxy.path).unwrap();
     let head = head[..head.find("[[rule]]").unwrap()].to_owned();
     let reloads =
@@ -816,7 +802,11 @@ async fn a_reload_that_adds_a_required_kernel_it_cannot_make_is_refused_and_one_
     poll("the kernel metrics", || {
         metrics().contains("tollgate_kernel_active 0")
     });
-    // The refused reload's attempt and the kernel task's.
+    // The refused reload's attempt and the kernel task's (counted once `nft` has failed, which
+    // can be after the gauge above is exported).
+    poll("the kernel task's error", || {
+        proxy.metric("tollgate_kernel_errors_total") >= 2.0
+    });
     assert_eq!(
         proxy.metric("tollgate_kernel_errors_total"),
         2.0,

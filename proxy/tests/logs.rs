@@ -6,9 +6,8 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::process::free_port;
+use common::process::{exited, free_port, until_answering};
 
 /// A `tollgate` child writing its stderr to a file; killed when dropped.
 struct Run {
@@ -44,9 +43,11 @@ impl Run {
     /// then SIGTERM; everything it wrote to stderr.
     fn serve_and_stop(dir: &str, format: Option<&str>) -> Vec<u8> {
         let admin = free_port();
-        let config = format!(
-            "[admin]\nlisten = \"{admin}\"\n\n[[listener]]\nname = \"front\"\nlisten = \
-             \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:9\"]\nmax_connections = 100\n"
+        let config = common::one_listener(
+            &format!("listen = \"{admin}\""),
+            "127.0.0.1:9",
+            "max_connections = 100",
+            "",
         );
         let path =
             std::env::temp_dir().join(format!("tollgate-logs-{}-{dir}.toml", std::process::id()));
@@ -58,17 +59,11 @@ impl Run {
         }
         args.extend(["run", "--config", path]);
         let mut run = Run::spawn(dir, &args);
-        // A guard against a hang, not a timing assertion.
-        let deadline = Instant::now() + 3 * common::BOUND;
-        while std::net::TcpStream::connect(admin).is_err() {
-            if let Ok(Some(status)) = run.child.try_wait() {
-                panic!(
-                    "the proxy exited before it came up ({status}):\n{}",
-                    run.text()
-                );
-            }
-            assert!(Instant::now() < deadline, "the proxy did not come up");
-            std::thread::sleep(Duration::from_millis(20));
+        if let Err(status) = until_answering(&mut run.child, admin) {
+            panic!(
+                "the proxy exited before it came up ({status}):\n{}",
+                run.text()
+            );
         }
         let pid = run.child.id().to_string();
         assert!(
@@ -78,21 +73,9 @@ impl Run {
                 .unwrap()
                 .success()
         );
-        let status = run.wait();
+        let status = exited(&mut run.child);
         assert!(status.success(), "{status}:\n{}", run.text());
         std::fs::read(&run.stderr).unwrap()
-    }
-
-    /// Waits (bounded) for the child to exit.
-    fn wait(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + common::BOUND;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "tollgate did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     fn text(&self) -> String {
@@ -163,7 +146,10 @@ fn a_failed_start_is_a_json_line_too() {
             missing.to_str().unwrap(),
         ],
     );
-    assert!(!run.wait().success(), "a missing config fails the start");
+    assert!(
+        !exited(&mut run.child).success(),
+        "a missing config fails the start"
+    );
     let lines = json_lines(&std::fs::read(&run.stderr).unwrap());
     let error = lines
         .iter()

@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use common::process::Proxy;
+use common::process::Launch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tollgate::listeners::proxy_protocol::{V2Transport, encode_v2};
@@ -95,12 +95,10 @@ async fn memory_stays_flat_while_distinct_sources_each_connect_once() {
         40_000
     };
     let upstream = echo_once().await;
-    let proxy = Proxy::start(
-        "memory",
-        &format!("upstreams = [\"{upstream}\"]\ntrusted_proxies = [\"127.5.0.0/16\"]"),
-        "[sketch]\nmemory = \"16MiB\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"1000/10s\", ipv6_prefix = 128 }]",
-        None,
-    );
+    let listener = format!("upstreams = [\"{upstream}\"]\ntrusted_proxies = [\"127.5.0.0/16\"]");
+    let rest = "[sketch]\nmemory = \"16MiB\"\n\n\
+                [[rule]]\nname = \"r\"\nlimits = [{ rate = \"1000/10s\", ipv6_prefix = 128 }]";
+    let proxy = Launch::new("memory", &listener, rest).start();
     // Warm up: the sketch's pages, allocated zeroed at start, become resident as keys land on
     // them; the runtime's buffers reach their working size.
     let warm_up = total / 10;

@@ -24,24 +24,12 @@ fn token_file() -> PathBuf {
 }
 
 fn config(upstream: std::net::SocketAddr, rate: &str) -> String {
-    let token = token_file();
-    format!(
-        r#"
-[admin]
-listen = "127.0.0.1:0"
-token_file = "{}"
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-
-[[rule]]
-name = "per-source"
-limits = [{{ rate = "{rate}" }}]
-"#,
-        token.display()
-    )
+    let admin = format!(
+        "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"",
+        token_file().display()
+    );
+    let rule = format!("[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{rate}\" }}]");
+    common::one_listener(&admin, upstream, "", &rule)
 }
 
 /// A config file in a fresh temporary directory.

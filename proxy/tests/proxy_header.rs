@@ -10,22 +10,13 @@ use tokio::io::AsyncWriteExt;
 use tollgate::listeners::proxy_protocol::{V2Transport, encode_v1, encode_v2};
 
 fn config(upstream: SocketAddr) -> String {
-    format!(
-        r#"
-[admin]
-enabled = false
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-trusted_proxies = ["127.0.0.5/32"]
-send_proxy = "v1"
-
-[[rule]]
+    common::one_listener(
+        common::NO_ADMIN,
+        upstream,
+        "trusted_proxies = [\"127.0.0.5/32\"]\nsend_proxy = \"v1\"",
+        r#"[[rule]]
 name = "per-network"
-limits = [{{ rate = "5/60s", ipv4_prefix = 32, ipv6_prefix = 64 }}]
-"#
+limits = [{ rate = "5/60s", ipv4_prefix = 32, ipv6_prefix = 64 }]"#,
     )
 }
 

@@ -7,10 +7,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::process::Proxy;
+use common::process::{Launch, Proxy};
 use common::{Wire, attempt, echo_upstream, eventually, metric};
 
-/// The directory [`Proxy::launch`] keeps test `name`'s files in, and the state file there.
+/// The directory [`Launch::start`] keeps test `name`'s files in, and the state file there.
 fn state_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -51,7 +51,7 @@ async fn flood(from: &str, proxy: &Proxy, n: usize) -> Wire {
 /// Starts `tollgate run` for test `name` with its stderr kept (see [`Proxy::log`]), so a
 /// failure can say what the proxy logged about its state file.
 fn start(name: &str, listener: &str, rest: &str) -> Proxy {
-    Proxy::launch(name, listener, rest, "", true)
+    Launch::new(name, listener, rest).quiet().start()
 }
 
 /// Stops `proxy` with SIGTERM and checks that it exited cleanly, having saved `state`.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::process::Proxy;
+use common::process::Launch;
 use common::{Wire, attempt, echo_upstream};
 
 fn rule(rate: &str) -> String {
@@ -13,12 +13,12 @@ fn rule(rate: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_and_sigterm_stops() {
     let upstream = echo_upstream().await;
-    let mut proxy = Proxy::start(
+    let mut proxy = Launch::new(
         "signals",
         &format!("upstreams = [\"{upstream}\"]"),
         &rule("2/60s"),
-        None,
-    );
+    )
+    .start();
     assert_eq!(attempt("127.0.0.2", proxy.front).await, Wire::Echoed);
     assert_eq!(attempt("127.0.0.2", proxy.front).await, Wire::Echoed);
     assert_eq!(attempt("127.0.0.2", proxy.front).await, Wire::Reset);

@@ -6,21 +6,8 @@ mod common;
 use common::{Wire, attempt, closed_port, echo_upstream, metric, start};
 
 fn config(upstream: std::net::SocketAddr, rule: &str) -> String {
-    format!(
-        r#"
-[admin]
-enabled = false
-
-[[listener]]
-name = "front"
-listen = "127.0.0.1:0"
-upstreams = ["{upstream}"]
-
-[[rule]]
-name = "per-source"
-{rule}
-"#
-    )
+    let rule = format!("[[rule]]\nname = \"per-source\"\n{rule}");
+    common::one_listener(common::NO_ADMIN, upstream, "", &rule)
 }
 
 async fn nth_plus_one(action: &str) -> (Wire, Wire, Wire) {

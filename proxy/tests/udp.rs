@@ -7,7 +7,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::process::Proxy;
+use common::process::Launch;
 use common::{BOUND, metric, start, udp_echo_upstream};
 use tokio::net::UdpSocket;
 
@@ -314,13 +314,13 @@ async fn the_open_file_limit_is_raised_to_the_hard_limit_at_start() {
         hard > 256,
         "this test needs a hard limit above 256, not {hard}"
     );
-    let proxy = Proxy::launch(
+    let proxy = Launch::new(
         "nofile",
         &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
         GENEROUS,
-        "ulimit -Sn 256 && ",
-        false,
-    );
+    )
+    .shell("ulimit -Sn 256 && ")
+    .start();
     assert_eq!(open_files(proxy.pid()), (hard, hard));
     assert_eq!(proxy.metric("tollgate_open_files_limit "), hard as f64);
 }
@@ -342,13 +342,13 @@ async fn a_spoofed_flood_churns_through_fresh_sessions_within_the_cap_and_new_cl
     let upstream = udp_echo_upstream().await;
     // Soft and hard 400: the proxy cannot raise it. The default cap is then
     // 400 - 128 (reserve) - 1 (listener) - 1 (admin) = 270 sessions.
-    let proxy = Proxy::launch(
+    let proxy = Launch::new(
         "spoofed",
         &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
         GENEROUS,
-        "ulimit -n 400 && ",
-        false,
-    );
+    )
+    .shell("ulimit -n 400 && ")
+    .start();
     let sessions = "tollgate_udp_sessions{listener=\"front\"}";
     assert_eq!(
         proxy.metric("tollgate_udp_session_limit{listener=\"front\"}"),
@@ -387,16 +387,17 @@ async fn failures_to_open_a_session_socket_are_counted_and_logged_within_the_bud
     let upstream = udp_echo_upstream().await;
     // An explicit cap over the descriptors there are (the limit is 100, soft and hard): new
     // sessions fail with EMFILE once about 85 are open.
-    let proxy = Proxy::launch(
+    let proxy = Launch::new(
         "emfile-udp",
         &format!(
             "protocol = \"udp\"\nupstreams = [\"{upstream}\"]\nmax_sessions = 5000\n\
              session_timeout = \"3s\""
         ),
         &format!("[proxy]\nlog_rejections = 1\n{GENEROUS}"),
-        "ulimit -n 100 && ",
-        true,
-    );
+    )
+    .shell("ulimit -n 100 && ")
+    .quiet()
+    .start();
     let started = std::time::Instant::now();
     let probe = client("127.21.0.1").await;
     echoed(&probe, proxy.front, "first").await;
@@ -422,12 +423,12 @@ async fn failures_to_open_a_session_socket_are_counted_and_logged_within_the_bud
 #[tokio::test]
 async fn a_session_holds_no_buffer_of_its_own() {
     let upstream = udp_echo_upstream().await;
-    let proxy = Proxy::start(
+    let proxy = Launch::new(
         "session-memory",
         &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
         GENEROUS,
-        None,
-    );
+    )
+    .start();
     let probe = client("127.21.0.1").await;
     echoed(&probe, proxy.front, "first").await;
     // Warm-up: the table's and the runtime's first allocations.

@@ -56,6 +56,25 @@ pub async fn closed_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
+/// `[admin]` lines for no admin endpoint.
+pub const NO_ADMIN: &str = "enabled = false";
+
+/// A whole config: `[admin]` holding `admin` ([`NO_ADMIN`] for none), one TCP listener
+/// `front` on an ephemeral loopback port in front of `upstream` with the lines `listener`
+/// more, then `rest` (the rules and any other sections).
+pub fn one_listener(
+    admin: &str,
+    upstream: impl std::fmt::Display,
+    listener: &str,
+    rest: &str,
+) -> String {
+    format!(
+        "[admin]\n{admin}\n\n\
+         [[listener]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"{upstream}\"]\n\
+         {listener}\n\n{rest}\n"
+    )
+}
+
 /// Starts a proxy from config text (the admin on an ephemeral loopback port unless the text
 /// says otherwise).
 pub async fn start(config: &str) -> Server {

@@ -3,7 +3,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `tollgate run`, killed when dropped.
@@ -38,38 +38,93 @@ pub fn free_port() -> SocketAddr {
         .unwrap()
 }
 
-impl Proxy {
-    /// Starts `tollgate run` on `config_body` (everything but `[admin]` and the listener's
-    /// `name`/`listen` lines, which are added), under `sh -c "ulimit -n FILES"` if `files`.
-    pub fn start(name: &str, listener_body: &str, rest: &str, files: Option<u32>) -> Proxy {
-        let limit = files.map_or(String::new(), |n| format!("ulimit -n {n} && "));
-        Proxy::launch(name, listener_body, rest, &limit, false)
+/// Waits until something accepts connections at `admin` (polling, bounded: a guard against a
+/// hang, not a timing assertion; a debug build starting while the rest of the suite runs can
+/// take seconds).
+///
+/// # Errors
+/// `child`'s exit status, if it exits first.
+pub fn until_answering(child: &mut Child, admin: SocketAddr) -> Result<(), ExitStatus> {
+    let deadline = Instant::now() + 3 * super::BOUND;
+    while std::net::TcpStream::connect(admin).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(status);
+        }
+        assert!(Instant::now() < deadline, "{admin} did not answer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Waits (polling, bounded) for `child` to exit; its exit status.
+pub fn exited(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + super::BOUND;
+    loop {
+        if let Some(status) = child.try_wait().expect("the child's status") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the child did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `tollgate run` to start for a test: its config and how to start it. [`Launch::start`]
+/// starts it.
+pub struct Launch<'a> {
+    name: &'a str,
+    admin_body: &'a str,
+    listener_body: &'a str,
+    rest: &'a str,
+    shell: String,
+    quiet: bool,
+}
+
+impl<'a> Launch<'a> {
+    /// `tollgate run` for test `name` (its files' folder) on a config of `listener_body` (the
+    /// listener's lines but `name` and `listen`) and `rest` (what follows the listener);
+    /// `[admin]` and the listener's `name`/`listen` lines are added. Its stderr is kept in a
+    /// file ([`Proxy::log`]) and shown on the test's stderr when it ends.
+    pub fn new(name: &'a str, listener_body: &'a str, rest: &'a str) -> Launch<'a> {
+        Launch {
+            name,
+            admin_body: "",
+            listener_body,
+            rest,
+            shell: String::new(),
+            quiet: false,
+        }
     }
 
-    /// As [`Proxy::start`], with `shell` (such as `"ulimit -Sn 256 && "`) run before the
-    /// proxy. Its stderr is kept in a file ([`Proxy::log`]), and shown on the test's stderr
-    /// when it ends unless `log`.
+    /// With `body` (such as a `token_env` line) in `[admin]`.
+    pub fn admin(mut self, body: &'a str) -> Launch<'a> {
+        self.admin_body = body;
+        self
+    }
+
+    /// With `shell` (such as `"ulimit -Sn 256 && "`) run before the proxy, in the same `sh`.
+    pub fn shell(mut self, shell: impl Into<String>) -> Launch<'a> {
+        self.shell = shell.into();
+        self
+    }
+
+    /// Without showing its stderr on the test's when it ends: the test reads it itself.
+    pub fn quiet(mut self) -> Launch<'a> {
+        self.quiet = true;
+        self
+    }
+
+    /// Starts it; returns once its admin endpoint answers.
     ///
     /// The ports are free when picked but not held until the proxy binds them: another test
     /// (or process) may take one meanwhile. A proxy that could not bind is started again on
     /// fresh ports, a few times at most.
-    pub fn launch(name: &str, listener_body: &str, rest: &str, shell: &str, log: bool) -> Proxy {
-        Proxy::launch_with_admin(name, "", listener_body, rest, shell, log)
-    }
-
-    /// As [`Proxy::launch`], with `admin_body` (such as a `token_env` line) in `[admin]`.
-    #[allow(dead_code)] // Not every test file that includes this module sets the admin.
-    pub fn launch_with_admin(
-        name: &str,
-        admin_body: &str,
-        listener_body: &str,
-        rest: &str,
-        shell: &str,
-        log: bool,
-    ) -> Proxy {
+    ///
+    /// # Panics
+    /// If the proxy exits before it comes up, for another reason or too often.
+    pub fn start(&self) -> Proxy {
         const ATTEMPTS: usize = 5;
         for attempt in 1..=ATTEMPTS {
-            match Proxy::try_launch(name, admin_body, listener_body, rest, shell, log) {
+            match self.try_start() {
                 Ok(proxy) => return proxy,
                 Err(output) if output.contains("Address already in use") && attempt < ATTEMPTS => {
                     eprintln!("a port was taken before the proxy bound it; again:\n{output}");
@@ -81,14 +136,15 @@ impl Proxy {
     }
 
     /// One start: the proxy once its admin answers, or its exit status and stderr.
-    fn try_launch(
-        name: &str,
-        admin_body: &str,
-        listener_body: &str,
-        rest: &str,
-        shell: &str,
-        log: bool,
-    ) -> Result<Proxy, String> {
+    fn try_start(&self) -> Result<Proxy, String> {
+        let Launch {
+            name,
+            admin_body,
+            listener_body,
+            rest,
+            ref shell,
+            quiet,
+        } = *self;
         let (front, admin) = (free_port(), free_port());
         let config = format!(
             "[admin]\nlisten = \"{admin}\"\n{admin_body}\n\n[[listener]]\nname = \"front\"\nlisten = \"{front}\"\n{listener_body}\n\n{rest}\n"
@@ -114,22 +170,19 @@ impl Proxy {
             front,
             admin,
             path,
-            show_log: !log,
+            show_log: !quiet,
         };
-        // A guard against a hang, not a timing assertion: a debug build starting while the
-        // rest of the suite runs can take seconds.
-        let deadline = Instant::now() + 3 * super::BOUND;
-        while std::net::TcpStream::connect(proxy.admin).is_err() {
-            if let Ok(Some(status)) = proxy.child.try_wait() {
+        match until_answering(&mut proxy.child, admin) {
+            Ok(()) => Ok(proxy),
+            Err(status) => {
                 proxy.show_log = false;
-                return Err(format!("({status}):\n{}", proxy.log()));
+                Err(format!("({status}):\n{}", proxy.log()))
             }
-            assert!(Instant::now() < deadline, "the proxy did not come up");
-            std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(proxy)
     }
+}
 
+impl Proxy {
     /// Sends `signal` (a `kill -s` name such as `HUP`) to the child.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
@@ -140,15 +193,8 @@ impl Proxy {
     }
 
     /// Waits (bounded) for the child to exit; its exit status.
-    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + super::BOUND;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the proxy did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        exited(&mut self.child)
     }
 
     /// What the child wrote to stderr so far.

@@ -1,7 +1,6 @@
-//! A `redis-server` on a loopback port reached only by TLS, for the cluster's TLS tests, and
-//! the certificates it and the nodes use, made by the test (`rcgen`) in a temporary folder.
-//!
-//! (The plain-TCP launcher, with its replicas and sentinels, is in `tests/cluster.rs`.)
+//! A `redis-server` (or a sentinel) on a loopback port for the cluster tests, plain or
+//! reached only by TLS, and the certificates the TLS ones and the nodes use, made by the test
+//! (`rcgen`) in a temporary folder.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -75,95 +74,135 @@ impl Drop for Pki {
     }
 }
 
-/// A `redis-server` listening only for TLS on a loopback port, killed when dropped.
-pub struct Redis {
-    child: Child,
-    pub port: u16,
-    log: PathBuf,
+/// How to start a `redis-server`: [`Redis::plain`] or [`Redis::tls`], the options that differ,
+/// then [`Options::start`] (a server) or [`Options::sentinel`].
+#[derive(Clone, Copy)]
+pub struct Options<'a> {
+    port: Option<u16>,
+    password: Option<&'a str>,
+    tls: Option<&'a Pki>,
+    client_certificates: bool,
+    replica_of: Option<u16>,
 }
 
-impl Redis {
-    /// Starts one with `pki`'s server certificate (`--port 0`: no plain TCP), requiring
-    /// `password` if given and, if `client_certificates`, a client certificate signed by the
-    /// CA (`--tls-auth-clients yes`; else `no`). Returns once its log says it is ready.
+impl<'a> Options<'a> {
+    /// On `port` (to come back where a dropped one was); else on a free port.
+    pub fn port(mut self, port: u16) -> Options<'a> {
+        self.port = Some(port);
+        self
+    }
+
+    /// Requiring `password` (`requirepass`).
+    pub fn password(mut self, password: &'a str) -> Options<'a> {
+        self.password = Some(password);
+        self
+    }
+
+    /// Requiring a client certificate signed by the CA (`tls-auth-clients yes`; else `no`).
+    pub fn client_certificates(mut self) -> Options<'a> {
+        self.client_certificates = true;
+        self
+    }
+
+    /// A replica of `master`.
+    pub fn replica_of(mut self, master: &Redis) -> Options<'a> {
+        self.replica_of = Some(master.port);
+        self
+    }
+
+    /// Starts a server; returns once its log says it is ready.
     ///
     /// # Panics
     /// If `redis-server` cannot be started or does not get ready: a test that asked for Redis
     /// and did not get it has not run, and must not pass.
-    pub fn tls(pki: &Pki, password: Option<&str>, client_certificates: bool) -> Redis {
-        let port = super::process::free_port().port();
-        let log = pki.path(&format!("redis-{port}.log"));
-        let path = |name: &str| pki.path(name).display().to_string();
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--port", "0", "--tls-port", &port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--tls-cert-file", &path("server.pem")])
-            .args(["--tls-key-file", &path("server.key")])
-            .args(["--tls-ca-cert-file", &path("ca.pem")])
-            .args([
-                "--tls-auth-clients",
-                if client_certificates { "yes" } else { "no" },
-            ])
-            .args(password.map(|p| ["--requirepass", p]).into_iter().flatten())
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&pki.dir)
-            .arg("--logfile")
-            .arg(&log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        Redis::wait(command, port, log, "Ready to accept connections")
+    pub async fn start(self) -> Redis {
+        let mut lines = String::from("save \"\"\nappendonly no\n");
+        if let Some(password) = self.password {
+            lines += &format!("requirepass {password}\n");
+        }
+        if let Some(master) = self.replica_of {
+            lines += &format!("replicaof 127.0.0.1 {master}\n");
+        }
+        self.launch(&lines, &[], "Ready to accept connections")
+            .await
     }
 
-    /// A sentinel reached only by TLS (`pki`'s server certificate), watching `master` as `m`
-    /// (quorum 1) over TLS (`tls-replication yes`); its config file in `pki`'s folder, as
-    /// sentinels rewrite theirs. Returns once its log says it monitors the master.
-    pub fn sentinel_tls(pki: &Pki, master: &Redis) -> Redis {
-        let port = super::process::free_port().port();
-        let log = pki.path(&format!("sentinel-{port}.log"));
-        let path = |name: &str| pki.path(name).display().to_string();
-        let conf = pki.path(&format!("sentinel-{port}.conf"));
-        std::fs::write(
-            &conf,
-            format!(
-                "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
-                 tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
-                 tls-auth-clients no\ntls-replication yes\n\
-                 sentinel monitor m 127.0.0.1 {} 1\n",
-                pki.dir.display(),
-                log.display(),
-                path("server.pem"),
-                path("server.key"),
-                path("ca.pem"),
-                master.port
+    /// Starts a sentinel watching `master` as `m` with `quorum`, and `settings` (more
+    /// `sentinel` lines for `m`); returns once its log says it monitors the master.
+    ///
+    /// # Panics
+    /// As [`Options::start`].
+    pub async fn sentinel(self, master: &Redis, quorum: u32, settings: &str) -> Redis {
+        let lines = format!(
+            "sentinel monitor m 127.0.0.1 {} {quorum}\n{settings}",
+            master.port
+        );
+        self.launch(&lines, &["--sentinel"], "+monitor master m")
+            .await
+    }
+
+    /// Writes its config (where and how it listens, then `lines`) into a folder of its own,
+    /// as sentinels rewrite theirs and replicas keep a snapshot there, and starts
+    /// `redis-server` on it with `args`; waits (bounded) until its log holds `ready`.
+    async fn launch(self, lines: &str, args: &[&str], ready: &str) -> Redis {
+        let port = self
+            .port
+            .unwrap_or_else(|| super::process::free_port().port());
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-{}-redis-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir writable");
+        let log = dir.join("redis.log");
+        let mut config = match self.tls {
+            None => format!("port {port}\n"),
+            Some(pki) => format!(
+                "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+                 tls-ca-cert-file {}\ntls-auth-clients {}\ntls-replication yes\n",
+                pki.path("server.pem").display(),
+                pki.path("server.key").display(),
+                pki.path("ca.pem").display(),
+                if self.client_certificates {
+                    "yes"
+                } else {
+                    "no"
+                },
             ),
-        )
-        .expect("temp dir writable");
-        let mut command = Command::new("redis-server");
-        command
-            .arg(&conf)
-            .arg("--sentinel")
+        };
+        config += &format!(
+            "bind 127.0.0.1\ndir {}\nlogfile {}\n{lines}",
+            dir.display(),
+            log.display()
+        );
+        let path = dir.join("redis.conf");
+        std::fs::write(&path, config).expect("temp dir writable");
+        let child = Command::new("redis-server")
+            .arg(&path)
+            .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        Redis::wait(command, port, log, "+monitor master m")
-    }
-
-    /// Spawns `command` and waits (bounded) until its log at `log` holds `ready`.
-    fn wait(mut command: Command, port: u16, log: PathBuf, ready: &str) -> Redis {
-        let child = command.spawn().unwrap_or_else(|err| {
-            panic!(
-                "cannot start redis-server ({err}): install it (apt-get install redis-server) \
-                 or leave out --include-ignored"
-            )
-        });
-        let mut redis = Redis { child, port, log };
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| {
+                panic!(
+                    "cannot start redis-server ({err}): install it (apt-get install \
+                     redis-server) or leave out --include-ignored"
+                )
+            });
+        let mut redis = Redis {
+            child,
+            port,
+            password: self.password.map(str::to_owned),
+            dir,
+        };
         // Polls its log, bounded: a guard against a hang, not a timing assertion.
         let deadline = Instant::now() + super::BOUND;
         while !redis.log().contains(ready) {
             if let Ok(Some(status)) = redis.child.try_wait() {
+                let tls = if self.tls.is_some() {
+                    "; is it built with TLS?"
+                } else {
+                    ""
+                };
                 panic!(
-                    "redis-server exited ({status}); is it built with TLS? its log:\n{}",
+                    "redis-server exited ({status}){tls} its log:\n{}",
                     redis.log()
                 );
             }
@@ -173,26 +212,70 @@ impl Redis {
                 super::BOUND,
                 redis.log()
             );
-            std::thread::sleep(Duration::from_millis(20));
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         redis
     }
+}
 
-    /// Its TLS address.
+/// A `redis-server` (or a sentinel) on a loopback port, killed when dropped (and resumed
+/// first if stopped), its folder removed.
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    /// `requirepass`, if started with one.
+    pub password: Option<String>,
+    dir: PathBuf,
+}
+
+impl Redis {
+    /// One reached by plain TCP.
+    pub fn plain() -> Options<'static> {
+        Options {
+            port: None,
+            password: None,
+            tls: None,
+            client_certificates: false,
+            replica_of: None,
+        }
+    }
+
+    /// One reached only by TLS (`port 0`), with `pki`'s server certificate.
+    pub fn tls(pki: &Pki) -> Options<'_> {
+        Options {
+            tls: Some(pki),
+            ..Redis::plain()
+        }
+    }
+
+    /// Its address (its TLS one if it has one).
     pub fn address(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// What it logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// Sends it `signal` (a `kill` option such as `-STOP`).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
     }
 }
 
 impl Drop for Redis {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Config text: [`Config::parse`] (the policy) and [`ProxyConfig::parse`] (the whole file)
 //! on any text.
 
+use std::fmt::{Debug, Display};
 use std::net::{IpAddr, SocketAddr};
 
 use tollgate::config::ProxyConfig;
@@ -68,35 +69,41 @@ pub fn check(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match Config::parse(text) {
-        Ok(config) => {
-            let printed = config.to_string();
-            assert_eq!(
-                Config::parse(&printed).as_ref(),
-                Ok(&config),
-                "the policy printed as\n{printed}"
-            );
-            let fits = config.memory <= COMPILE_MEMORY
-                && config.periods.iter().all(|&(_, s)| s <= COMPILE_MEMORY);
-            if fits {
-                // Too little memory for the sketches is an error, not a panic.
-                let _ = Policy::compile(config, None);
-            }
+    if let Some(config) = round_trip(text, "policy", Config::parse) {
+        let fits = config.memory <= COMPILE_MEMORY
+            && config.periods.iter().all(|&(_, s)| s <= COMPILE_MEMORY);
+        if fits {
+            // Too little memory for the sketches is an error, not a panic.
+            let _ = Policy::compile(config, None);
         }
-        Err(errors) => assert_located(text, &errors),
     }
     if names_a_host(text) {
         return;
     }
-    match ProxyConfig::parse(text) {
+    round_trip(text, "config", ProxyConfig::parse);
+}
+
+/// What `parse` makes of `text`: a config that prints (`Display`, what `tollgate check` shows)
+/// as text that parses back to an equal config, returned; or errors that each name a place
+/// inside `text` ([`assert_located`]), and `None`. `what` names the config in a failure.
+fn round_trip<C: Display + PartialEq + Debug>(
+    text: &str,
+    what: &str,
+    parse: impl Fn(&str) -> Result<C, ConfigErrors>,
+) -> Option<C> {
+    match parse(text) {
         Ok(config) => {
             let printed = config.to_string();
             assert_eq!(
-                ProxyConfig::parse(&printed).as_ref(),
+                parse(&printed).as_ref(),
                 Ok(&config),
-                "the config printed as\n{printed}"
+                "the {what} printed as\n{printed}"
             );
+            Some(config)
         }
-        Err(errors) => assert_located(text, &errors),
+        Err(errors) => {
+            assert_located(text, &errors);
+            None
+        }
     }
 }
