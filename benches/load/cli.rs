@@ -63,6 +63,20 @@ pub(crate) struct Options {
     /// Threads of the load generator's runtime (clients and echo upstream).
     #[arg(long, default_value_t = 2)]
     pub(crate) client_threads: usize,
+    /// Worker threads of each proxy: tollgate's `threads`, HAProxy's `nbthread`, nginx's
+    /// `worker_processes`.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) proxy_threads: usize,
+    /// Pins this tool (its clients, the echo and sink upstreams, every thread) to this CPU,
+    /// with `taskset` (give `--proxy-cpu` too, so that the two sides do not share a core).
+    #[arg(long)]
+    pub(crate) client_cpu: Option<usize>,
+    /// Pins every proxy (each process and thread of it) to this CPU, with `taskset`.
+    #[arg(long)]
+    pub(crate) proxy_cpu: Option<usize>,
+    /// Distinct sources the latency scenario rotates over (one address per sample).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) latency_sources: u64,
     /// Count the proxies' system calls per connection in the short and rejected scenarios with
     /// `strace -c -f` attached (their rates and CPU are then not recorded: tracing slows them).
     #[arg(long)]
@@ -96,6 +110,8 @@ pub(crate) struct Sizes {
     /// Distinct blocked sources the rejected scenario rotates over (each warmed up once).
     pub(crate) rejected_sources: u64,
     pub(crate) latency_samples: u64,
+    /// Distinct sources the latency scenario rotates over.
+    pub(crate) latency_sources: u64,
     pub(crate) bulk_bytes: u64,
     pub(crate) bulk_time: Duration,
     pub(crate) udp_time: Duration,
@@ -125,6 +141,7 @@ impl Options {
             concurrency: self.concurrency.clamp(1, 4096),
             rejected_sources: if self.quick { 200 } else { 1_000 },
             latency_samples: pick(self.latency_samples, 2_000, 300).max(1),
+            latency_sources: self.latency_sources.clamp(1, 60_000),
             bulk_bytes: pick(self.bulk_mib, 4_096, 512).max(1) << 20,
             bulk_time: secs(self.bulk_secs, 10.0, 2.0),
             udp_time: secs(self.udp_secs, 5.0, 1.0),

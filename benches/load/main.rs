@@ -18,6 +18,7 @@
 
 mod cli;
 mod peers;
+mod pin;
 mod report;
 mod scenarios;
 mod syscalls;
@@ -56,6 +57,14 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         .thread_name("load")
         .enable_all()
         .build()?;
+    if let Some(cpu) = options.client_cpu {
+        // After the runtime is built: `-a` sets its threads too.
+        pin::pin(std::process::id(), cpu).map_err(|e| format!("--client-cpu {cpu}: {e}"))?;
+    }
+    let setup = peers::Setup {
+        threads: options.proxy_threads.clamp(1, 64),
+        cpu: options.proxy_cpu,
+    };
     let dir = WorkDir::create("load")?;
     let upstreams = Upstreams::start(&runtime)?;
 
@@ -65,7 +74,7 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     let mut peers = Vec::new();
     let mut skipped = Vec::new();
     for kind in columns {
-        match Peer::start(kind, &upstreams, &dir, &tollgate) {
+        match Peer::start(kind, &upstreams, &dir, &tollgate, setup) {
             Ok(peer) => peers.push(peer),
             Err(err) => {
                 eprintln!("{kind}: {err}");
@@ -141,6 +150,9 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
             "machine": machine,
             "tollgate": tollgate.display().to_string(),
             "repeat": sizes.repeat,
+            "proxy_threads": setup.threads,
+            "client_cpu": options.client_cpu,
+            "proxy_cpu": options.proxy_cpu,
             "seconds": elapsed,
         });
         println!("{}", serde_json::to_string_pretty(&report.json(header))?);
@@ -152,10 +164,27 @@ fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         );
         println!("machine: {machine}");
         println!(
-            "medians of {} run(s) per cell; proxies run with one worker thread; took {elapsed:.0} s\n",
-            sizes.repeat
+            "medians of {} run(s) per cell; proxies run with {} worker thread(s){}; took {elapsed:.0} s\n",
+            sizes.repeat,
+            setup.threads,
+            pinned(options),
         );
         print!("{}", report.table());
     }
     Ok(())
+}
+
+/// What the header says of pinning.
+fn pinned(options: &Options) -> String {
+    match (options.client_cpu, options.proxy_cpu) {
+        (None, None) => String::new(),
+        (client, proxy) => {
+            let cpu = |c: Option<usize>| c.map_or_else(|| "any".to_owned(), |c| c.to_string());
+            format!(
+                ", clients on CPU {}, proxies on CPU {}",
+                cpu(client),
+                cpu(proxy)
+            )
+        }
+    }
 }

@@ -15,7 +15,6 @@ use crate::report::Metric;
 
 /// The /16 latency clients come from; each sample from the next address.
 const LATENCY_NET: u8 = 2;
-const LATENCY_SOURCES: u64 = 10_000;
 
 /// p50 and p99 of `sizes.latency_samples` sequential exchanges, in microseconds.
 pub(super) fn run(peer: &Peer, context: &Context<'_>) -> Result<Outcome, String> {
@@ -33,7 +32,7 @@ pub(super) fn run(peer: &Peer, context: &Context<'_>) -> Result<Outcome, String>
         }
         let start = Instant::now();
         match exchange(
-            source(LATENCY_NET, i, LATENCY_SOURCES),
+            source(LATENCY_NET, i, sizes.latency_sources),
             peer.endpoints.echo,
             sizes.op_timeout,
         ) {
