@@ -23,6 +23,8 @@ pub(crate) enum Metric {
     LatencyP99,
     /// Derived: a proxy's median p50 less the direct column's.
     LatencyAdded,
+    LatencyCpu,
+    LatencySwitches,
     BulkRate,
     BulkCpu,
     UdpSent,
@@ -38,7 +40,7 @@ enum Goal {
 }
 
 impl Metric {
-    const ALL: [Metric; 14] = [
+    const ALL: [Metric; 16] = [
         Metric::ShortRate,
         Metric::ShortCpu,
         Metric::ShortSwitches,
@@ -48,6 +50,8 @@ impl Metric {
         Metric::LatencyP50,
         Metric::LatencyP99,
         Metric::LatencyAdded,
+        Metric::LatencyCpu,
+        Metric::LatencySwitches,
         Metric::BulkRate,
         Metric::BulkCpu,
         Metric::UdpSent,
@@ -66,6 +70,8 @@ impl Metric {
             Metric::LatencyP50 => "latency p50 (us)",
             Metric::LatencyP99 => "latency p99 (us)",
             Metric::LatencyAdded => "latency p50 added over direct (us)",
+            Metric::LatencyCpu => "latency: proxy CPU us/exchange",
+            Metric::LatencySwitches => "latency: proxy context switches/exchange",
             Metric::BulkRate => "one connection: MB/s",
             Metric::BulkCpu => "one connection: proxy CPU us/MB",
             Metric::UdpSent => "udp 64 B: sent/s",
@@ -86,6 +92,8 @@ impl Metric {
             Metric::LatencyP50 => "latency_p50_us",
             Metric::LatencyP99 => "latency_p99_us",
             Metric::LatencyAdded => "latency_p50_added_us",
+            Metric::LatencyCpu => "latency_cpu_us_per_exchange",
+            Metric::LatencySwitches => "latency_switches_per_exchange",
             Metric::BulkRate => "bulk_mb_per_s",
             Metric::BulkCpu => "bulk_cpu_us_per_mb",
             Metric::UdpSent => "udp_sent_per_s",

@@ -9,15 +9,50 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::connections::PAYLOAD;
-use super::{Context, Failures, Outcome, source};
+use super::{Context, Failures, Outcome, Spent, measured, source};
 use crate::peers::Peer;
 use crate::report::Metric;
 
 /// The /16 latency clients come from; each sample from the next address.
 const LATENCY_NET: u8 = 2;
 
-/// p50 and p99 of `sizes.latency_samples` sequential exchanges, in microseconds.
+/// p50 and p99 of `sizes.latency_samples` sequential exchanges, in microseconds, and the
+/// proxy's CPU and context switches per exchange (a proxy that sleeps between the steps of one
+/// exchange wakes once per step: the switches show it).
 pub(super) fn run(peer: &Peer, context: &Context<'_>) -> Result<Outcome, String> {
+    let sizes = context.sizes;
+    // `--strace` traces the short and rejected scenarios only: traced, latency means nothing.
+    let ((samples, failures), spent) = if sizes.strace {
+        (exchanges(peer, context), Spent::default())
+    } else {
+        measured(peer, context, "latency", || exchanges(peer, context))?
+    };
+    if samples.is_empty() {
+        return Err(failures
+            .note("latency", sizes.latency_samples)
+            .unwrap_or_else(|| "no samples".to_owned()));
+    }
+    let mut outcome = Outcome::default();
+    let micros = |q: f64| {
+        let index = ((samples.len() - 1) as f64 * q).round() as usize;
+        samples[index.min(samples.len() - 1)].as_secs_f64() * 1e6
+    };
+    outcome.figures.push((Metric::LatencyP50, micros(0.50)));
+    outcome.figures.push((Metric::LatencyP99, micros(0.99)));
+    spent.record(
+        &mut outcome,
+        samples.len() as u64,
+        Metric::LatencyCpu,
+        Metric::LatencySwitches,
+    );
+    outcome
+        .notes
+        .extend(failures.note("latency exchanges", sizes.latency_samples));
+    Ok(outcome)
+}
+
+/// The timed exchanges, sorted, and what failed.
+fn exchanges(peer: &Peer, context: &Context<'_>) -> (Vec<Duration>, Failures) {
     let sizes = context.sizes;
     let deadline = Instant::now() + sizes.scenario_limit;
     let mut samples = Vec::new();
@@ -40,23 +75,8 @@ pub(super) fn run(peer: &Peer, context: &Context<'_>) -> Result<Outcome, String>
             Err(err) => failures.record(err),
         }
     }
-    if samples.is_empty() {
-        return Err(failures
-            .note("latency", sizes.latency_samples)
-            .unwrap_or_else(|| "no samples".to_owned()));
-    }
     samples.sort_unstable();
-    let micros = |q: f64| {
-        let index = ((samples.len() - 1) as f64 * q).round() as usize;
-        samples[index.min(samples.len() - 1)].as_secs_f64() * 1e6
-    };
-    let mut outcome = Outcome::default();
-    outcome.figures.push((Metric::LatencyP50, micros(0.50)));
-    outcome.figures.push((Metric::LatencyP99, micros(0.99)));
-    outcome
-        .notes
-        .extend(failures.note("latency exchanges", sizes.latency_samples));
-    Ok(outcome)
+    (samples, failures)
 }
 
 fn exchange(source: IpAddr, target: SocketAddr, timeout: Duration) -> io::Result<()> {
