@@ -168,6 +168,9 @@ struct Step {
 pub struct Policy {
     config: Config,
     lists: PrefixMap<(bool, Cidr)>,
+    /// Whether `lists` holds no network (the config has no allow or deny list): the decision
+    /// path then skips its lookup.
+    no_lists: bool,
     /// The run-time entries, shared with every policy built from this one.
     runtime: Arc<RuntimeLists>,
     rules: Vec<Compiled>,
@@ -297,6 +300,7 @@ impl Policy {
         );
         Policy {
             config,
+            no_lists: lists.is_empty(),
             lists,
             runtime: Arc::default(),
             rules,
@@ -349,10 +353,13 @@ impl Policy {
     /// entries looked at only when there are some.
     #[inline]
     fn list_verdict(&self, source: Source, now: Tick) -> Option<(ListKind, Cidr)> {
-        let file = self
-            .lists
-            .longest_match(source)
-            .map(|(prefix, &(deny, cidr))| (prefix, kind(deny), cidr));
+        let file = if self.no_lists {
+            None
+        } else {
+            self.lists
+                .longest_match(source)
+                .map(|(prefix, &(deny, cidr))| (prefix, kind(deny), cidr))
+        };
         let runtime = self.runtime.find_with(source, now, |prefix, entry| {
             (prefix, entry.kind, entry.cidr)
         });
