@@ -1,7 +1,7 @@
 //! Keys from addresses: the source as the filter sees it, and the sketch key of a limit, a
 //! penalty or a plain scope.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use xxhash_rust::xxh3::xxh3_64;
@@ -183,6 +183,27 @@ impl LimitKey {
         LimitKey { bytes }
     }
 
+    /// The part of every key of `source`'s family under the limits of `rule` with period
+    /// `per` at `prefix` that does not depend on the address: built once when a policy is
+    /// compiled, so the key of each event is a copy and a mask (see [`KeyHead::key`]).
+    pub(crate) fn limit_head(
+        rule: RuleId,
+        per: Duration,
+        family: Source,
+        prefix: Prefix,
+    ) -> KeyHead {
+        // The unspecified address of the family: every address byte of the head is zero.
+        let zero = match family.addr() {
+            IpAddr::V4(_) => Source::from(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => Source(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
+        };
+        KeyHead {
+            key: LimitKey::limit(rule, per, zero, prefix),
+            mask_v4: u32::from(prefix.mask_v4(Ipv4Addr::from(u32::MAX))),
+            mask_v6: u128::from(prefix.mask_v6(Ipv6Addr::from(u128::MAX))),
+        }
+    }
+
     /// The same key under the kind that hashes it apart: a penalty key's twin.
     pub(crate) fn twin(mut self) -> LimitKey {
         self.bytes[0] = Kind::PenaltyTwin as u8;
@@ -196,9 +217,44 @@ impl LimitKey {
     }
 }
 
+/// A [`LimitKey`] without its address: what [`LimitKey::limit_head`] builds once per limit and
+/// family. Two heads are equal exactly when the keys they give for any one source of their
+/// family are (the prefix byte decides the masking: an other-family prefix masks nothing, as
+/// the whole address's length does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeyHead {
+    /// The key of the family's unspecified address: every field but the address.
+    key: LimitKey,
+    /// What `prefix` keeps of an IPv4 address, and of an IPv6 one.
+    mask_v4: u32,
+    mask_v6: u128,
+}
+
+impl KeyHead {
+    /// The key of `source`, which must be of the family the head was built for (the policy
+    /// picks the head by the source's family): `LimitKey::limit(rule, per, source, prefix)`.
+    #[inline]
+    pub(crate) fn key(&self, source: Source) -> LimitKey {
+        let mut key = self.key;
+        match source.addr() {
+            IpAddr::V4(v4) => {
+                debug_assert_eq!(key.bytes[17], 4, "an IPv4 source under an IPv6 head");
+                let masked = u32::from(v4) & self.mask_v4;
+                key.bytes[19..23].copy_from_slice(&masked.to_be_bytes());
+            }
+            IpAddr::V6(v6) => {
+                debug_assert_eq!(key.bytes[17], 6, "an IPv6 source under an IPv4 head");
+                let masked = u128::from(v6) & self.mask_v6;
+                key.bytes[19..35].copy_from_slice(&masked.to_be_bytes());
+            }
+        }
+        key
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv6Addr;
+    use proptest::prelude::*;
 
     use super::*;
 
@@ -234,6 +290,30 @@ mod tests {
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {
                 assert_ne!(a, b);
+            }
+        }
+    }
+
+    proptest! {
+        /// A key from a head is the key `LimitKey::limit` builds, for every source of the
+        /// head's family and every prefix (of either family) and period.
+        #[test]
+        fn a_head_gives_the_limit_key(
+            v4 in any::<u32>(),
+            v6 in any::<u128>(),
+            len in 0u8..=128,
+            other_family in any::<bool>(),
+            nanos in any::<u64>(),
+        ) {
+            let rule = RuleId::from_name("r");
+            let per = Duration::from_nanos(nanos);
+            for source in [Source::from(Ipv4Addr::from(v4)), Source::new(IpAddr::V6(Ipv6Addr::from(v6)))] {
+                let prefix = match (source.addr(), other_family) {
+                    (IpAddr::V4(_), false) | (IpAddr::V6(_), true) => Prefix::V4(len.min(32)),
+                    (IpAddr::V6(_), false) | (IpAddr::V4(_), true) => Prefix::V6(len),
+                };
+                let head = LimitKey::limit_head(rule, per, source, prefix);
+                prop_assert_eq!(head.key(source), LimitKey::limit(rule, per, source, prefix));
             }
         }
     }

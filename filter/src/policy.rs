@@ -10,7 +10,7 @@ use tollgate_sketch::{BuildError, KeyHash, Stats, Tick};
 use crate::budget::{self, Counts};
 use crate::config::Config;
 use crate::counter::Counter;
-use crate::key::{LimitKey, Source};
+use crate::key::{KeyHead, LimitKey, RuleId, Source};
 use crate::overlay::{ListEntry, ListKind, RuntimeLists};
 use crate::packet::{PacketInfo, parse_frame};
 use crate::penalty::Penalty;
@@ -141,13 +141,26 @@ struct Compiled {
     sources: PrefixMap<()>,
     /// Its limits, in file order.
     limits: Vec<Bound>,
-    /// Limit indices ordered by period and prefix length, for IPv4 sources then IPv6 ones:
+    /// Its limits ordered by period and prefix length, for IPv4 sources then IPv6 ones:
     /// limits that count the same events are adjacent and share one observe.
-    order: [Vec<usize>; 2],
+    steps: [Vec<Step>; 2],
     /// The penalty's length and its two sketches' indices, if the rule has a penalty.
     penalty: Option<(Duration, [usize; 2])>,
     /// [`Rule::shape`], for a cluster's keys.
     shape: u64,
+}
+
+/// One limit of a rule as a source of one family meets it (see [`Compiled::steps`]).
+#[derive(Debug)]
+struct Step {
+    /// The limit's index in [`Compiled::limits`].
+    limit: usize,
+    /// Its key but for the address (`LimitKey::limit` of the rule, the period and the family's
+    /// prefix).
+    head: KeyHead,
+    /// Whether its key differs from the previous step's: the first of a group of limits that
+    /// count one key (one period and prefix length), observed once for all of them.
+    leads: bool,
 }
 
 /// An immutable policy: swap a new one in to reload (see [`crate::Filter`]).
@@ -155,6 +168,9 @@ struct Compiled {
 pub struct Policy {
     config: Config,
     lists: PrefixMap<(bool, Cidr)>,
+    /// Whether `lists` holds no network (the config has no allow or deny list): the decision
+    /// path then skips its lookup.
+    no_lists: bool,
     /// The run-time entries, shared with every policy built from this one.
     runtime: Arc<RuntimeLists>,
     rules: Vec<Compiled>,
@@ -247,17 +263,24 @@ impl Policy {
                         })
                     })
                     .collect();
-                let ordered = |prefix: fn(&Limit) -> Prefix| {
+                let ordered = |family: Source, prefix: fn(&Limit) -> Prefix| {
                     let mut order: Vec<usize> = (0..limits.len()).collect();
                     order.sort_by_key(|&i| {
                         (limits[i].limit.rate.per, prefix(&limits[i].limit).len())
                     });
-                    order
+                    steps(rule.id, family, &limits, &order, prefix)
                 };
                 Compiled {
                     shape: rule.shape(),
                     sources: networks(rule.sources.iter().map(|c| (*c, ()))),
-                    order: [ordered(|l| l.ipv4_prefix), ordered(|l| l.ipv6_prefix)],
+                    steps: [
+                        ordered(Source::from(std::net::Ipv4Addr::UNSPECIFIED), |l| {
+                            l.ipv4_prefix
+                        }),
+                        ordered(Source::new(std::net::Ipv6Addr::UNSPECIFIED.into()), |l| {
+                            l.ipv6_prefix
+                        }),
+                    ],
                     limits,
                     penalty: rule.penalty.and_then(|length| {
                         let plain = index_of(Counts::Penalties { shifted: false }, length)?;
@@ -277,6 +300,7 @@ impl Policy {
         );
         Policy {
             config,
+            no_lists: lists.is_empty(),
             lists,
             runtime: Arc::default(),
             rules,
@@ -329,10 +353,13 @@ impl Policy {
     /// entries looked at only when there are some.
     #[inline]
     fn list_verdict(&self, source: Source, now: Tick) -> Option<(ListKind, Cidr)> {
-        let file = self
-            .lists
-            .longest_match(source)
-            .map(|(prefix, &(deny, cidr))| (prefix, kind(deny), cidr));
+        let file = if self.no_lists {
+            None
+        } else {
+            self.lists
+                .longest_match(source)
+                .map(|(prefix, &(deny, cidr))| (prefix, kind(deny), cidr))
+        };
         let runtime = self.runtime.find_with(source, now, |prefix, entry| {
             (prefix, entry.kind, entry.cidr)
         });
@@ -524,29 +551,22 @@ impl Policy {
         let source = event.source;
         let family = usize::from(!matches!(source.addr(), std::net::IpAddr::V4(_)));
         let mut slots = hashes.iter_mut();
-        let mut last: Option<(LimitKey, KeyHash)> = None;
         for (rule, compiled) in self.config.rules.iter().zip(&self.rules) {
             if !rule.protocol.matches(event.transport) {
                 continue;
             }
-            for &limit_index in &compiled.order[family] {
+            for step in &compiled.steps[family] {
                 let Some(slot) = slots.next() else { return };
-                let bound = &compiled.limits[limit_index];
-                let limit = &bound.limit;
-                let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
-                let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
-                let hash = match last {
-                    // Same key, same sketch (one period): as `judge_hashed` groups them.
-                    Some((previous, hash)) if previous == key => hash,
-                    _ => {
-                        let sketch = self.counters[bound.counter].sketch();
-                        let hash = sketch.hash(key.as_bytes());
-                        // Nothing to fetch for a key already at its cap in this window.
-                        sketch.touch_capped(hash, bound.cap[family], now);
-                        hash
-                    }
-                };
-                last = Some((key, hash));
+                // Same key, same sketch (one period) as the step before: `judge_hashed`
+                // observes it once, with the hash of the group's first step.
+                if !step.leads {
+                    continue;
+                }
+                let bound = &compiled.limits[step.limit];
+                let sketch = self.counters[bound.counter].sketch();
+                let hash = sketch.hash(step.head.key(source).as_bytes());
+                // Nothing to fetch for a key already at its cap in this window.
+                sketch.touch_capped(hash, bound.cap[family], now);
                 *slot = Some(hash);
             }
         }
@@ -601,7 +621,7 @@ impl Policy {
                 continue;
             }
             let first_slot = next_slot;
-            next_slot += compiled.order[family].len();
+            next_slot += compiled.steps[family].len();
             if !compiled.sources.is_empty() && compiled.sources.longest_match(source).is_none() {
                 continue;
             }
@@ -609,14 +629,14 @@ impl Policy {
                 Weight::Events => 1,
                 Weight::Bytes => event.bytes,
             };
-            // The key and local estimate of the last group of limits with one period and prefix.
-            let mut group: Option<(LimitKey, u64)> = None;
-            for (position, &limit_index) in compiled.order[family].iter().enumerate() {
+            // The local estimate of the current group of limits with one period and prefix.
+            let mut group = 0;
+            for (position, step) in compiled.steps[family].iter().enumerate() {
+                let limit_index = step.limit;
                 let bound = &compiled.limits[limit_index];
                 let limit = &bound.limit;
                 let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
-                let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
-                let hash = hashes.get(first_slot + position).copied().flatten();
+                let key = step.head.key(source);
                 let penalty = compiled
                     .penalty
                     .filter(|_| !rule.shadow)
@@ -637,21 +657,21 @@ impl Policy {
                     decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
                 }
                 // Limits of one period and prefix count the same events: one observe for all.
-                let (local, first) = match group {
-                    Some((grouped, estimate)) if grouped == key => (estimate, false),
-                    _ => {
-                        let counter = &self.counters[bound.counter];
-                        let cap = bound.cap[family];
-                        let estimate = if count {
-                            let key = key.as_bytes();
-                            let hash = hash.unwrap_or_else(|| counter.sketch().hash(key));
-                            counter.observe_hashed_capped(key, hash, weight, cap, now)
-                        } else {
-                            counter.estimate_capped(key.as_bytes(), cap, now)
-                        };
-                        group = Some((key, estimate));
-                        (estimate, true)
-                    }
+                // The first step of a rule leads: `group` is always set before it is read.
+                let (local, first) = if step.leads {
+                    let counter = &self.counters[bound.counter];
+                    let cap = bound.cap[family];
+                    group = if count {
+                        let key = key.as_bytes();
+                        let hash = hashes.get(first_slot + position).copied().flatten();
+                        let hash = hash.unwrap_or_else(|| counter.sketch().hash(key));
+                        counter.observe_hashed_capped(key, hash, weight, cap, now)
+                    } else {
+                        counter.estimate_capped(key.as_bytes(), cap, now)
+                    };
+                    (group, true)
+                } else {
+                    (group, false)
                 };
                 let mut estimate = local;
                 // Without what the others are predicted to have added: a penalty starts only
@@ -781,6 +801,25 @@ fn pick<T>(
     }
 }
 
+/// The steps of a rule's `limits` in `order` for sources of `family`, counted at `prefix`.
+fn steps(
+    rule: RuleId,
+    family: Source,
+    limits: &[Bound],
+    order: &[usize],
+    prefix: fn(&Limit) -> Prefix,
+) -> Vec<Step> {
+    let mut steps: Vec<Step> = Vec::with_capacity(order.len());
+    for &limit in order {
+        let bound = &limits[limit];
+        let head = LimitKey::limit_head(rule, bound.limit.rate.per, family, prefix(&bound.limit));
+        // Equal heads give equal keys for every source of the family (see `KeyHead`).
+        let leads = steps.last().is_none_or(|previous| previous.head != head);
+        steps.push(Step { limit, head, leads });
+    }
+    steps
+}
+
 fn networks<V>(entries: impl Iterator<Item = (Cidr, V)>) -> PrefixMap<V> {
     let mut map = PrefixMap::new();
     for (cidr, value) in entries {
@@ -807,5 +846,8 @@ fn retry_after(estimate: u64, allowed: u64, per: Duration, capped: Option<Tick>)
         return Duration::from_nanos(left).saturating_add(per);
     }
     let excess = estimate.saturating_sub(allowed) as f64 / estimate.max(1) as f64;
-    Duration::from_millis((per.as_millis() as f64 * excess).ceil() as u64)
+    // A checked period is at most ~584 years, so its milliseconds fit a u64, whose conversion
+    // to f64 rounds as the u128's did (without the u128 one's library call).
+    let millis = u64::try_from(per.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis((millis as f64 * excess).ceil() as u64)
 }
