@@ -137,8 +137,8 @@ impl Builder {
         self
     }
 
-    /// Bytes of the budget for the table of keys seen at their cap (default: 1/64 of the
-    /// budget, at most 128 KiB; none under 32 KiB), in whole 64-byte lines; 0 keeps none.
+    /// Bytes of the budget for the table of keys seen at their cap (default: 128 KiB for a
+    /// budget of 8 MiB or more, none below), in whole 64-byte lines; 0 keeps none.
     ///
     /// [`RateSketch::observe_capped`] notes a key there once its count in the current window
     /// reached the cap; the key's later events in that window read one word of the table
@@ -210,7 +210,7 @@ impl Builder {
     }
 
     /// Splits the budget: fixed bookkeeping first, then the hot keys' table (see
-    /// [`crate::hot`]: 1/64 of the budget, at most 128 KiB), then the front's share, then the
+    /// [`crate::hot`]: 128 KiB from 8 MiB of budget up), then the front's share, then the
     /// counters.
     fn plan(&self) -> Result<Plan, BuildError> {
         let hot_bytes = self.hot_bytes();

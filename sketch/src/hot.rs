@@ -6,8 +6,8 @@
 //! observe already only reads such a key's cells (see [`crate::RateSketch::observe_capped`]),
 //! but on a sketch of megabytes reading them is `depth` cache misses per event, and the
 //! front's line besides. A key found at its cap is noted here, in one word; its later events in
-//! the same window read that word and nothing else, from a table of at most
-//! [`HotKeys::MAX_BYTES`] that a core's L2 cache holds.
+//! the same window read that word and nothing else, from a table of
+//! [`HotKeys::MAX_BYTES`] that a core's L2 cache holds (by default for budgets from 8 MiB).
 //!
 //! # Why it is sound
 //! A note says "the key's current-window count read at least `cap` in window `w`". It is
@@ -54,17 +54,20 @@ impl HotKeys {
     /// The largest table: 128 KiB, 16,384 notes, well inside a core's L2 cache.
     pub(crate) const MAX_BYTES: usize = 128 << 10;
 
-    /// The smallest table worth keeping: 8 lines. Below it a sketch has none.
-    const MIN_BYTES: usize = 8 * std::mem::size_of::<Line>();
+    /// The smallest budget given a table by default: 8 MiB, of which [`HotKeys::MAX_BYTES`]
+    /// is 1/64. A smaller table holds fewer notes than a flood has hot keys, and two cores
+    /// then write notes over each other's in the same lines, which costs more than the table
+    /// saves: with 32 KiB at 2 MiB, two threads over one fell from 1.8x to 1.1x (README).
+    const MIN_BUDGET: usize = 64 * Self::MAX_BYTES;
 
-    /// The bytes a sketch of `budget` bytes gives its notes: 1/64 of it, in whole lines, at
-    /// most [`HotKeys::MAX_BYTES`]; none below [`HotKeys::MIN_BYTES`].
+    /// The bytes a sketch of `budget` bytes gives its notes by default: [`HotKeys::MAX_BYTES`]
+    /// from [`HotKeys::MIN_BUDGET`] up, none below.
     pub(crate) fn bytes_for(budget: usize) -> usize {
-        let bytes = (budget / 64).min(Self::MAX_BYTES);
-        if bytes < Self::MIN_BYTES {
-            return 0;
+        if budget < Self::MIN_BUDGET {
+            0
+        } else {
+            Self::MAX_BYTES
         }
-        Self::whole(bytes)
     }
 
     /// `bytes` rounded down to whole lines.
@@ -166,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_note_holds_for_its_key_window_and_cap_only() {
-        let hot = HotKeys::new(HotKeys::bytes_for(1 << 20));
+        let hot = HotKeys::new(4_096);
         let key = hash(1);
         assert!(!hot.holds(key, 5, 801), "an empty table holds nothing");
         hot.note_capped(key, 5, 801, 0);
@@ -179,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_key_keeps_its_note_beside_one_other_key_in_its_line() {
-        let hot = HotKeys::new(HotKeys::bytes_for(1 << 20));
+        let hot = HotKeys::new(4_096);
         let key = hash(1);
         hot.note_capped(key, 5, 801, 0);
         hot.note_capped(key, 5, 801, 1);
@@ -193,18 +196,18 @@ mod tests {
     }
 
     #[test]
-    fn the_table_is_a_sixty_fourth_of_the_budget_in_whole_lines_up_to_its_cap() {
+    fn the_table_is_whole_from_eight_mebibytes_of_budget_and_absent_below() {
         assert_eq!(
-            HotKeys::bytes_for((32 << 10) - 1),
+            HotKeys::bytes_for((8 << 20) - 1),
             0,
             "too small to keep one"
         );
-        assert_eq!(HotKeys::bytes_for(32 << 10), 512, "eight lines");
-        assert_eq!(HotKeys::bytes_for(2 << 20), 32 << 10);
-        assert_eq!(HotKeys::bytes_for((2 << 20) + 4_000), 32 << 10);
+        assert_eq!(HotKeys::bytes_for(2 << 20), 0);
+        assert_eq!(HotKeys::bytes_for(8 << 20), HotKeys::MAX_BYTES);
         assert_eq!(HotKeys::bytes_for(1 << 30), HotKeys::MAX_BYTES);
-        let hot = HotKeys::new(HotKeys::bytes_for(2 << 20));
-        assert_eq!(hot.bytes(), 32 << 10);
+        assert_eq!(HotKeys::whole(4_000), 3_968, "whole lines");
+        let hot = HotKeys::new(HotKeys::bytes_for(32 << 20));
+        assert_eq!(hot.bytes(), 128 << 10);
         assert_eq!(HotKeys::new(0).bytes(), 0);
         assert!(!HotKeys::new(0).holds(hash(1), 0, 1));
     }

@@ -110,8 +110,8 @@
 //! `width >= e * N / allowed_error`: for a 10 s window with 5 M events and an error of 100
 //! events, `width >= 136,000`, i.e. about 4.4 MiB at depth 4. The memory to ask for is then
 //! `8 * depth * width / (1 - front_share)` (the front takes 1/8 by default) plus about 5 KiB of
-//! bookkeeping, plus 1/63 more for the table of keys at their cap (1/64 of the budget, at most
-//! 128 KiB, see [`Builder::hot_keys_bytes`]); `depth` sets the confidence, `1 - e^-depth`
+//! bookkeeping, plus 128 KiB from 8 MiB up for the table of keys at their cap (see
+//! [`Builder::hot_keys_bytes`]); `depth` sets the confidence, `1 - e^-depth`
 //! (98.2% at the default 4).
 //! Skewed traffic with conservative update does much better than the bound; the accuracy
 //! table in the README gives measured figures. A count per window saturates at
