@@ -85,6 +85,12 @@ impl HotKeys {
         }
     }
 
+    /// Whether the table has no room at all (a sketch built without one).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
     /// The bytes the table holds.
     pub(crate) fn bytes(&self) -> usize {
         std::mem::size_of_val(&*self.lines)

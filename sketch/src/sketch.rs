@@ -180,7 +180,7 @@ impl RateSketch {
     pub fn observe_hashed_capped(&self, hash: KeyHash, weight: u64, cap: u64, now: Tick) -> u64 {
         let at = self.windows.position(now);
         let slots = self.counters.slots(hash);
-        if Self::notable(cap) {
+        if Self::notable(cap) && !self.hot.is_empty() {
             // Prefetches retire at once: on a hit below nothing waits for them, and when the
             // branch is guessed wrong the cells' misses have started anyway.
             self.counters.prefetch(&slots);
