@@ -19,11 +19,19 @@
 //! cap, or the window after would find too little in its previous half.
 //!
 //! # One word per note
-//! A note is the key's 64-bit hash XOR a mix of the window and the cap, so one word can neither
-//! tear nor mix two notes. Another key, window or cap reads as this note only by a 64-bit
-//! coincidence: the hash is seeded, so an attacker cannot aim keys at it. Each key may sit in
-//! either of two slots of one cache line; a note is written over one of them at random. Notes
-//! lost to a race or pushed out by another key cost nothing but the slow path.
+//! A note is the key's 64-bit hash XOR a mix of the window and the cap, with its low byte
+//! replaced by a tag of the window, so one word can neither tear nor mix two notes. Another
+//! key, window or cap reads as this note only by a 56-bit coincidence: the hash is seeded, so
+//! an attacker cannot aim keys at it. Each key may sit in either of two slots of one cache
+//! line. Notes lost to a race or never written cost nothing but the slow path.
+//!
+//! # Writes are bounded
+//! A note is written only over a slot whose tag is not the current window's: an empty slot or
+//! a note of an earlier window. So each slot is written at most once per window (twice when
+//! two cores race on it), however many keys reach their caps: once a window's slots are
+//! taken, further hot keys take the slow path without writing. An attacker who brings more hot
+//! keys than slots therefore costs no writes into lines that other cores read, only the path
+//! the sketch took before the table for the keys left out.
 
 use crate::hash::KeyHash;
 use crate::sync::{AtomicU64, Ordering};
@@ -55,9 +63,8 @@ impl HotKeys {
     pub(crate) const MAX_BYTES: usize = 128 << 10;
 
     /// The smallest budget given a table by default: 8 MiB, of which [`HotKeys::MAX_BYTES`]
-    /// is 1/64. A smaller table holds fewer notes than a flood has hot keys, and two cores
-    /// then write notes over each other's in the same lines, which costs more than the table
-    /// saves: with 32 KiB at 2 MiB, two threads over one fell from 1.8x to 1.1x (README).
+    /// is 1/64. With a smaller one, two threads over one fell from 1.8x to about 1x (32 KiB
+    /// at 2 MiB, with and without bounded writes: README), for reasons not yet measured.
     const MIN_BUDGET: usize = 64 * Self::MAX_BYTES;
 
     /// The bytes a sketch of `budget` bytes gives its notes by default: [`HotKeys::MAX_BYTES`]
@@ -98,10 +105,19 @@ impl HotKeys {
 
     /// The note of `hash` at its cap `cap` in `window`: the hash's bits changed by a mix of
     /// the two (a bijective mix of each: no other window with the same cap, nor another cap in
-    /// the same window, gives the same word for the same key).
+    /// the same window, gives the same high 56 bits for the same key), and the window's tag in
+    /// the low byte.
     #[inline]
     fn note(hash: KeyHash, window: u64, cap: u64) -> u64 {
-        hash.as_u64() ^ mix(window) ^ mix(cap.rotate_left(32) ^ 0x6361_7070_6564_2121)
+        let mixed = hash.as_u64() ^ mix(window) ^ mix(cap.rotate_left(32) ^ 0x6361_7070_6564_2121);
+        (mixed & !TAG_MASK) | tag(window)
+    }
+
+    /// Whether `word` is a note of `window` (or, once in 255 windows, of one 255 windows
+    /// earlier, which only keeps its slot from being written for a window).
+    #[inline]
+    fn of_window(word: u64, window: u64) -> bool {
+        word & TAG_MASK == tag(window)
     }
 
     #[inline]
@@ -136,8 +152,9 @@ impl HotKeys {
             || line[place.second].load(Ordering::Relaxed) == note
     }
 
-    /// Notes that the key of `hash` read at least `cap` in `window`'s counts. `coin` picks
-    /// which of its two slots is written over, when neither holds the note already.
+    /// Notes that the key of `hash` read at least `cap` in `window`'s counts, in one of its two
+    /// slots that holds no note of `window` (`coin` picks which when both are free); nothing
+    /// when both hold one (see "Writes are bounded" in the module docs).
     #[inline]
     pub(crate) fn note_capped(&self, hash: KeyHash, window: u64, cap: u64, coin: u64) {
         let Some(place) = self.place(hash) else {
@@ -145,15 +162,34 @@ impl HotKeys {
         };
         let note = Self::note(hash, window, cap);
         let line = &self.lines[place.line].0;
-        let slot = if coin & 1 == 0 {
-            place.first
+        let (preferred, other) = if coin & 1 == 0 {
+            (place.first, place.second)
         } else {
-            place.second
+            (place.second, place.first)
         };
-        // Relaxed: see `holds`. A racing write of another note may win; that key or this one
-        // then takes the slow path once more.
+        // Relaxed: see `holds`. A slot taken by another core between this load and the store
+        // below is written twice in the window: the bound above is per core, and the note
+        // lost costs that key the slow path once more.
+        let free = |slot: usize| !Self::of_window(line[slot].load(Ordering::Relaxed), window);
+        let slot = if free(preferred) {
+            preferred
+        } else if free(other) {
+            other
+        } else {
+            return;
+        };
         line[slot].store(note, Ordering::Relaxed);
     }
+}
+
+/// The low byte of a note: its window's tag.
+const TAG_MASK: u64 = 0xFF;
+
+/// The tag of `window`: 1 to 255, never 0, so an empty slot is never taken for a note of any
+/// window.
+#[inline]
+fn tag(window: u64) -> u64 {
+    window % 255 + 1
 }
 
 /// A bijective 64-bit mix (the finaliser of splitmix64).
@@ -199,6 +235,51 @@ mod tests {
         assert!(hot.holds(key, 5, 801));
         hot.lines[place.line].0[place.second].store(0, Ordering::Relaxed);
         assert!(!hot.holds(key, 5, 801));
+    }
+
+    #[test]
+    fn a_note_of_the_current_window_is_never_written_over() {
+        let hot = HotKeys::new(4_096);
+        let key = hash(1);
+        let place = hot.place(key).unwrap();
+        let line = &hot.lines[place.line].0;
+        // Both of the key's slots hold other keys' notes of window 5.
+        line[place.first].store(HotKeys::note(hash(2), 5, 801), Ordering::Relaxed);
+        line[place.second].store(HotKeys::note(hash(3), 5, 801), Ordering::Relaxed);
+        hot.note_capped(key, 5, 801, 0);
+        hot.note_capped(key, 5, 801, 1);
+        assert!(!hot.holds(key, 5, 801), "no room in window 5");
+        assert_eq!(
+            line[place.first].load(Ordering::Relaxed),
+            HotKeys::note(hash(2), 5, 801)
+        );
+        // In window 6 both are another window's notes: the key takes the slot its coin picks.
+        hot.note_capped(key, 6, 801, 1);
+        assert!(hot.holds(key, 6, 801));
+        assert_eq!(
+            line[place.first].load(Ordering::Relaxed),
+            HotKeys::note(hash(2), 5, 801),
+            "the other slot is left alone"
+        );
+    }
+
+    #[test]
+    fn tags_are_never_zero_and_follow_the_window() {
+        for window in [0, 1, 254, 255, 256, u64::MAX - 1] {
+            assert_ne!(tag(window), 0);
+            assert!(HotKeys::of_window(
+                HotKeys::note(hash(9), window, 3),
+                window
+            ));
+            assert!(!HotKeys::of_window(
+                HotKeys::note(hash(9), window, 3),
+                window + 1
+            ));
+        }
+        assert!(
+            !HotKeys::of_window(0, 0),
+            "an empty slot is free in every window"
+        );
     }
 
     #[test]
