@@ -247,7 +247,10 @@ fn arrive(
             return;
         }
     };
-    tokio::spawn(connection(
+    // Boxed where it is made: tokio moves a spawned future by value a few times before it
+    // reaches its task (callgrind: `memcpy` of it was 17% of the user instructions per short
+    // connection); a box moves as a pointer.
+    tokio::spawn(Box::pin(connection(
         Arc::clone(shared),
         Arc::clone(frontend),
         stream,
@@ -255,7 +258,7 @@ fn arrive(
         ticket,
         decided,
         opening,
-    ));
+    )));
 }
 
 /// The budget a decision that is not a reset draws on: forwarding for an allowed connection,
