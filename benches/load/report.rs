@@ -15,15 +15,23 @@ use crate::cli::Scenario;
 pub(crate) enum Metric {
     ShortRate,
     ShortCpu,
+    /// The user-mode part of [`Metric::ShortCpu`].
+    ShortUser,
+    /// The kernel part of [`Metric::ShortCpu`].
+    ShortSystem,
     ShortSwitches,
     RejectedRate,
     RejectedCpu,
+    RejectedUser,
+    RejectedSystem,
     RejectedSwitches,
     LatencyP50,
     LatencyP99,
     /// Derived: a proxy's median p50 less the direct column's.
     LatencyAdded,
     LatencyCpu,
+    LatencyUser,
+    LatencySystem,
     LatencySwitches,
     BulkRate,
     BulkCpu,
@@ -40,17 +48,23 @@ enum Goal {
 }
 
 impl Metric {
-    const ALL: [Metric; 16] = [
+    const ALL: [Metric; 22] = [
         Metric::ShortRate,
         Metric::ShortCpu,
+        Metric::ShortUser,
+        Metric::ShortSystem,
         Metric::ShortSwitches,
         Metric::RejectedRate,
         Metric::RejectedCpu,
+        Metric::RejectedUser,
+        Metric::RejectedSystem,
         Metric::RejectedSwitches,
         Metric::LatencyP50,
         Metric::LatencyP99,
         Metric::LatencyAdded,
         Metric::LatencyCpu,
+        Metric::LatencyUser,
+        Metric::LatencySystem,
         Metric::LatencySwitches,
         Metric::BulkRate,
         Metric::BulkCpu,
@@ -63,14 +77,20 @@ impl Metric {
         match self {
             Metric::ShortRate => "short conns: conn/s",
             Metric::ShortCpu => "short conns: proxy CPU us/conn",
+            Metric::ShortUser => "short conns: proxy user CPU us/conn",
+            Metric::ShortSystem => "short conns: proxy system CPU us/conn",
             Metric::ShortSwitches => "short conns: proxy context switches/conn",
             Metric::RejectedRate => "rejected conns: conn/s",
             Metric::RejectedCpu => "rejected conns: proxy CPU us/conn",
+            Metric::RejectedUser => "rejected conns: proxy user CPU us/conn",
+            Metric::RejectedSystem => "rejected conns: proxy system CPU us/conn",
             Metric::RejectedSwitches => "rejected conns: proxy context switches/conn",
             Metric::LatencyP50 => "latency p50 (us)",
             Metric::LatencyP99 => "latency p99 (us)",
             Metric::LatencyAdded => "latency p50 added over direct (us)",
             Metric::LatencyCpu => "latency: proxy CPU us/exchange",
+            Metric::LatencyUser => "latency: proxy user CPU us/exchange",
+            Metric::LatencySystem => "latency: proxy system CPU us/exchange",
             Metric::LatencySwitches => "latency: proxy context switches/exchange",
             Metric::BulkRate => "one connection: MB/s",
             Metric::BulkCpu => "one connection: proxy CPU us/MB",
@@ -85,14 +105,20 @@ impl Metric {
         match self {
             Metric::ShortRate => "short_conn_per_s",
             Metric::ShortCpu => "short_cpu_us_per_conn",
+            Metric::ShortUser => "short_user_cpu_us_per_conn",
+            Metric::ShortSystem => "short_system_cpu_us_per_conn",
             Metric::ShortSwitches => "short_switches_per_conn",
             Metric::RejectedRate => "rejected_conn_per_s",
             Metric::RejectedCpu => "rejected_cpu_us_per_conn",
+            Metric::RejectedUser => "rejected_user_cpu_us_per_conn",
+            Metric::RejectedSystem => "rejected_system_cpu_us_per_conn",
             Metric::RejectedSwitches => "rejected_switches_per_conn",
             Metric::LatencyP50 => "latency_p50_us",
             Metric::LatencyP99 => "latency_p99_us",
             Metric::LatencyAdded => "latency_p50_added_us",
             Metric::LatencyCpu => "latency_cpu_us_per_exchange",
+            Metric::LatencyUser => "latency_user_cpu_us_per_exchange",
+            Metric::LatencySystem => "latency_system_cpu_us_per_exchange",
             Metric::LatencySwitches => "latency_switches_per_exchange",
             Metric::BulkRate => "bulk_mb_per_s",
             Metric::BulkCpu => "bulk_cpu_us_per_mb",
@@ -353,6 +379,45 @@ mod tests {
         );
         assert_eq!(report.median(Metric::LatencyAdded, Kind::Direct), None);
         assert!(report.table().contains("55.0 ok"));
+    }
+
+    #[test]
+    fn user_and_system_cpu_have_rows_of_their_own_under_the_total() {
+        let mut report = Report::new(vec![Kind::Tollgate, Kind::Haproxy]);
+        report.record(Metric::ShortCpu, Kind::Tollgate, 80.0);
+        report.record(Metric::ShortUser, Kind::Tollgate, 12.0);
+        report.record(Metric::ShortSystem, Kind::Tollgate, 68.0);
+        report.record(Metric::ShortSystem, Kind::Haproxy, 61.0);
+        let table = report.table();
+        let row = |label: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(label))
+                .map(|l| l[label.len()..].split_whitespace().collect::<Vec<_>>())
+        };
+        assert_eq!(
+            row("short conns: proxy user CPU us/conn"),
+            Some(vec!["-", "12.0", "-"]),
+            "{table}"
+        );
+        assert_eq!(
+            row("short conns: proxy system CPU us/conn"),
+            Some(vec!["-", "68.0", "61.0"]),
+            "{table}"
+        );
+        // The total's row comes first, then its parts.
+        let at = |label: &str| table.find(label).unwrap();
+        assert!(at("proxy CPU us/conn") < at("proxy user CPU"), "{table}");
+        assert!(at("proxy user CPU") < at("proxy system CPU"), "{table}");
+        let json = report.json(json!({}));
+        assert!(
+            json["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["metric"] == "short_system_cpu_us_per_conn" && r["median"] == 61.0),
+            "{json}"
+        );
     }
 
     #[test]

@@ -101,31 +101,43 @@ pub(crate) fn with_cpu<T>(
 pub(crate) struct Spent {
     /// CPU time (`None` for the direct column, and when traced: tracing inflates it).
     pub(crate) cpu: Option<Duration>,
+    /// That CPU time split into user and system time (`None` also when no tick was counted).
+    pub(crate) modes: Option<(Duration, Duration)>,
     /// Context switches of its threads (`None` for the direct column and when traced).
     pub(crate) switches: Option<u64>,
     /// System calls by name, with `--strace`.
     pub(crate) syscalls: Option<syscalls::Counts>,
 }
 
+/// The rows a scenario's [`Spent`] goes to: CPU, its user and system parts (if the scenario
+/// shows them), and context switches.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rows {
+    pub(crate) cpu: Metric,
+    pub(crate) modes: Option<(Metric, Metric)>,
+    pub(crate) switches: Metric,
+}
+
 impl Spent {
-    /// Its figures per operation into `outcome`: CPU as `cpu_metric`, switches as
-    /// `switch_metric`, and the syscall counts.
-    pub(crate) fn record(
-        &self,
-        outcome: &mut Outcome,
-        operations: u64,
-        cpu_metric: Metric,
-        switch_metric: Metric,
-    ) {
+    /// Its figures per operation into `outcome`, in `rows`, and the syscall counts.
+    pub(crate) fn record(&self, outcome: &mut Outcome, operations: u64, rows: Rows) {
         if let Some(cpu) = self.cpu {
             outcome
                 .figures
-                .push((cpu_metric, micros_per(cpu, operations)));
+                .push((rows.cpu, micros_per(cpu, operations)));
+        }
+        if let (Some((user, system)), Some((user_row, system_row))) = (self.modes, rows.modes) {
+            outcome
+                .figures
+                .push((user_row, micros_per(user, operations)));
+            outcome
+                .figures
+                .push((system_row, micros_per(system, operations)));
         }
         if let Some(switches) = self.switches {
             outcome
                 .figures
-                .push((switch_metric, switches as f64 / operations.max(1) as f64));
+                .push((rows.switches, switches as f64 / operations.max(1) as f64));
         }
         if let Some(counts) = &self.syscalls {
             outcome.syscalls.extend(
@@ -170,13 +182,16 @@ pub(crate) fn measured<T>(
     }
     let switches_before =
         cpu::tree_switches(pid).map_err(|e| format!("cannot read switches: {e}"))?;
+    let modes_before = cpu::tree_modes(pid).map_err(|e| format!("cannot read ticks: {e}"))?;
     let (result, cpu) = with_cpu(peer, body)?;
+    let modes_after = cpu::tree_modes(pid).map_err(|e| format!("cannot read ticks: {e}"))?;
     let switches_after =
         cpu::tree_switches(pid).map_err(|e| format!("cannot read switches: {e}"))?;
     Ok((
         result,
         Spent {
             cpu,
+            modes: cpu.and_then(|cpu| modes_after.split(modes_before, cpu)),
             switches: Some(switches_after.saturating_sub(switches_before)),
             syscalls: None,
         },

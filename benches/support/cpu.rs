@@ -6,6 +6,10 @@
 //! nanoseconds (`utime`/`stime` in `/proc/PID/stat` count 10 ms ticks, too coarse for a
 //! few-second scenario; they are the fallback when schedstat is missing). A peer is its process
 //! and every descendant: nginx's worker is a child of its master.
+//!
+//! How that time divides between user mode and the kernel comes from the same `utime` and
+//! `stime` ticks ([`tree_modes`]): too coarse to be a time of their own over a short run, they
+//! give the proportion that [`Modes::split`] applies to the schedstat time.
 
 use std::fs;
 use std::io;
@@ -52,6 +56,82 @@ fn process_time(pid: u32) -> io::Result<Duration> {
         .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
         .sum();
     Ok(Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND))
+}
+
+/// The user and system ticks so far of process `pid` and its descendants (`utime` and `stime`
+/// of `/proc/PID/stat`, which count every thread of a process, ended ones too). A process that
+/// exits meanwhile is skipped; an error only if `pid` itself cannot be read.
+pub fn tree_modes(pid: u32) -> io::Result<Modes> {
+    over_tree(pid, process_modes)
+}
+
+fn process_modes(pid: u32) -> io::Result<Modes> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    Ok(modes(&stat))
+}
+
+/// `utime` and `stime` of a `/proc/PID/stat` line (0 where a field is missing).
+fn modes(stat: &str) -> Modes {
+    let fields = stat_fields(stat);
+    // Fields 14 and 15 (1-based) of stat are utime and stime; `fields` starts at field 3.
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Modes {
+        user_ticks: tick(11),
+        system_ticks: tick(12),
+    }
+}
+
+/// CPU ticks by mode, of a process or a tree of them: `utime` and `stime` of `/proc/PID/stat`,
+/// in clock ticks of 10 ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Modes {
+    /// Ticks in user mode.
+    pub user_ticks: u64,
+    /// Ticks in the kernel (system calls, and the interrupts and softirqs they ran into).
+    pub system_ticks: u64,
+}
+
+impl Add for Modes {
+    type Output = Modes;
+
+    fn add(self, other: Modes) -> Modes {
+        Modes {
+            user_ticks: self.user_ticks + other.user_ticks,
+            system_ticks: self.system_ticks + other.system_ticks,
+        }
+    }
+}
+
+impl Modes {
+    /// `total` (a [`tree_time`] difference over the same interval) split in the proportion of
+    /// the user to the system ticks counted from `before` to `self`: `(user, system)`. `None`
+    /// when no tick was counted in between (the interval was too short to say).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_benches::cpu::Modes;
+    ///
+    /// let before = Modes { user_ticks: 10, system_ticks: 20 };
+    /// let after = Modes { user_ticks: 12, system_ticks: 26 };
+    /// let (user, system) = after.split(before, Duration::from_millis(80)).unwrap();
+    /// assert_eq!((user, system), (Duration::from_millis(20), Duration::from_millis(60)));
+    /// ```
+    #[must_use]
+    pub fn split(self, before: Modes, total: Duration) -> Option<(Duration, Duration)> {
+        let user = self.user_ticks.saturating_sub(before.user_ticks);
+        let system = self.system_ticks.saturating_sub(before.system_ticks);
+        let ticks = user + system;
+        if ticks == 0 {
+            return None;
+        }
+        let user_time = total.mul_f64(user as f64 / ticks as f64);
+        Some((user_time, total.saturating_sub(user_time)))
+    }
 }
 
 /// Context switches so far of process `pid` and its descendants, voluntary (it waited: a
@@ -151,6 +231,39 @@ mod tests {
         assert_eq!(fields[0], "S");
         assert_eq!(fields[1], "7");
         assert_eq!((fields[11], fields[12]), ("15", "25"));
+    }
+
+    #[test]
+    fn modes_are_read_from_stat_and_split_a_total_in_their_proportion() {
+        let stat = "42 (a (b) c) S 7 42 42 0 -1 4194560 1 0 0 0 15 25 0 0";
+        let read = modes(stat);
+        assert_eq!((read.user_ticks, read.system_ticks), (15, 25));
+        assert_eq!(modes("42 (short) S"), Modes::default());
+        let before = Modes {
+            user_ticks: 100,
+            system_ticks: 300,
+        };
+        let after = before
+            + Modes {
+                user_ticks: 1,
+                system_ticks: 3,
+            };
+        let total = Duration::from_micros(400);
+        assert_eq!(
+            after.split(before, total),
+            Some((Duration::from_micros(100), Duration::from_micros(300)))
+        );
+        assert_eq!(before.split(before, total), None, "no tick: no split");
+        // This process spends user time: its own ticks count, and are not all system.
+        let pid = std::process::id();
+        let start = tree_modes(pid).unwrap();
+        let mut x = 0u64;
+        for i in 0..50_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let end = tree_modes(pid).unwrap();
+        assert!(end.user_ticks > start.user_ticks, "{start:?} -> {end:?}");
     }
 
     #[test]

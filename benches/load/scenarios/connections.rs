@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_benches::sources::connect_from as connect;
 
-use super::{Context, Failures, Outcome, measured, source};
+use super::{Context, Failures, Outcome, Rows, measured, source};
 use crate::peers::Peer;
 use crate::report::Metric;
 
@@ -41,7 +41,15 @@ pub(super) fn short(peer: &Peer, context: &Context<'_>) -> Result<Outcome, Strin
             .figures
             .push((Metric::ShortRate, done as f64 / elapsed.as_secs_f64()));
     }
-    spent.record(&mut outcome, done, Metric::ShortCpu, Metric::ShortSwitches);
+    spent.record(
+        &mut outcome,
+        done,
+        Rows {
+            cpu: Metric::ShortCpu,
+            modes: Some((Metric::ShortUser, Metric::ShortSystem)),
+            switches: Metric::ShortSwitches,
+        },
+    );
     outcome
         .notes
         .extend(failures.note("short connections", sizes.connections));
@@ -72,8 +80,11 @@ pub(super) fn rejected(peer: &Peer, context: &Context<'_>) -> Result<Outcome, St
     spent.record(
         &mut outcome,
         refused,
-        Metric::RejectedCpu,
-        Metric::RejectedSwitches,
+        Rows {
+            cpu: Metric::RejectedCpu,
+            modes: Some((Metric::RejectedUser, Metric::RejectedSystem)),
+            switches: Metric::RejectedSwitches,
+        },
     );
     outcome
         .notes

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::connections::PAYLOAD;
-use super::{Context, Failures, Outcome, Spent, measured, source};
+use super::{Context, Failures, Outcome, Rows, Spent, measured, source};
 use crate::peers::Peer;
 use crate::report::Metric;
 
@@ -42,8 +42,11 @@ pub(super) fn run(peer: &Peer, context: &Context<'_>) -> Result<Outcome, String>
     spent.record(
         &mut outcome,
         samples.len() as u64,
-        Metric::LatencyCpu,
-        Metric::LatencySwitches,
+        Rows {
+            cpu: Metric::LatencyCpu,
+            modes: Some((Metric::LatencyUser, Metric::LatencySystem)),
+            switches: Metric::LatencySwitches,
+        },
     );
     outcome
         .notes

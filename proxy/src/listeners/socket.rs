@@ -6,7 +6,7 @@ use std::io;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::io::unix::AsyncFd;
-use tokio::net::{TcpStream, UdpSocket};
+use tokio::net::UdpSocket;
 
 use crate::config::Listener;
 
@@ -48,12 +48,6 @@ pub fn tcp_listener(config: &Listener) -> io::Result<AsyncFd<std::net::TcpListen
 /// The socket call that failed.
 pub fn udp_socket(config: &Listener) -> io::Result<UdpSocket> {
     UdpSocket::from_std(socket(config, Type::DGRAM, Protocol::UDP)?.into())
-}
-
-/// Prepares a connected upstream stream: no Nagle delay, as for accepted ones.
-pub fn connected(stream: &TcpStream) {
-    // A failure leaves Nagle on: slower, still correct.
-    let _ = stream.set_nodelay(true);
 }
 
 /// Makes the next close of `stream` a reset (RST) instead of an orderly FIN: SO_LINGER with a

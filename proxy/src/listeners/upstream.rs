@@ -1,16 +1,22 @@
 //! Reaching an upstream: round-robin over the listener's pool, a connect timeout per attempt,
 //! and retries on the next upstream after an exponential backoff with jitter (so a pool that
 //! comes back is not hit by every waiting client at the same instant).
+//!
+//! A connect carries the client's first bytes when they are known: they are sent as soon as
+//! the `connect` call returns, on the plain socket, before it is registered with the event
+//! loop. On loopback (and whenever the handshake completes within the call) they go at once;
+//! a socket still connecting refuses them with `EAGAIN` and they wait for it as before.
 
+use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rand::RngExt;
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpStream;
 
 use crate::config::Listener;
-use crate::listeners::socket;
 use crate::ops::metrics::{ListenerMetrics, Metrics};
 
 /// A listener's upstream pool.
@@ -50,24 +56,23 @@ impl Pool {
         base.mul_f64(rand::rng().random_range(0.5..1.5))
     }
 
-    /// A connection to an upstream, trying up to `1 + retries` of them in turn; `None` when
+    /// A connection to an upstream, trying up to `1 + retries` of them in turn, with as much
+    /// of `first` sent on it as the kernel took at once (see the module docs); `None` when
     /// every attempt failed (each failure is counted).
     pub async fn connect(
         &self,
         metrics: &Metrics,
         listener: &ListenerMetrics,
-    ) -> Option<TcpStream> {
+        first: &[u8],
+    ) -> Option<(TcpStream, usize)> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         for attempt in 0..=self.retries {
             if attempt > 0 {
                 tokio::time::sleep(self.backoff(attempt)).await;
             }
             let upstream = self.upstreams[(start + attempt as usize) % self.upstreams.len()];
-            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(upstream)).await {
-                Ok(Ok(stream)) => {
-                    socket::connected(&stream);
-                    return Some(stream);
-                }
+            match tokio::time::timeout(self.connect_timeout, open(upstream, first)).await {
+                Ok(Ok(connected)) => return Some(connected),
                 Ok(Err(err)) => {
                     tracing::debug!(%upstream, %err, attempt, "upstream connect failed");
                     metrics.upstream_error(listener, upstream);
@@ -80,5 +85,103 @@ impl Pool {
         }
         listener.upstream_unavailable.inc();
         None
+    }
+}
+
+/// Connects to `upstream` and sends what it can of `first` at once: the stream, once
+/// connected, and the bytes of `first` sent.
+async fn open(upstream: SocketAddr, first: &[u8]) -> io::Result<(TcpStream, usize)> {
+    let socket = Socket::new(
+        Domain::for_address(upstream),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    // Before the connect, so that the first bytes already go without Nagle's delay; a
+    // failure leaves Nagle on: slower, still correct.
+    let _ = socket.set_tcp_nodelay(true);
+    match socket.connect(&upstream.into()) {
+        Ok(()) => {}
+        Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(err) => return Err(err),
+    }
+    let sent = if first.is_empty() {
+        0
+    } else {
+        // A socket still in its handshake refuses with EAGAIN (the kernel does not wait on a
+        // non-blocking socket); a connect that failed reports its error here.
+        match socket.send_with_flags(first, libc::MSG_NOSIGNAL) {
+            Ok(sent) => sent,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(err) => return Err(err),
+        }
+    };
+    let stream = TcpStream::from_std(socket.into())?;
+    if sent == 0 {
+        // Not known to be connected yet: wait for it, and for its outcome, as
+        // `TcpStream::connect` does.
+        stream.writable().await?;
+        if let Some(err) = stream.take_error()? {
+            return Err(err);
+        }
+    }
+    Ok((stream, sent))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// What one connection to `listener` delivers until it closes.
+    fn delivered(listener: &TcpListener) -> Vec<u8> {
+        let (mut accepted, _) = listener.accept().unwrap();
+        accepted
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        accepted.read_to_end(&mut got).unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn the_first_bytes_arrive_once_whether_sent_at_connect_or_after() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let first = b"PROXY TCP4 192.0.2.1 192.0.2.2 1 2\r\nhello";
+        let (mut stream, sent) = open(address, first).await.unwrap();
+        assert!(sent <= first.len());
+        // The caller writes the rest, as `forward` does.
+        stream.write_all(&first[sent..]).await.unwrap();
+        stream.write_all(b" world").await.unwrap();
+        drop(stream);
+        let mut expected = first.to_vec();
+        expected.extend_from_slice(b" world");
+        assert_eq!(delivered(&listener), expected);
+        // Nothing to send: a plain connect, waited for.
+        let (stream, sent) = open(address, b"").await.unwrap();
+        assert_eq!(sent, 0);
+        drop(stream);
+        assert_eq!(delivered(&listener), b"");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_is_an_error_with_or_without_first_bytes() {
+        let address = {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap()
+        };
+        // Bounded: a connect that neither fails nor succeeds fails the test, not hang it.
+        for first in [&b"hello"[..], b""] {
+            let opened = tokio::time::timeout(Duration::from_secs(10), open(address, first)).await;
+            assert!(
+                matches!(opened, Ok(Err(_))),
+                "{:?}",
+                opened.map(|r| r.map(|(_, sent)| sent))
+            );
+        }
     }
 }

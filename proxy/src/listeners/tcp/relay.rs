@@ -96,7 +96,8 @@ struct Direction {
     end: usize,
     /// Bytes read so far.
     read: u64,
-    /// The last read filled the buffer: the next one gets the full size.
+    /// The last read filled the buffer: the next one gets the full size. A read that has not
+    /// completed (pending) filled nothing.
     filled: bool,
     /// The reader ended (EOF).
     eof: bool,
@@ -116,7 +117,7 @@ impl Direction {
             start: 0,
             end: 0,
             read: 0,
-            filled: true,
+            filled: false,
             eof: false,
             unflushed: false,
             done: false,
@@ -142,14 +143,19 @@ impl Direction {
         loop {
             if self.start == self.end && !self.eof {
                 // The first read gets the small buffer; one that a read filled grows, once, to
-                // the full size (it is empty here: nothing is copied over).
-                if self.filled && self.buf.len() < self.max {
+                // the full size (it is empty here: nothing is copied over). A read that was
+                // pending does not: the small buffer waits for the first bytes (it grew on
+                // every poll after a pending first read, so each direction of a short
+                // connection zeroed 16 KiB more: 59% of the proxy's user instructions per
+                // connection, callgrind).
+                if self.buf.is_empty() || (self.filled && self.buf.len() < self.max) {
                     let size = if self.buf.is_empty() {
                         FIRST_BUFFER.min(self.max)
                     } else {
                         self.max
                     };
                     self.buf = vec![0; size];
+                    self.filled = false;
                 }
                 let mut read = ReadBuf::new(&mut self.buf);
                 match Pin::new(&mut *reader).poll_read(cx, &mut read) {
@@ -539,6 +545,37 @@ mod tests {
         // The client ended first: its end goes on to the upstream as a shutdown; the upstream's
         // end goes on to the client by the close.
         assert_eq!((near, far), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn a_direction_keeps_its_small_buffer_until_a_read_fills_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, mut near) = tokio::io::duplex(64 << 10);
+        let (mut far, mut server) = tokio::io::duplex(64 << 10);
+        let moved = AtomicU64::new(0);
+        let mut up = Direction::new(16 << 10);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut poll = |up: &mut Direction| {
+            up.poll_copy(&mut cx, &mut near, &mut far, &moved, |_| true)
+                .is_pending()
+        };
+        // Nothing sent yet: pending, polled again and again (other wake-ups of its task).
+        for _ in 0..3 {
+            assert!(poll(&mut up));
+        }
+        assert_eq!(up.buf.len(), FIRST_BUFFER, "grew before any read");
+        client.write_all(b"hello").await.unwrap();
+        assert!(poll(&mut up));
+        assert_eq!(up.buf.len(), FIRST_BUFFER, "grew after a short read");
+        let mut got = [0u8; 5];
+        server.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hello");
+        // A read that fills the buffer: the next one gets the full size.
+        client.write_all(&[7u8; FIRST_BUFFER]).await.unwrap();
+        assert!(poll(&mut up));
+        client.write_all(b"more").await.unwrap();
+        assert!(poll(&mut up));
+        assert_eq!(up.buf.len(), 16 << 10);
     }
 
     #[tokio::test(start_paused = true)]
