@@ -8,7 +8,7 @@
 //! leave a counter that never expires), and returns both windows' cluster-wide counts.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis::{
@@ -73,6 +73,26 @@ pub(crate) fn key_name(
     name
 }
 
+/// The Redis key of the cluster's dataset id: `tollgate:`, the cluster's name, `:dataset`.
+/// The first node to connect to a Redis that lacks it sets it (no expiry: one key per
+/// cluster name); it lives with the counts, so a replica promoted or a Redis restarted from
+/// its persistence files answers with the same id, and a Redis that lost the counts (a
+/// restart without persistence, `FLUSHALL`, another server) with a new one.
+pub(crate) fn dataset_key(cluster: &str) -> Vec<u8> {
+    format!("tollgate:{cluster}:dataset").into_bytes()
+}
+
+/// A new dataset id to offer a Redis that holds none: this node's wall clock in
+/// microseconds and 64 random bits (the thread's generator, seeded by the OS), in hex. Two
+/// ids coincide only if both parts do, so a Redis that lost its data never comes back with
+/// the id it had.
+fn new_dataset_id() -> String {
+    let unix_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    format!("{unix_us:x}-{:016x}", rand::random::<u64>())
+}
+
 /// The Redis key of the cluster's penalties: `tollgate:`, the cluster's name, `:penalties`.
 /// (A suspect's key has a fixed-length binary suffix after the name's `:`, never this text.)
 pub(crate) fn penalty_set(cluster: &str) -> Vec<u8> {
@@ -108,8 +128,12 @@ pub(crate) struct Cost {
 pub(crate) struct Link {
     connection: MultiplexedConnection,
     sha: String,
-    /// The server's `run_id`: a new one means a restarted Redis that lost the counts.
+    /// The server's `run_id`: a new one means another process (a restart, or a replica
+    /// promoted), which may or may not hold the counts; only `dataset` tells.
     pub(crate) run_id: String,
+    /// The dataset id the server holds (see [`dataset_key`]): a new one means a Redis that
+    /// does not hold what was pushed before.
+    pub(crate) dataset: String,
 }
 
 /// Why a connection or a round failed.
@@ -158,11 +182,13 @@ impl Link {
     /// Connects to `target`, logs in with `auth` (its password read now, so a rotated secret
     /// is picked up at the next connection; with TLS, the CA and client certificate files
     /// too), names the connection `client_name` (so `CLIENT LIST` shows which node it is) and
-    /// loads the script; each step bounded by `timeout`.
+    /// loads the script, checks that the server is a master and reads its dataset id from
+    /// `dataset_key` (setting one if it holds none); each step bounded by `timeout`.
     pub(crate) async fn connect(
         target: Target<'_>,
         auth: Option<&RedisAuth>,
         client_name: &str,
+        dataset_key: &[u8],
         timeout: Duration,
     ) -> Result<Link, LinkError> {
         let mut login = RedisConnectionInfo::default();
@@ -202,10 +228,30 @@ impl Link {
                 .unwrap_or_default()
                 .trim()
                 .to_owned();
+            // One round trip: the id is set if the server holds none (NX), then read back,
+            // whichever node's `SET` came first. The `SET` goes to the replicas ahead of
+            // every count pushed after it, so a promoted replica holds it too.
+            let offer = new_dataset_id();
+            let (_, dataset): (Value, Option<String>) = redis::pipe()
+                .cmd("SET")
+                .arg(dataset_key)
+                .arg(&offer)
+                .arg("NX")
+                .cmd("GET")
+                .arg(dataset_key)
+                .query_async(&mut connection)
+                .await?;
+            let dataset = dataset.ok_or_else(|| {
+                format!(
+                    "no dataset id at {} right after SET NX (deleted or evicted at once?)",
+                    String::from_utf8_lossy(dataset_key)
+                )
+            })?;
             Ok::<_, LinkError>(Link {
                 connection,
                 sha,
                 run_id,
+                dataset,
             })
         };
         tokio::time::timeout(timeout, bounded)
