@@ -1040,7 +1040,7 @@ async fn a_promoted_replica_keeps_the_counts_and_the_nodes_do_not_push_them_agai
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
-async fn a_restarted_redis_gets_the_counts_again_only_if_it_lost_them() {
+async fn a_restarted_or_flushed_redis_gets_the_counts_again_only_if_it_lost_them() {
     let redis = Redis::plain().start().await;
     let port = redis.port;
     let cluster = nodes(Some(&redis), LIMIT).await;
@@ -1077,4 +1077,70 @@ async fn a_restarted_redis_gets_the_counts_again_only_if_it_lost_them() {
         before,
         "restarted empty: pushed again"
     );
+    // Flushed while every node stays connected, and none has anything new to push: each
+    // finds the dataset id gone at its next round, reconnects and pushes everything again.
+    let errors_before: Vec<u64> = cluster.iter().map(common::cluster::errors).collect();
+    command(&redis, &["FLUSHALL"]).await;
+    eventually(|| {
+        cluster
+            .iter()
+            .zip(&errors_before)
+            .all(|(s, before)| common::cluster::errors(s) > *before)
+    })
+    .await;
+    joined(&cluster).await;
+    two_rounds(&cluster).await;
+    assert_eq!(
+        shared_counters(&redis).await,
+        before,
+        "flushed: pushed again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn the_push_script_writes_only_into_the_dataset_the_node_read() {
+    let redis = Redis::plain().start().await;
+    let client = ::redis::Client::open(format!("redis://{}/", redis.address())).unwrap();
+    let mut connection = tokio::time::timeout(BOUND, client.get_multiplexed_async_connection())
+        .await
+        .unwrap()
+        .unwrap();
+    command(&redis, &["SET", "tollgate:t:dataset", "read-at-connect"]).await;
+    let script = ::redis::Script::new(tollgate::cluster::Cluster::push_script());
+    // KEYS: the id's key, then one suspect's current and previous counters; ARGV: the id the
+    // node read, then the expiry and the two weights.
+    let push = |id: &str| {
+        let mut call = script.key("tollgate:t:dataset");
+        call.key("tollgate:t:now").key("tollgate:t:before");
+        call.arg(id).arg(60_000).arg(5).arg(0);
+        call
+    };
+    // Another id (the data was flushed and a node set a new one): refused, nothing written.
+    let refused: Result<Vec<u64>, _> =
+        tokio::time::timeout(BOUND, push("another").invoke_async(&mut connection))
+            .await
+            .unwrap();
+    let error = refused.expect_err("a push into another dataset");
+    assert!(error.to_string().contains("TOLLGATE_DATASET"), "{error}");
+    assert!(shared_keys(&mut connection).await.is_empty());
+    // The id it read: added, and both windows' counts returned.
+    let counts: Vec<u64> =
+        tokio::time::timeout(BOUND, push("read-at-connect").invoke_async(&mut connection))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(counts, [5, 0]);
+    assert_eq!(shared_keys(&mut connection).await, ["tollgate:t:now"]);
+}
+
+/// The counter keys `tollgate:t:now` and `...:before` that exist.
+async fn shared_keys(connection: &mut ::redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("tollgate:t:[nb]*")
+        .query_async(connection)
+        .await
+        .unwrap();
+    keys.sort();
+    keys
 }

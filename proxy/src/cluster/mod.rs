@@ -120,11 +120,15 @@
 //! - **RDB snapshots.** A Redis restarted from a snapshot lacks what was pushed after it was
 //!   taken, but brings back the id: an undercount of those pushes (of the last two windows
 //!   only; with AOF and `appendfsync everysec`, about a second's).
-//! - **Lost while connected.** A `FLUSHALL`, or eviction under `maxmemory` with an
-//!   `allkeys-*` policy, is seen at the next reconnect only (until then, what was pushed is
-//!   undercounted). Eviction may take the id itself: the next reconnect then pushes
-//!   everything again, an overcount for up to two windows. Use a `volatile-*` policy (the
-//!   counters expire, the id does not) or enough memory.
+//! - **Lost while connected.** Every round also `GET`s the id, and the script writes nothing
+//!   unless the id is the one the connection read (it fails with `TOLLGATE_DATASET`): after
+//!   a `FLUSHALL` each node's next round fails, even with nothing to push, and the node
+//!   reconnects (one retry interval, `sync`, limiting alone meanwhile, counted in
+//!   `_redis_errors_total`) and pushes everything again; no push lands in the flushed dataset
+//!   first, to be pushed twice. Counters evicted under `maxmemory` (their id kept) are not
+//!   seen: an undercount; the id evicted (an `allkeys-*` policy) is taken for a flush, and
+//!   what other counters survived are pushed again, an overcount for up to two windows. Use
+//!   a `volatile-*` policy (the counters expire, the id does not) or enough memory.
 //! - **Two independent servers** in `redis` (no replication between them): a node that moves
 //!   to the second and back to the first finds a new id each time and pushes everything to
 //!   the first again, which may still hold what it pushed before the move (as before this
@@ -162,14 +166,16 @@
 //!   1,000 sources all over their limit, 3,003 counters, 312 kB.
 //! - **Bytes per node per second:** about `k x (166 + 2c) / s` sent and `k x 14 / s`
 //!   received (the RESP sizes, counted exactly by `tollgate_cluster_sent_bytes_total` and
-//!   `_received_bytes_total`), plus a 14-byte `PING` per round with no suspects. Measured (before
-//!   the 8-byte tag, 16 bytes less per suspect):
+//!   `_received_bytes_total`), plus per round the dataset id's `GET` (`37 + c` bytes sent,
+//!   37 received) and per `EVALSHA` its key and value (`61 + c` bytes). Measured (before the
+//!   8-byte tag, 16 bytes less per suspect, and before the dataset id):
 //!   271 kB/s sent and 23 kB/s received with 401 suspects (1k sources, Zipf 1.1); 734 kB/s
 //!   and 64 kB/s with 922 (1k sources, all over the limit); 196 kB/s with 273 (10M sources,
 //!   Zipf); 1.2 kB/s when only one source is near its limit (100k or 10M sources, uniform).
 //! - **Redis operations:** per suspect per round 3 commands inside the script (`INCRBY` and
-//!   `PEXPIRE` on the current window, `GET` on the previous), plus one `EVALSHA` per 512
-//!   suspects: `3 k / s` per node. Measured: 16.7k/s for the three nodes at 401 suspects each,
+//!   `PEXPIRE` on the current window, `GET` on the previous), plus one `EVALSHA` and the
+//!   dataset id's `GET` in it per 512 suspects, and one `GET` of the id per round: `3 k / s`
+//!   per node. Measured: 16.7k/s for the three nodes at 401 suspects each,
 //!   43.6k/s at 922; a round trip took 0.7-4.7 ms.
 //! - **Staleness:** the others' counts are at most `s + rtt` old (`s / 4 + rtt` for a new
 //!   suspect); the view's age is `tollgate_cluster_view_age_seconds`.
@@ -383,6 +389,14 @@ impl Cluster {
     #[doc(hidden)]
     pub fn shift_clock_ms(&self, by: i64) {
         self.redis_clock.shift(by.saturating_mul(1_000_000));
+    }
+
+    /// For tests: the script a round runs per batch of suspects (see `redis.rs`), so that a
+    /// test can run it against a real Redis.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn push_script() -> &'static str {
+        redis::SCRIPT
     }
 
     /// Asks the sync task for an early round: a key has just become a suspect here, and the

@@ -1,11 +1,13 @@
 //! Talking to Redis: key names, the one script a sync round runs, and what a round costs on
 //! the wire.
 //!
-//! A round is one pipelined round trip: `TIME` (the cluster's clock, see `clock.rs`), then
-//! `EVALSHA` calls, each over at most [`BATCH`] suspects, so that no single script holds Redis for long. Per suspect the script adds this
+//! A round is one pipelined round trip: `TIME` (the cluster's clock, see `clock.rs`), the
+//! dataset id (see [`dataset_key`]; another one than the connection read fails the round),
+//! then `EVALSHA` calls, each over at most [`BATCH`] suspects, so that no single script holds Redis for long. Per suspect the script adds this
 //! node's new weight to the counters of the current (and, after an outage, the previous)
 //! window, sets their expiry in the same atomic step (a node that dies between the two cannot
-//! leave a counter that never expires), and returns both windows' cluster-wide counts.
+//! leave a counter that never expires), and returns both windows' cluster-wide counts; each
+//! call first checks the dataset id and writes nothing into another dataset.
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -26,12 +28,18 @@ pub(crate) const BATCH: usize = 512;
 /// key, the period, the window.
 const SUFFIX: usize = 8 + tollgate_filter::LimitKey::LEN + 8 + 8;
 
-/// KEYS: the current and previous window's counters of each suspect, in pairs. ARGV: per
-/// suspect, the expiry in milliseconds and the weight to add to each of the two.
-const SCRIPT: &str = r"
+/// KEYS: the dataset id's key, then the current and previous window's counters of each
+/// suspect, in pairs. ARGV: the dataset id the connection read, then per suspect the expiry
+/// in milliseconds and the weight to add to each of the two. Nothing is written into a
+/// dataset other than the one read at connect (a `FLUSHALL` since, say): the call fails, and
+/// the node reconnects and pushes everything again.
+pub(crate) const SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return redis.error_reply('TOLLGATE_DATASET the dataset id changed: Redis lost its data')
+end
 local out = {}
-for i = 1, #KEYS, 2 do
-  local a = (i - 1) / 2 * 3
+for i = 2, #KEYS, 2 do
+  local a = (i - 2) / 2 * 3 + 1
   local ttl = ARGV[a + 1]
   for k = 0, 1 do
     local key = KEYS[i + k]
@@ -134,6 +142,8 @@ pub(crate) struct Link {
     /// The dataset id the server holds (see [`dataset_key`]): a new one means a Redis that
     /// does not hold what was pushed before.
     pub(crate) dataset: String,
+    /// Its key.
+    dataset_key: Vec<u8>,
 }
 
 /// Why a connection or a round failed.
@@ -252,6 +262,7 @@ impl Link {
                 sha,
                 run_id,
                 dataset,
+                dataset_key: dataset_key.to_vec(),
             })
         };
         tokio::time::timeout(timeout, bounded)
@@ -283,23 +294,33 @@ impl Link {
     ) -> Result<Round, LinkError> {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME");
+        // The dataset id, every round: a node with nothing to push learns too that Redis lost
+        // its data (the script refuses to write into another dataset).
+        pipe.cmd("GET").arg(&self.dataset_key[..]);
         let mut cost = Cost {
-            sent: resp_array(&["TIME".len()]),
+            sent: resp_array(&["TIME".len()]) + resp_array(&[3, self.dataset_key.len()]),
             received: 0,
-            commands: 1,
+            commands: 2,
         };
         for batch in pushes.chunks(BATCH) {
-            let command = pipe.cmd("EVALSHA").arg(&self.sha).arg(batch.len() * 2);
+            let command = pipe
+                .cmd("EVALSHA")
+                .arg(&self.sha)
+                .arg(1 + batch.len() * 2)
+                .arg(&self.dataset_key[..]);
             let mut args: Vec<usize> = vec![
                 "EVALSHA".len(),
                 self.sha.len(),
-                digits(batch.len() as u64 * 2),
+                digits(1 + batch.len() as u64 * 2),
+                self.dataset_key.len(),
             ];
             for push in batch {
                 command.arg(&push.current[..]).arg(&push.previous[..]);
                 args.push(push.current.len());
                 args.push(push.previous.len());
             }
+            command.arg(&self.dataset);
+            args.push(self.dataset.len());
             for push in batch {
                 command
                     .arg(push.ttl_ms)
@@ -314,8 +335,8 @@ impl Link {
                 .iter()
                 .map(|p| u64::from(p.add_current > 0) + u64::from(p.add_previous > 0))
                 .sum::<u64>();
-            // Per counter: INCRBY and PEXPIRE, or one GET.
-            cost.commands += 1 + 2 * batch.len() as u64 + writes;
+            // The dataset id's GET; per counter: INCRBY and PEXPIRE, or one GET.
+            cost.commands += 2 + 2 * batch.len() as u64 + writes;
         }
         // Then the penalties: this node's new ones added (scored by when they end), the ended
         // ones removed, and every one still in force read back (at most PENALTIES_READ).
@@ -363,6 +384,19 @@ impl Link {
             .zip(micros.parse::<u64>().ok())
             .map(|(s, us)| s.saturating_mul(1_000_000_000).saturating_add(us * 1_000))
             .ok_or_else(|| format!("TIME answered {seconds:?} {micros:?}"))?;
+        if replies.is_empty() {
+            return Err("no reply to the dataset id's GET".into());
+        }
+        let held: Option<String> = redis::from_redis_value(replies.remove(0))?;
+        cost.received += held.as_ref().map_or(5, |id| resp_array(&[id.len()]) - 4);
+        if held.as_deref() != Some(self.dataset.as_str()) {
+            return Err(format!(
+                "dataset id {held:?} where {:?} was read at connect: Redis lost its data \
+                 (FLUSHALL, eviction); reconnecting to push everything again",
+                self.dataset
+            )
+            .into());
+        }
         let version_reply = replies.pop().ok_or("no reply to the lists' GET")?;
         let lists_version = version_of(version_reply, &mut cost)?;
         let live_reply = replies.pop().ok_or("no reply to ZRANGEBYSCORE")?;
