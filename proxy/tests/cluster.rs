@@ -928,3 +928,219 @@ async fn run_time_list_entries_reach_every_process_and_catch_up_after_redis_retu
         assert_eq!(node.metric("tollgate_cluster_list_entries_held "), 1.0);
     }
 }
+
+/// The shared counters a Redis holds for the cluster `test`: key to count. (Its other keys,
+/// `tollgate:test:penalties`, `...:lists`, `...:dataset`, are text after the name; a counter's
+/// suffix is a fixed-length binary one, see `key_name` in `cluster/redis.rs`.)
+async fn shared_counters(redis: &Redis) -> std::collections::BTreeMap<Vec<u8>, u64> {
+    let suffix = 8 + tollgate_filter::LimitKey::LEN + 8 + 8;
+    let read = async {
+        let client = ::redis::Client::open(format!("redis://{}/", redis.address())).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<Vec<u8>> = ::redis::cmd("KEYS")
+            .arg("tollgate:test:*")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let mut counters = std::collections::BTreeMap::new();
+        for key in keys {
+            if key.len() != "tollgate:test:".len() + suffix {
+                continue;
+            }
+            let count: Option<u64> = ::redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            counters.insert(key, count.unwrap_or(0));
+        }
+        counters
+    };
+    tokio::time::timeout(BOUND, read)
+        .await
+        .expect("Redis answered within the bound")
+}
+
+/// Runs one command on `redis` (bounded).
+async fn command(redis: &Redis, args: &[&str]) {
+    let run = async {
+        let client = ::redis::Client::open(format!("redis://{}/", redis.address())).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let mut command = ::redis::cmd(args[0]);
+        for arg in &args[1..] {
+            command.arg(*arg);
+        }
+        command
+            .query_async::<::redis::Value>(&mut connection)
+            .await
+            .unwrap();
+    };
+    tokio::time::timeout(BOUND, run)
+        .await
+        .expect("Redis answered within the bound");
+}
+
+/// Connections one source opens to each node before a failover or restart: past the
+/// threshold on each (a suspect everywhere), 36 in all against the limit of 30.
+const EACH: usize = 12;
+
+/// `EACH` connections from `from` to every node, then two sync rounds; the shared counters
+/// Redis then holds (at least one, summing to at least what was sent).
+async fn spread_and_read(
+    cluster: &[Server],
+    from: &str,
+    redis: &Redis,
+) -> std::collections::BTreeMap<Vec<u8>, u64> {
+    for server in cluster {
+        for _ in 0..EACH {
+            let wire = attempt(from, server.local_addr("front").unwrap()).await;
+            assert!(
+                matches!(wire, Wire::Echoed | Wire::Reset | Wire::Closed(_)),
+                "{wire:?}"
+            );
+        }
+    }
+    two_rounds(cluster).await;
+    let counters = shared_counters(redis).await;
+    let sum: u64 = counters.values().sum();
+    println!("shared counters: {} summing to {sum}", counters.len());
+    assert!(
+        sum >= (EACH * NODES) as u64,
+        "{sum} shared of {} sent: {counters:?}",
+        EACH * NODES
+    );
+    counters
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn a_promoted_replica_keeps_the_counts_and_the_nodes_do_not_push_them_again() {
+    let master = Redis::plain().start().await;
+    let replica = Redis::plain().replica_of(&master).start().await;
+    let cluster = nodes_on(&[&master, &replica], LIMIT).await;
+    joined(&cluster).await;
+    let before = spread_and_read(&cluster, "127.0.0.14", &master).await;
+    // The replica has all of it (polled, bounded): what a failover after a quiet moment
+    // finds.
+    eventually_async(|| async { shared_counters(&replica).await == before }).await;
+    // The master dies; the replica is made master (as a sentinel would); the nodes move to
+    // the next listed server and, once it says it is a master, join it.
+    drop(master);
+    eventually_async(|| async { cluster.iter().all(alone) }).await;
+    command(&replica, &["REPLICAOF", "NO", "ONE"]).await;
+    joined(&cluster).await;
+    two_rounds(&cluster).await;
+    // Each counter as the nodes counted it, not twice (a new run_id is no lost dataset).
+    assert_eq!(shared_counters(&replica).await, before);
+    // And the rest is back in every view before the source's next event: node 0 counts 12
+    // itself, the cluster 36 against the limit of 30: its next connection is refused.
+    let wire = attempt("127.0.0.14", cluster[0].local_addr("front").unwrap()).await;
+    assert_ne!(wire, Wire::Echoed, "node 0 does not see the others' counts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn a_restarted_or_flushed_redis_gets_the_counts_again_only_if_it_lost_them() {
+    let redis = Redis::plain().start().await;
+    let port = redis.port;
+    let cluster = nodes(Some(&redis), LIMIT).await;
+    joined(&cluster).await;
+    let before = spread_and_read(&cluster, "127.0.0.15", &redis).await;
+    // Restarted from its snapshot (as with `save` or AOF): it holds the counts and the
+    // dataset id; the nodes push nothing again.
+    command(&redis, &["SAVE"]).await;
+    let snapshot = std::env::temp_dir().join(format!(
+        "tollgate-{}-cluster-restart.rdb",
+        std::process::id()
+    ));
+    std::fs::copy(redis.snapshot_file(), &snapshot).unwrap();
+    drop(redis);
+    eventually_async(|| async { cluster.iter().all(alone) }).await;
+    let redis = Redis::plain().port(port).snapshot(&snapshot).start().await;
+    let _ = std::fs::remove_file(&snapshot);
+    joined(&cluster).await;
+    two_rounds(&cluster).await;
+    assert_eq!(
+        shared_counters(&redis).await,
+        before,
+        "restarted from its snapshot"
+    );
+    // Restarted without persistence: it lost the counts; every node pushes again what it
+    // counted in the last two windows, and the counters are as they were.
+    drop(redis);
+    eventually_async(|| async { cluster.iter().all(alone) }).await;
+    let redis = Redis::plain().port(port).start().await;
+    joined(&cluster).await;
+    two_rounds(&cluster).await;
+    assert_eq!(
+        shared_counters(&redis).await,
+        before,
+        "restarted empty: pushed again"
+    );
+    // Flushed while every node stays connected, and none has anything new to push: each
+    // finds the dataset id gone at its next round, reconnects and pushes everything again.
+    let errors_before: Vec<u64> = cluster.iter().map(common::cluster::errors).collect();
+    command(&redis, &["FLUSHALL"]).await;
+    eventually(|| {
+        cluster
+            .iter()
+            .zip(&errors_before)
+            .all(|(s, before)| common::cluster::errors(s) > *before)
+    })
+    .await;
+    joined(&cluster).await;
+    two_rounds(&cluster).await;
+    assert_eq!(
+        shared_counters(&redis).await,
+        before,
+        "flushed: pushed again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn the_push_script_writes_only_into_the_dataset_the_node_read() {
+    let redis = Redis::plain().start().await;
+    let client = ::redis::Client::open(format!("redis://{}/", redis.address())).unwrap();
+    let mut connection = tokio::time::timeout(BOUND, client.get_multiplexed_async_connection())
+        .await
+        .unwrap()
+        .unwrap();
+    command(&redis, &["SET", "tollgate:t:dataset", "read-at-connect"]).await;
+    let script = ::redis::Script::new(tollgate::cluster::Cluster::push_script());
+    // KEYS: the id's key, then one suspect's current and previous counters; ARGV: the id the
+    // node read, then the expiry and the two weights.
+    let push = |id: &str| {
+        let mut call = script.key("tollgate:t:dataset");
+        call.key("tollgate:t:now").key("tollgate:t:before");
+        call.arg(id).arg(60_000).arg(5).arg(0);
+        call
+    };
+    // Another id (the data was flushed and a node set a new one): refused, nothing written.
+    let refused: Result<Vec<u64>, _> =
+        tokio::time::timeout(BOUND, push("another").invoke_async(&mut connection))
+            .await
+            .unwrap();
+    let error = refused.expect_err("a push into another dataset");
+    assert!(error.to_string().contains("TOLLGATE_DATASET"), "{error}");
+    assert!(shared_keys(&mut connection).await.is_empty());
+    // The id it read: added, and both windows' counts returned.
+    let counts: Vec<u64> =
+        tokio::time::timeout(BOUND, push("read-at-connect").invoke_async(&mut connection))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(counts, [5, 0]);
+    assert_eq!(shared_keys(&mut connection).await, ["tollgate:t:now"]);
+}
+
+/// The counter keys `tollgate:t:now` and `...:before` that exist.
+async fn shared_keys(connection: &mut ::redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("tollgate:t:[nb]*")
+        .query_async(connection)
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}

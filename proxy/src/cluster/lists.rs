@@ -22,11 +22,13 @@
 //!
 //! Reading the whole state rather than a log of changes is what makes a node that was away
 //! (Redis down for it, or restarted) catch up: the version differs when it returns, and the
-//! hash holds every entry added meanwhile and lacks every one removed. A restarted Redis
-//! (its `run_id` changed) has lost the hash: each node writes again the entries it added
+//! hash holds every entry added meanwhile and lacks every one removed. A Redis that lost the
+//! hash (its dataset id changed: restarted without persistence, flushed, another server; see
+//! the module docs of `cluster`) gets it back: each node writes again the entries it added
 //! itself and still holds, and forgets what it knew of the others' (so that a read before
 //! they have written theirs again removes nothing); the entries of a node that is gone as
-//! well stay where they are held until they end.
+//! well stay where they are held until they end. A replica promoted or a restart from
+//! persistence keeps the hash, and nothing is written again.
 
 use std::collections::HashMap;
 

@@ -61,9 +61,9 @@
 //! 4. **Alone.** If Redis does not answer within `timeout`, the view is emptied (every node
 //!    limits with its local counts, as without a cluster), `tollgate_cluster_alone` goes to 1
 //!    and a warning is logged (then at most every 30 s). Counts keep being collected; the task
-//!    retries (backing off to 2 s) and, once Redis answers, pushes what it kept for the current
-//!    and previous windows (everything again if Redis restarted: its `run_id` changed) and the
-//!    view returns.
+//!    retries (backing off to 500 ms) and, once Redis answers, pushes what it counted
+//!    meanwhile (everything it holds of the current and previous windows if that Redis does
+//!    not hold the counts: see "When Redis is another process" below) and the view returns.
 //!
 //! 5. **Penalties.** A penalty this node starts is queued (at most 4,096 between two rounds;
 //!    a lock, once per penalty started) and added by the next round to the sorted set
@@ -77,6 +77,62 @@
 //!    [`Remote::list_entry_removed`]) is written by the next round to a hash in Redis with a
 //!    new version; every round reads the version, and a node that finds it changed reads the
 //!    hash and lays the difference over its lists within its own bounds (see `lists.rs`).
+//!
+//! # When Redis is another process
+//!
+//! A node that reconnects may find another Redis process (its `run_id` changed): a restart,
+//! or a replica promoted by a failover (by sentinels, or the next `redis` address made
+//! master). What matters is whether it holds the counts, and the `run_id` does not say: a
+//! promoted replica and a restart from RDB or AOF files hold them; a restart without
+//! persistence, a `FLUSHALL` or an unrelated server does not. Pushing everything again on a
+//! new `run_id` counted every shared count twice after each failover, for up to two windows,
+//! and refused sources early. So each connection reads the cluster's dataset id instead:
+//! after the `ROLE` check, one round trip sends `SET tollgate:NAME:dataset ID NX` and `GET`
+//! of it. The first node to reach a Redis without one sets its offer (its wall clock in
+//! microseconds and 64 random bits); every node reads back whichever came first. The key
+//! lives with the data (no expiry: one key per cluster name, 120 bytes by `MEMORY USAGE`),
+//! so replicas and persistence files carry it, and it reaches a replica ahead of every count
+//! pushed after it. A node pushes again everything it holds of the current and previous
+//! windows, and writes its run-time list entries again (`lists.rs`), only when the id differs
+//! from the one it last saw; otherwise it pushes only what Redis does not have yet. Either
+//! way, its first round reads back (with nothing to add: the script only `GET`s) every
+//! suspect its view lost while Redis was away, so that the others' counts are in its
+//! decisions again from that round, not from each suspect's next event.
+//!
+//! What this leaves, by choice:
+//!
+//! - **Replication lag.** Replication is asynchronous: a promoted replica may lack the last
+//!   writes the master acknowledged. The nodes do not push them again: an undercount of at
+//!   most what each node pushed in the rounds not yet replicated. Redis writes a command to
+//!   its replicas' buffers in the same event-loop turn as the reply to the node, so that is
+//!   what was on the wire when the master died: at most the last round (`s` of each node's
+//!   pushes, the same order as the `r (s + rtt)` in flight that the error bound below already
+//!   admits), and none when the master died more than a round trip after it. Measured on
+//!   loopback (`redis-cli -r` sending `INCR`s one at a time to a master with one replica,
+//!   the master `SIGKILL`ed 0.1-0.9 s in, 10 runs, load average 10): the replica held every
+//!   acknowledged write each time, and in 2 of 10 one more, whose reply never came. Pushing
+//!   the last round again on every failover would count it twice whenever it had arrived
+//!   (every one of those runs): an overcount that refuses sources early, which no bound here
+//!   admits. (Exact would be a per-node round number written in one `MULTI` with its pushes
+//!   and compared after a failover; not built.) The other side, as for any round whose reply
+//!   is lost (a timeout, a connection cut): its writes may have been applied, and the node,
+//!   not knowing, pushes them again at its next round, an overcount of at most that round.
+//! - **RDB snapshots.** A Redis restarted from a snapshot lacks what was pushed after it was
+//!   taken, but brings back the id: an undercount of those pushes (of the last two windows
+//!   only; with AOF and `appendfsync everysec`, about a second's).
+//! - **Lost while connected.** Every round also `GET`s the id, and the script writes nothing
+//!   unless the id is the one the connection read (it fails with `TOLLGATE_DATASET`): after
+//!   a `FLUSHALL` each node's next round fails, even with nothing to push, and the node
+//!   reconnects (one retry interval, `sync`, limiting alone meanwhile, counted in
+//!   `_redis_errors_total`) and pushes everything again; no push lands in the flushed dataset
+//!   first, to be pushed twice. Counters evicted under `maxmemory` (their id kept) are not
+//!   seen: an undercount; the id evicted (an `allkeys-*` policy) is taken for a flush, and
+//!   what other counters survived are pushed again, an overcount for up to two windows. Use
+//!   a `volatile-*` policy (the counters expire, the id does not) or enough memory.
+//! - **Two independent servers** in `redis` (no replication between them): a node that moves
+//!   to the second and back to the first finds a new id each time and pushes everything to
+//!   the first again, which may still hold what it pushed before the move (as before this
+//!   check: the `run_id` changed too).
 //!
 //! Windows are cut by Redis's clock (`TIME / period`), not by each node's: every round
 //! reads `TIME` first in its pipeline and carries it to the next with the node's monotonic
@@ -110,14 +166,16 @@
 //!   1,000 sources all over their limit, 3,003 counters, 312 kB.
 //! - **Bytes per node per second:** about `k x (166 + 2c) / s` sent and `k x 14 / s`
 //!   received (the RESP sizes, counted exactly by `tollgate_cluster_sent_bytes_total` and
-//!   `_received_bytes_total`), plus a 14-byte `PING` per round with no suspects. Measured (before
-//!   the 8-byte tag, 16 bytes less per suspect):
+//!   `_received_bytes_total`), plus per round the dataset id's `GET` (`37 + c` bytes sent,
+//!   37 received) and per `EVALSHA` its key and value (`61 + c` bytes). Measured (before the
+//!   8-byte tag, 16 bytes less per suspect, and before the dataset id):
 //!   271 kB/s sent and 23 kB/s received with 401 suspects (1k sources, Zipf 1.1); 734 kB/s
 //!   and 64 kB/s with 922 (1k sources, all over the limit); 196 kB/s with 273 (10M sources,
 //!   Zipf); 1.2 kB/s when only one source is near its limit (100k or 10M sources, uniform).
 //! - **Redis operations:** per suspect per round 3 commands inside the script (`INCRBY` and
-//!   `PEXPIRE` on the current window, `GET` on the previous), plus one `EVALSHA` per 512
-//!   suspects: `3 k / s` per node. Measured: 16.7k/s for the three nodes at 401 suspects each,
+//!   `PEXPIRE` on the current window, `GET` on the previous), plus one `EVALSHA` and the
+//!   dataset id's `GET` in it per 512 suspects, and one `GET` of the id per round: `3 k / s`
+//!   per node. Measured: 16.7k/s for the three nodes at 401 suspects each,
 //!   43.6k/s at 922; a round trip took 0.7-4.7 ms.
 //! - **Staleness:** the others' counts are at most `s + rtt` old (`s / 4 + rtt` for a new
 //!   suspect); the view's age is `tollgate_cluster_view_age_seconds`.
@@ -331,6 +389,14 @@ impl Cluster {
     #[doc(hidden)]
     pub fn shift_clock_ms(&self, by: i64) {
         self.redis_clock.shift(by.saturating_mul(1_000_000));
+    }
+
+    /// For tests: the script a round runs per batch of suspects (see `redis.rs`), so that a
+    /// test can run it against a real Redis.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn push_script() -> &'static str {
+        redis::SCRIPT
     }
 
     /// Asks the sync task for an early round: a key has just become a suspect here, and the

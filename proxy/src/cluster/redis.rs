@@ -1,14 +1,16 @@
 //! Talking to Redis: key names, the one script a sync round runs, and what a round costs on
 //! the wire.
 //!
-//! A round is one pipelined round trip: `TIME` (the cluster's clock, see `clock.rs`), then
-//! `EVALSHA` calls, each over at most [`BATCH`] suspects, so that no single script holds Redis for long. Per suspect the script adds this
+//! A round is one pipelined round trip: `TIME` (the cluster's clock, see `clock.rs`), the
+//! dataset id (see [`dataset_key`]; another one than the connection read fails the round),
+//! then `EVALSHA` calls, each over at most [`BATCH`] suspects, so that no single script holds Redis for long. Per suspect the script adds this
 //! node's new weight to the counters of the current (and, after an outage, the previous)
 //! window, sets their expiry in the same atomic step (a node that dies between the two cannot
-//! leave a counter that never expires), and returns both windows' cluster-wide counts.
+//! leave a counter that never expires), and returns both windows' cluster-wide counts; each
+//! call first checks the dataset id and writes nothing into another dataset.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis::{
@@ -26,12 +28,18 @@ pub(crate) const BATCH: usize = 512;
 /// key, the period, the window.
 const SUFFIX: usize = 8 + tollgate_filter::LimitKey::LEN + 8 + 8;
 
-/// KEYS: the current and previous window's counters of each suspect, in pairs. ARGV: per
-/// suspect, the expiry in milliseconds and the weight to add to each of the two.
-const SCRIPT: &str = r"
+/// KEYS: the dataset id's key, then the current and previous window's counters of each
+/// suspect, in pairs. ARGV: the dataset id the connection read, then per suspect the expiry
+/// in milliseconds and the weight to add to each of the two. Nothing is written into a
+/// dataset other than the one read at connect (a `FLUSHALL` since, say): the call fails, and
+/// the node reconnects and pushes everything again.
+pub(crate) const SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return redis.error_reply('TOLLGATE_DATASET the dataset id changed: Redis lost its data')
+end
 local out = {}
-for i = 1, #KEYS, 2 do
-  local a = (i - 1) / 2 * 3
+for i = 2, #KEYS, 2 do
+  local a = (i - 2) / 2 * 3 + 1
   local ttl = ARGV[a + 1]
   for k = 0, 1 do
     local key = KEYS[i + k]
@@ -73,6 +81,26 @@ pub(crate) fn key_name(
     name
 }
 
+/// The Redis key of the cluster's dataset id: `tollgate:`, the cluster's name, `:dataset`.
+/// The first node to connect to a Redis that lacks it sets it (no expiry: one key per
+/// cluster name); it lives with the counts, so a replica promoted or a Redis restarted from
+/// its persistence files answers with the same id, and a Redis that lost the counts (a
+/// restart without persistence, `FLUSHALL`, another server) with a new one.
+pub(crate) fn dataset_key(cluster: &str) -> Vec<u8> {
+    format!("tollgate:{cluster}:dataset").into_bytes()
+}
+
+/// A new dataset id to offer a Redis that holds none: this node's wall clock in
+/// microseconds and 64 random bits (the thread's generator, seeded by the OS), in hex. Two
+/// ids coincide only if both parts do, so a Redis that lost its data never comes back with
+/// the id it had.
+fn new_dataset_id() -> String {
+    let unix_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    format!("{unix_us:x}-{:016x}", rand::random::<u64>())
+}
+
 /// The Redis key of the cluster's penalties: `tollgate:`, the cluster's name, `:penalties`.
 /// (A suspect's key has a fixed-length binary suffix after the name's `:`, never this text.)
 pub(crate) fn penalty_set(cluster: &str) -> Vec<u8> {
@@ -108,8 +136,14 @@ pub(crate) struct Cost {
 pub(crate) struct Link {
     connection: MultiplexedConnection,
     sha: String,
-    /// The server's `run_id`: a new one means a restarted Redis that lost the counts.
+    /// The server's `run_id`: a new one means another process (a restart, or a replica
+    /// promoted), which may or may not hold the counts; only `dataset` tells.
     pub(crate) run_id: String,
+    /// The dataset id the server holds (see [`dataset_key`]): a new one means a Redis that
+    /// does not hold what was pushed before.
+    pub(crate) dataset: String,
+    /// Its key.
+    dataset_key: Vec<u8>,
 }
 
 /// Why a connection or a round failed.
@@ -158,11 +192,13 @@ impl Link {
     /// Connects to `target`, logs in with `auth` (its password read now, so a rotated secret
     /// is picked up at the next connection; with TLS, the CA and client certificate files
     /// too), names the connection `client_name` (so `CLIENT LIST` shows which node it is) and
-    /// loads the script; each step bounded by `timeout`.
+    /// loads the script, checks that the server is a master and reads its dataset id from
+    /// `dataset_key` (setting one if it holds none); each step bounded by `timeout`.
     pub(crate) async fn connect(
         target: Target<'_>,
         auth: Option<&RedisAuth>,
         client_name: &str,
+        dataset_key: &[u8],
         timeout: Duration,
     ) -> Result<Link, LinkError> {
         let mut login = RedisConnectionInfo::default();
@@ -202,10 +238,31 @@ impl Link {
                 .unwrap_or_default()
                 .trim()
                 .to_owned();
+            // One round trip: the id is set if the server holds none (NX), then read back,
+            // whichever node's `SET` came first. The `SET` goes to the replicas ahead of
+            // every count pushed after it, so a promoted replica holds it too.
+            let offer = new_dataset_id();
+            let (_, dataset): (Value, Option<String>) = redis::pipe()
+                .cmd("SET")
+                .arg(dataset_key)
+                .arg(&offer)
+                .arg("NX")
+                .cmd("GET")
+                .arg(dataset_key)
+                .query_async(&mut connection)
+                .await?;
+            let dataset = dataset.ok_or_else(|| {
+                format!(
+                    "no dataset id at {} right after SET NX (deleted or evicted at once?)",
+                    String::from_utf8_lossy(dataset_key)
+                )
+            })?;
             Ok::<_, LinkError>(Link {
                 connection,
                 sha,
                 run_id,
+                dataset,
+                dataset_key: dataset_key.to_vec(),
             })
         };
         tokio::time::timeout(timeout, bounded)
@@ -237,23 +294,33 @@ impl Link {
     ) -> Result<Round, LinkError> {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME");
+        // The dataset id, every round: a node with nothing to push learns too that Redis lost
+        // its data (the script refuses to write into another dataset).
+        pipe.cmd("GET").arg(&self.dataset_key[..]);
         let mut cost = Cost {
-            sent: resp_array(&["TIME".len()]),
+            sent: resp_array(&["TIME".len()]) + resp_array(&[3, self.dataset_key.len()]),
             received: 0,
-            commands: 1,
+            commands: 2,
         };
         for batch in pushes.chunks(BATCH) {
-            let command = pipe.cmd("EVALSHA").arg(&self.sha).arg(batch.len() * 2);
+            let command = pipe
+                .cmd("EVALSHA")
+                .arg(&self.sha)
+                .arg(1 + batch.len() * 2)
+                .arg(&self.dataset_key[..]);
             let mut args: Vec<usize> = vec![
                 "EVALSHA".len(),
                 self.sha.len(),
-                digits(batch.len() as u64 * 2),
+                digits(1 + batch.len() as u64 * 2),
+                self.dataset_key.len(),
             ];
             for push in batch {
                 command.arg(&push.current[..]).arg(&push.previous[..]);
                 args.push(push.current.len());
                 args.push(push.previous.len());
             }
+            command.arg(&self.dataset);
+            args.push(self.dataset.len());
             for push in batch {
                 command
                     .arg(push.ttl_ms)
@@ -268,8 +335,8 @@ impl Link {
                 .iter()
                 .map(|p| u64::from(p.add_current > 0) + u64::from(p.add_previous > 0))
                 .sum::<u64>();
-            // Per counter: INCRBY and PEXPIRE, or one GET.
-            cost.commands += 1 + 2 * batch.len() as u64 + writes;
+            // The dataset id's GET; per counter: INCRBY and PEXPIRE, or one GET.
+            cost.commands += 2 + 2 * batch.len() as u64 + writes;
         }
         // Then the penalties: this node's new ones added (scored by when they end), the ended
         // ones removed, and every one still in force read back (at most PENALTIES_READ).
@@ -317,6 +384,19 @@ impl Link {
             .zip(micros.parse::<u64>().ok())
             .map(|(s, us)| s.saturating_mul(1_000_000_000).saturating_add(us * 1_000))
             .ok_or_else(|| format!("TIME answered {seconds:?} {micros:?}"))?;
+        if replies.is_empty() {
+            return Err("no reply to the dataset id's GET".into());
+        }
+        let held: Option<String> = redis::from_redis_value(replies.remove(0))?;
+        cost.received += held.as_ref().map_or(5, |id| resp_array(&[id.len()]) - 4);
+        if held.as_deref() != Some(self.dataset.as_str()) {
+            return Err(format!(
+                "dataset id {held:?} where {:?} was read at connect: Redis lost its data \
+                 (FLUSHALL, eviction); reconnecting to push everything again",
+                self.dataset
+            )
+            .into());
+        }
         let version_reply = replies.pop().ok_or("no reply to the lists' GET")?;
         let lists_version = version_of(version_reply, &mut cost)?;
         let live_reply = replies.pop().ok_or("no reply to ZRANGEBYSCORE")?;

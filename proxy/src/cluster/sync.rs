@@ -12,7 +12,9 @@ use tokio::time::MissedTickBehavior;
 
 use super::Cluster;
 use super::lists::{self, Change, Keys, ListKey, Outgoing, State, Travelled};
-use super::redis::{Cost, Link, Penalties, Push, Round, Target, key_name, penalty_set};
+use super::redis::{
+    Cost, Link, Penalties, Push, Round, Target, dataset_key, key_name, penalty_set,
+};
 use super::view::{Rest, View};
 use tollgate_filter::{Collected, ListEntry};
 use tollgate_sketch::Clock;
@@ -67,7 +69,12 @@ struct Syncer {
     own: HashMap<u64, Own>,
     view: View,
     link: Option<Link>,
+    /// The `run_id` of the Redis last connected to (for the log: a new one with the same
+    /// dataset is a failover or a restart that kept the counts).
     run_id: Option<String>,
+    /// The dataset id of the Redis last connected to: a new one means the counts pushed
+    /// before are gone (see `redis::dataset_key`).
+    dataset: Option<String>,
     /// Which of the configured Redis servers is talked to (modulo their number).
     server: usize,
     /// Which sentinel is asked first (modulo their number).
@@ -131,6 +138,7 @@ impl Syncer {
             view: View::default(),
             link: None,
             run_id: None,
+            dataset: None,
             server: 0,
             sentinel: 0,
             current: None,
@@ -246,8 +254,9 @@ impl Syncer {
             address,
             tls: config.tls.as_ref().map(|tls| (tls, host.as_str())),
         };
+        let key = dataset_key(&config.name);
         let connected =
-            match Link::connect(target, config.auth.as_ref(), &name, config.timeout).await {
+            match Link::connect(target, config.auth.as_ref(), &name, &key, config.timeout).await {
                 Ok(mut link) => {
                     // The first reading on a connection aligns the windows to this Redis (after a
                     // failover, to the new primary's clock): its correction is no error.
@@ -269,13 +278,37 @@ impl Syncer {
             };
         match connected {
             Ok(link) => {
-                if self.run_id.as_ref().is_some_and(|id| *id != link.run_id) {
-                    // A restarted Redis: what was pushed before is gone; push it all again.
+                let (dataset_changed, run_id_changed) = (
+                    self.dataset.as_ref().is_some_and(|id| *id != link.dataset),
+                    self.run_id.as_ref().is_some_and(|id| *id != link.run_id),
+                );
+                if dataset_changed {
+                    // A Redis without the counts (restarted without persistence, flushed,
+                    // or another server): what was pushed before is gone; push it all again.
                     for own in self.own.values_mut() {
                         own.pushed = [0, 0];
                     }
                     self.rewrite_own_lists();
+                    tracing::info!(
+                        cluster = %config.name,
+                        node = %config.node,
+                        redis = %self.address(),
+                        suspects = self.own.len(),
+                        "cluster: Redis holds another dataset (it lost the counts); pushing \
+                         this node's counts of the last two windows again"
+                    );
+                } else if run_id_changed {
+                    // A replica promoted, or a restart from persistence: the counts are
+                    // there (but for the writes not yet replicated or saved: see `mod.rs`).
+                    tracing::info!(
+                        cluster = %config.name,
+                        node = %config.node,
+                        redis = %self.address(),
+                        "cluster: another Redis process with the same dataset (a failover, or \
+                         a restart from persistence); counts kept, not pushed again"
+                    );
                 }
+                self.dataset = Some(link.dataset.clone());
                 self.run_id = Some(link.run_id.clone());
                 self.link = Some(link);
                 self.retry_wait = config.sync;
@@ -291,7 +324,11 @@ impl Syncer {
         let mut hashes = Vec::new();
         let mut pushes = Vec::new();
         for (&hash, own) in self.own.iter().filter(|_| !self.clock_refused) {
-            if (!own.touched && own.counted == own.pushed)
+            // A suspect with nothing new is still read when the view lacks it (emptied while
+            // Redis was away or the clock refused): with nothing to add the script only reads,
+            // and the rest returns at once, not at the suspect's next event.
+            let unchanged = !own.touched && own.counted == own.pushed;
+            if (unchanged && self.view.contains_key(&hash))
                 || (early
                     && self
                         .view

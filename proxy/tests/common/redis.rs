@@ -83,6 +83,7 @@ pub struct Options<'a> {
     tls: Option<&'a Pki>,
     client_certificates: bool,
     replica_of: Option<u16>,
+    snapshot: Option<&'a Path>,
 }
 
 impl<'a> Options<'a> {
@@ -107,6 +108,13 @@ impl<'a> Options<'a> {
     /// A replica of `master`.
     pub fn replica_of(mut self, master: &Redis) -> Options<'a> {
         self.replica_of = Some(master.port);
+        self
+    }
+
+    /// Starting from the snapshot at `rdb` (copied into its folder as `dump.rdb`, which Redis
+    /// loads at start): a restart with persistence. (It still saves nothing by itself.)
+    pub fn snapshot(mut self, rdb: &'a Path) -> Options<'a> {
+        self.snapshot = Some(rdb);
         self
     }
 
@@ -151,6 +159,10 @@ impl<'a> Options<'a> {
         let dir =
             std::env::temp_dir().join(format!("tollgate-{}-redis-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir writable");
+        if let Some(rdb) = self.snapshot {
+            std::fs::copy(rdb, dir.join("dump.rdb"))
+                .unwrap_or_else(|err| panic!("cannot copy {}: {err}", rdb.display()));
+        }
         let log = dir.join("redis.log");
         let mut config = match self.tls {
             None => format!("port {port}\n"),
@@ -237,6 +249,7 @@ impl Redis {
             tls: None,
             client_certificates: false,
             replica_of: None,
+            snapshot: None,
         }
     }
 
@@ -251,6 +264,11 @@ impl Redis {
     /// Its address (its TLS one if it has one).
     pub fn address(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Where `SAVE` writes its snapshot (`dump.rdb` in its folder).
+    pub fn snapshot_file(&self) -> PathBuf {
+        self.dir.join("dump.rdb")
     }
 
     /// What it logged so far.
