@@ -113,6 +113,11 @@ impl Counter {
         &self.sketch
     }
 
+    /// The sketch counted into, to hold beside it.
+    pub(crate) fn shared_sketch(&self) -> &Arc<RateSketch> {
+        &self.sketch
+    }
+
     /// Counts `weight` for `key` at `now`, exactly up to `cap` (see
     /// [`RateSketch::observe_capped`]); the estimate including it, never below the smaller of
     /// `cap` and the true count.

@@ -5,14 +5,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_sketch::{BuildError, KeyHash, Stats, Tick};
+use tollgate_sketch::{BuildError, KeyHash, RateSketch, Stats, Tick};
 
 use crate::budget::{self, Counts};
 use crate::config::Config;
 use crate::counter::Counter;
 use crate::key::{KeyHead, LimitKey, RuleId, Source};
 use crate::overlay::{ListEntry, ListKind, RuntimeLists};
-use crate::packet::{PacketInfo, parse_frame};
+use crate::packet::{PacketInfo, Protocol, parse_source};
 use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
@@ -43,6 +43,16 @@ impl Event {
             source: packet.source,
             transport: packet.protocol.into(),
             bytes: packet.frame_len as u64,
+        }
+    }
+
+    /// [`Event::from_packet`] of `frame`, whose source and protocol are read.
+    #[inline]
+    fn of_frame(frame: &[u8], source: Source, protocol: Protocol) -> Event {
+        Event {
+            source,
+            transport: protocol.into(),
+            bytes: frame.len() as u64,
         }
     }
 }
@@ -153,9 +163,9 @@ struct Compiled {
     /// Its limits ordered by period and prefix length, for IPv4 sources then IPv6 ones:
     /// limits that count the same events are adjacent and share one observe.
     steps: [Vec<Step>; 2],
-    /// How many of `steps` lead (see [`Step::leads`]), per family: a frame's keys hashed for
-    /// this rule in [`Policy::decide_frames`]'s touch pass.
-    leads: [usize; 2],
+    /// The leading ones of `steps` (see [`Step::leads`]) as the touch pass of
+    /// [`Policy::decide_frames`] reads them, per family: the keys it hashes for this rule.
+    touches: [Vec<Touch>; 2],
     /// The penalty's length and its two sketches' indices, if the rule has a penalty.
     penalty: Option<(Duration, [usize; 2])>,
     /// [`Rule::shape`], for a cluster's keys.
@@ -173,6 +183,15 @@ struct Step {
     /// Whether its key differs from the previous step's: the first of a group of limits that
     /// count one key (one period and prefix length), observed once for all of them.
     leads: bool,
+}
+
+/// A leading step of a rule as [`Policy::touch`] reads it: its key's head, its sketch and its
+/// cap for the step's family.
+#[derive(Debug)]
+struct Touch {
+    head: KeyHead,
+    sketch: Arc<RateSketch>,
+    cap: u64,
 }
 
 /// An immutable policy: swap a new one in to reload (see [`crate::Filter`]).
@@ -290,7 +309,20 @@ impl Policy {
                         l.ipv6_prefix
                     }),
                 ];
-                let leads = |steps: &[Step]| steps.iter().filter(|s| s.leads).count();
+                let touches = |family: usize| -> Vec<Touch> {
+                    steps[family]
+                        .iter()
+                        .filter(|step| step.leads)
+                        .map(|step| {
+                            let bound = &limits[step.limit];
+                            Touch {
+                                head: step.head,
+                                sketch: Arc::clone(counters[bound.counter].shared_sketch()),
+                                cap: bound.cap[family],
+                            }
+                        })
+                        .collect()
+                };
                 Compiled {
                     id: rule.id,
                     protocol: rule.protocol,
@@ -300,7 +332,7 @@ impl Policy {
                     every_source: rule.sources.is_empty(),
                     shape: rule.shape(),
                     sources: networks(rule.sources.iter().map(|c| (*c, ()))),
-                    leads: [leads(&steps[0]), leads(&steps[1])],
+                    touches: [touches(0), touches(1)],
                     steps,
                     limits,
                     penalty: rule.penalty.and_then(|length| {
@@ -516,8 +548,8 @@ impl Policy {
     /// Decides on one raw Ethernet frame at `now` (its size is its byte weight). A malformed or
     /// truncated frame is a verdict, `Deny(Malformed)`, never a panic or an error.
     pub fn decide_frame(&self, frame: &[u8], now: Tick) -> Decision {
-        match parse_frame(frame) {
-            Ok(packet) => self.decide(&Event::from_packet(&packet), now),
+        match parse_source(frame) {
+            Ok((source, protocol)) => self.decide(&Event::of_frame(frame, source, protocol), now),
             Err(malformed) => Decision::of(Verdict::Deny(DenyReason::Malformed(malformed))),
         }
     }
@@ -556,9 +588,9 @@ impl Policy {
                 .zip(&mut hashes)
                 .zip(&mut keys)
             {
-                match parse_frame(frame) {
-                    Ok(packet) => {
-                        let parsed = Event::from_packet(&packet);
+                match parse_source(frame) {
+                    Ok((source, protocol)) => {
+                        let parsed = Event::of_frame(frame, source, protocol);
                         *keys = self.touch(&parsed, now, hashes);
                         *event = Some(parsed);
                         decisions.push(Decision::of(Verdict::Allow));
@@ -597,17 +629,15 @@ impl Policy {
             if !compiled.protocol.matches(event.transport) {
                 continue;
             }
-            // Same key, same sketch (one period) as the step before: `judge_into` observes
-            // it once, with the hash of the group's first step.
-            for step in compiled.steps[family].iter().filter(|step| step.leads) {
+            // Only leading steps: `judge_into` observes a group of steps that count one key
+            // once, with the hash of its first.
+            for touch in &compiled.touches[family] {
                 let Some(slot) = hashes.get_mut(set) else {
                     return set;
                 };
-                let bound = &compiled.limits[step.limit];
-                let sketch = self.counters[bound.counter].sketch();
-                let hash = sketch.hash(step.head.key(source).as_bytes());
+                let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
                 // Nothing to fetch for a key already at its cap in this window.
-                sketch.touch_capped(hash, bound.cap[family], now);
+                touch.sketch.touch_capped(hash, touch.cap, now);
                 *slot = Some(hash);
                 set += 1;
             }
@@ -669,7 +699,7 @@ impl Policy {
                 continue;
             }
             let mut next_lead = lead;
-            lead += compiled.leads[family];
+            lead += compiled.touches[family].len();
             if !compiled.every_source && compiled.sources.longest_match(source).is_none() {
                 continue;
             }
@@ -899,5 +929,52 @@ fn retry_after(estimate: u64, allowed: u64, per: Duration, capped: Option<Tick>)
     // A checked period is at most ~584 years, so its milliseconds fit a u64, whose conversion
     // to f64 rounds as the u128's did (without the u128 one's library call).
     let millis = u64::try_from(per.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis((millis as f64 * excess).ceil() as u64)
+    Duration::from_millis(ceil(millis as f64 * excess))
+}
+
+/// `x.ceil() as u64` for a finite `x >= 0`, without the library call `ceil` is on x86_64
+/// without SSE4.1: below 2^53 the cast truncates exactly, and from there on every f64 is a
+/// whole number (the cast saturates at `u64::MAX`, as the rounded one's does).
+#[inline]
+fn ceil(x: f64) -> u64 {
+    let whole = x as u64;
+    if (whole as f64) < x {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::ceil;
+
+    #[test]
+    fn ceil_rounds_up_as_the_library_does_at_the_edges() {
+        let edges = [
+            0.0,
+            0.25,
+            1.0,
+            1.5,
+            (1u64 << 53) as f64 - 0.5,
+            (1u64 << 53) as f64,
+            (1u64 << 60) as f64,
+            u64::MAX as f64,
+            1e30,
+            f64::MAX,
+        ];
+        for x in edges {
+            assert_eq!(ceil(x), x.ceil() as u64, "{x}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn ceil_rounds_up_as_the_library_does(x in 0.0..1e20f64, small in 0.0..1e6f64) {
+            prop_assert_eq!(ceil(x), x.ceil() as u64);
+            prop_assert_eq!(ceil(small), small.ceil() as u64);
+        }
+    }
 }
