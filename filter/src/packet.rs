@@ -243,6 +243,7 @@ struct Network<'a> {
     transport: Option<&'a [u8]>,
 }
 
+#[inline]
 fn ipv4(packet: &[u8]) -> Result<Network<'_>, Malformed> {
     use err::ipv4::{HeaderError, HeaderSliceError};
     let header = Ipv4HeaderSlice::from_slice(packet).map_err(|e| match e {
@@ -282,6 +283,7 @@ fn ipv4(packet: &[u8]) -> Result<Network<'_>, Malformed> {
     Ok(network)
 }
 
+#[inline]
 fn ipv6(packet: &[u8]) -> Result<Network<'_>, Malformed> {
     use err::ipv6::{HeaderError, HeaderSliceError};
     let header = Ipv6HeaderSlice::from_slice(packet).map_err(|e| match e {

@@ -131,7 +131,7 @@ const KEYS_PER_FRAME: usize = 8;
 
 /// The hashes of one event's leading steps' keys (see [`Step::leads`]), in the order
 /// [`Policy::judge_into`] visits them: rule by rule (those of the event's protocol), each
-/// rule's steps in order. Only the first `len` are set (at most [`KEYS_PER_FRAME`]).
+/// rule's steps in order. Only as many as [`Policy::touch`] returns are set.
 type FrameHashes = [Option<KeyHash>; KEYS_PER_FRAME];
 
 /// The cap a limit of `count` passes to the sketch (`RateSketch::observe_capped`):
@@ -548,10 +548,16 @@ impl Policy {
     /// Decides on one raw Ethernet frame at `now` (its size is its byte weight). A malformed or
     /// truncated frame is a verdict, `Deny(Malformed)`, never a panic or an error.
     pub fn decide_frame(&self, frame: &[u8], now: Tick) -> Decision {
-        match parse_source(frame) {
-            Ok((source, protocol)) => self.decide(&Event::of_frame(frame, source, protocol), now),
-            Err(malformed) => Decision::of(Verdict::Deny(DenyReason::Malformed(malformed))),
-        }
+        let (source, protocol) = match parse_source(frame) {
+            Ok(read) => read,
+            Err(malformed) => {
+                return Decision::of(Verdict::Deny(DenyReason::Malformed(malformed)));
+            }
+        };
+        let mut decision = Decision::of(Verdict::Allow);
+        let event = Event::of_frame(frame, source, protocol);
+        self.judge_into(&event, now, true, &[], &mut decision);
+        decision
     }
 
     /// Decides on `frames` at `now` and appends one decision per frame, in order, to
