@@ -16,6 +16,17 @@
 //! hashes every key once and prefetches its cache lines before deciding any (with those
 //! hashes), so their misses overlap.
 //! `TOLLGATE_BENCH_CLOCK=cpu` times by this thread's time on a CPU instead of wall time.
+//!
+//! For counting instructions (callgrind), `TOLLGATE_FRAMES_PASSES=N` skips criterion and runs
+//! exactly N passes of the capture one at a time (`one_at_a_time`) and then N batched
+//! (`batched`), each on a filter of its own from zero counts, prints what they decided, and
+//! exits: the same work whatever the machine's load (criterion's `--profile-time` is wall
+//! time).
+//!
+//! ```text
+//! TOLLGATE_FRAMES_PASSES=1 valgrind --tool=callgrind --callgrind-out-file=cg target/release/deps/frames-*
+//! callgrind_annotate --inclusive=yes --tree=calling cg
+//! ```
 
 #[path = "workload.rs"]
 mod workload;
@@ -25,8 +36,8 @@ use workload::{cpu_clock, on_cpu};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tollgate_filter::{Config, FRAME_BATCH, Filter};
+use criterion::{Criterion, Throughput, criterion_group};
+use tollgate_filter::{Config, Decision, FRAME_BATCH, Filter, Verdict};
 use tollgate_sketch::Tick;
 
 const FRAMES: usize = 1 << 16;
@@ -58,49 +69,100 @@ fn timed(iters: u64, mut pass: impl FnMut()) -> Duration {
     }
 }
 
-fn frames(c: &mut Criterion) {
-    let ids = workload::zipf_stream(100_000, 1.1, FRAMES, 11);
-    let capture: Vec<Vec<u8>> = ids
+/// The bench's capture: `FRAMES` frames from Zipf(1.1) sources over 100 k addresses.
+fn capture() -> Vec<Vec<u8>> {
+    workload::zipf_stream(100_000, 1.1, FRAMES, 11)
         .iter()
         .map(|&id| workload::synthetic_frame(id))
-        .collect();
-    let filter = Filter::new(Config::parse(POLICY).expect("valid policy")).expect("policy");
+        .collect()
+}
+
+/// A filter under the bench's policy, from zero counts.
+fn new_filter() -> Filter {
+    Filter::new(Config::parse(POLICY).expect("valid policy")).expect("policy")
+}
+
+/// One pass of `capture` through `filter`, one frame at a time, 100 ns of synthetic time apart
+/// from `*now` on; how many frames were allowed.
+#[inline(never)]
+fn one_at_a_time(filter: &Filter, capture: &[Vec<u8>], now: &mut u64) -> usize {
+    let mut allowed = 0;
+    for frame in capture {
+        // 100 ns apart: 10 Mpps of synthetic time.
+        *now += 100;
+        let decision = black_box(filter.decide_frame(frame, Tick::from_nanos(*now)));
+        allowed += usize::from(decision.verdict == Verdict::Allow);
+    }
+    allowed
+}
+
+/// One pass of `frames` through `filter`, `FRAME_BATCH` at a time at one tick per batch
+/// (advancing as [`one_at_a_time`] does per frame), into `decisions`.
+#[inline(never)]
+fn batched(filter: &Filter, frames: &[&[u8]], now: &mut u64, decisions: &mut Vec<Decision>) {
+    decisions.clear();
+    for chunk in frames.chunks(FRAME_BATCH) {
+        *now += 100 * chunk.len() as u64;
+        filter.decide_frames(chunk, Tick::from_nanos(*now), decisions);
+    }
+    black_box(&decisions);
+}
+
+/// `TOLLGATE_FRAMES_PASSES=N`: exactly `passes` passes of each case, then what they decided.
+fn profile(passes: u64) {
+    let capture = capture();
+    let frames: Vec<&[u8]> = capture.iter().map(Vec::as_slice).collect();
+    let single = new_filter();
+    let mut now = 0;
+    let mut allowed = 0;
+    for _ in 0..passes {
+        allowed = one_at_a_time(&single, &capture, &mut now);
+    }
+    let batch = new_filter();
+    let mut batch_now = 0;
+    let mut decisions = Vec::with_capacity(FRAMES);
+    for _ in 0..passes {
+        batched(&batch, &frames, &mut batch_now, &mut decisions);
+    }
+    let batch_allowed = decisions
+        .iter()
+        .filter(|d| d.verdict == Verdict::Allow)
+        .count();
+    println!(
+        "{passes} passes of {FRAMES} frames; allowed in the last: one at a time {allowed}, \
+         batched {batch_allowed}"
+    );
+}
+
+fn frames(c: &mut Criterion) {
+    let capture = capture();
+    let filter = new_filter();
     let mut group = c.benchmark_group("decide_frame");
     group.throughput(Throughput::Elements(FRAMES as u64));
     let mut now = 0u64;
     group.bench_function("parse_and_decide", |b| {
         b.iter_custom(|iters| {
             timed(iters, || {
-                for frame in &capture {
-                    // 100 ns apart: 10 Mpps of synthetic time.
-                    now += 100;
-                    let _ = black_box(filter.decide_frame(frame, Tick::from_nanos(now)));
-                }
+                black_box(one_at_a_time(&filter, &capture, &mut now));
             })
         });
     });
     // The same capture through `decide_frames`, FRAME_BATCH frames at a time (parse, touch
     // every key's cells, then decide), on a filter of its own so both start from zero counts.
-    let batched = Filter::new(Config::parse(POLICY).expect("valid policy")).expect("policy");
+    let batch = new_filter();
     let frames: Vec<&[u8]> = capture.iter().map(Vec::as_slice).collect();
     let mut decisions = Vec::with_capacity(FRAMES);
     let mut batch_now = 0u64;
     group.bench_function("parse_and_decide_batched", |b| {
         b.iter_custom(|iters| {
             timed(iters, || {
-                decisions.clear();
-                // One tick per batch, advancing as the one-at-a-time case does per frame.
-                for chunk in frames.chunks(FRAME_BATCH) {
-                    batch_now += 100 * chunk.len() as u64;
-                    batched.decide_frames(chunk, Tick::from_nanos(batch_now), &mut decisions);
-                }
-                black_box(&decisions);
+                batched(&batch, &frames, &mut batch_now, &mut decisions);
             })
         });
     });
     // The same with 1,000 run-time deny entries (none holding a source of the capture, so the
     // verdicts are unchanged): what the overlay costs once it is not empty.
-    let listed = Filter::new(Config::parse(POLICY).expect("valid policy")).expect("policy");
+    let listed = new_filter();
     for i in 0..1000u32 {
         let network = std::net::Ipv4Addr::from(0xC612_0000 | (i << 2));
         let cidr = tollgate_filter::Cidr::parse(&format!("{network}/30")).expect("a network");
@@ -143,4 +205,15 @@ criterion_group! {
         .measurement_time(Duration::from_secs(5));
     targets = frames
 }
-criterion_main!(benches);
+fn main() {
+    if let Some(passes) = std::env::var("TOLLGATE_FRAMES_PASSES")
+        .ok()
+        .and_then(|passes| passes.parse().ok())
+    {
+        profile(passes);
+        return;
+    }
+    // What `criterion_main!` expands to.
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

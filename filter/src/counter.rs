@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tollgate_sketch::{BuildError, KeyHash, RateSketch, Tick};
 
 use crate::budget::{Counts, Share};
+use crate::key::LimitKey;
 
 /// A sketch no longer counted into, read until `until`.
 #[derive(Debug)]
@@ -112,6 +113,11 @@ impl Counter {
         &self.sketch
     }
 
+    /// The sketch counted into, to hold beside it.
+    pub(crate) fn shared_sketch(&self) -> &Arc<RateSketch> {
+        &self.sketch
+    }
+
     /// Counts `weight` for `key` at `now`, exactly up to `cap` (see
     /// [`RateSketch::observe_capped`]); the estimate including it, never below the smaller of
     /// `cap` and the true count.
@@ -133,6 +139,26 @@ impl Counter {
     ) -> u64 {
         let here = self.sketch.observe_hashed_capped(hash, weight, cap, now);
         here.saturating_add(self.retired_estimate(key, cap, now))
+    }
+
+    /// [`Counter::observe_hashed_capped`] for the decision path: `hash` if the touch pass
+    /// computed it, and `key` built only when needed (to hash it here, or for a retired
+    /// sketch).
+    #[inline]
+    pub(crate) fn observe_step(
+        &self,
+        key: impl Fn() -> LimitKey,
+        hash: Option<KeyHash>,
+        weight: u64,
+        cap: u64,
+        now: Tick,
+    ) -> u64 {
+        let hash = hash.unwrap_or_else(|| self.sketch.hash(key().as_bytes()));
+        let here = self.sketch.observe_hashed_capped(hash, weight, cap, now);
+        if self.retired.is_empty() {
+            return here;
+        }
+        here.saturating_add(self.retired_estimate(key().as_bytes(), cap, now))
     }
 
     /// The estimate of `key` counted with `cap` at `now`, counting nothing.

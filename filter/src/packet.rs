@@ -186,6 +186,33 @@ const IP_AUTHENTICATION: &str = "IP authentication";
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn parse_frame(frame: &[u8]) -> Result<PacketInfo, Malformed> {
+    let network = network(frame)?;
+    let ports = network.transport.and_then(|t| ports(network.protocol, t));
+    Ok(PacketInfo {
+        source: Source::new(network.source),
+        destination: network.destination,
+        protocol: Protocol::from_number(network.protocol.0),
+        source_port: ports.map(|(source, _)| source),
+        destination_port: ports.map(|(_, destination)| destination),
+        frame_len: frame.len(),
+    })
+}
+
+/// What a decision reads of a frame: [`parse_frame`]'s source and protocol, without the
+/// destination and the ports, which no rule reads. It errs exactly where [`parse_frame`] does
+/// (the ports never make that err).
+#[inline]
+pub(crate) fn parse_source(frame: &[u8]) -> Result<(Source, Protocol), Malformed> {
+    let network = network(frame)?;
+    Ok((
+        Source::new(network.source),
+        Protocol::from_number(network.protocol.0),
+    ))
+}
+
+/// The link layer and the network layer of `frame`, by [`parse_frame`]'s rules.
+#[inline]
+fn network(frame: &[u8]) -> Result<Network<'_>, Malformed> {
     let ethernet =
         Ethernet2Slice::from_slice_without_fcs(frame).map_err(|_| truncated(ETHERNET))?;
     let mut payload = ethernet.payload();
@@ -200,20 +227,11 @@ pub fn parse_frame(frame: &[u8]) -> Result<PacketInfo, Malformed> {
             .map_err(|_| truncated(VLAN))?
             .payload();
     }
-    let network = match payload.ether_type {
-        EtherType::IPV4 => ipv4(payload.payload)?,
-        EtherType::IPV6 => ipv6(payload.payload)?,
-        EtherType(ether_type) => return Err(Malformed::NotIp { ether_type }),
-    };
-    let ports = network.transport.and_then(|t| ports(network.protocol, t));
-    Ok(PacketInfo {
-        source: Source::new(network.source),
-        destination: network.destination,
-        protocol: Protocol::from_number(network.protocol.0),
-        source_port: ports.map(|(source, _)| source),
-        destination_port: ports.map(|(_, destination)| destination),
-        frame_len: frame.len(),
-    })
+    match payload.ether_type {
+        EtherType::IPV4 => ipv4(payload.payload),
+        EtherType::IPV6 => ipv6(payload.payload),
+        EtherType(ether_type) => Err(Malformed::NotIp { ether_type }),
+    }
 }
 
 /// The network layer as read: addresses, the payload's protocol and, unless this is a
@@ -225,6 +243,7 @@ struct Network<'a> {
     transport: Option<&'a [u8]>,
 }
 
+#[inline]
 fn ipv4(packet: &[u8]) -> Result<Network<'_>, Malformed> {
     use err::ipv4::{HeaderError, HeaderSliceError};
     let header = Ipv4HeaderSlice::from_slice(packet).map_err(|e| match e {
@@ -264,6 +283,7 @@ fn ipv4(packet: &[u8]) -> Result<Network<'_>, Malformed> {
     Ok(network)
 }
 
+#[inline]
 fn ipv6(packet: &[u8]) -> Result<Network<'_>, Malformed> {
     use err::ipv6::{HeaderError, HeaderSliceError};
     let header = Ipv6HeaderSlice::from_slice(packet).map_err(|e| match e {
@@ -355,4 +375,48 @@ fn truncated(layer: &'static str) -> Malformed {
 
 fn invalid(layer: &'static str, reason: &'static str) -> Malformed {
     Malformed::Invalid { layer, reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use etherparse::PacketBuilder;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The decision's parse reads what `parse_frame` reads, and errs where it errs, on
+        /// frames of either family and transport, cut anywhere and with any one byte changed.
+        #[test]
+        fn parse_source_agrees_with_parse_frame(
+            v6 in any::<bool>(),
+            udp in any::<bool>(),
+            source in any::<[u8; 16]>(),
+            cut in 0usize..100,
+            at in 0usize..100,
+            byte in any::<u8>(),
+        ) {
+            let eth = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+            let ip = if v6 {
+                eth.ipv6(source, [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 64)
+            } else {
+                eth.ipv4([source[0], source[1], source[2], source[3]], [192, 0, 2, 1], 64)
+            };
+            let mut frame = Vec::new();
+            let written = if udp {
+                ip.udp(40_000, 53).write(&mut frame, &[0; 8])
+            } else {
+                ip.tcp(40_000, 443, 1, 64_240).syn().write(&mut frame, &[])
+            };
+            prop_assert!(written.is_ok());
+            if let Some(b) = frame.get_mut(at) {
+                *b = byte;
+            }
+            frame.truncate(cut);
+            prop_assert_eq!(
+                parse_source(&frame),
+                parse_frame(&frame).map(|p| (p.source, p.protocol))
+            );
+        }
+    }
 }

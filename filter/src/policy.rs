@@ -5,19 +5,19 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_sketch::{BuildError, KeyHash, Stats, Tick};
+use tollgate_sketch::{BuildError, KeyHash, RateSketch, Stats, Tick};
 
 use crate::budget::{self, Counts};
 use crate::config::Config;
 use crate::counter::Counter;
 use crate::key::{KeyHead, LimitKey, RuleId, Source};
 use crate::overlay::{ListEntry, ListKind, RuntimeLists};
-use crate::packet::{PacketInfo, parse_frame};
+use crate::packet::{PacketInfo, Protocol, parse_source};
 use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
 use crate::remote::{Before, Remote, Rest, Suspect};
-use crate::rules::{Cidr, Limit, Rule, Transport, Weight};
+use crate::rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
 
 mod explanation;
@@ -43,6 +43,16 @@ impl Event {
             source: packet.source,
             transport: packet.protocol.into(),
             bytes: packet.frame_len as u64,
+        }
+    }
+
+    /// [`Event::from_packet`] of `frame`, whose source and protocol are read.
+    #[inline]
+    fn of_frame(frame: &[u8], source: Source, protocol: Protocol) -> Event {
+        Event {
+            source,
+            transport: protocol.into(),
+            bytes: frame.len() as u64,
         }
     }
 }
@@ -119,9 +129,9 @@ pub const FRAME_BATCH: usize = 16;
 /// again when it is decided.
 const KEYS_PER_FRAME: usize = 8;
 
-/// The hashes of one event's limit keys, in the order [`Policy::judge_hashed`] visits them:
-/// rule by rule (those of the event's protocol), each rule's limits in `order`. `None` where
-/// the touch pass did not hash (past [`KEYS_PER_FRAME`]).
+/// The hashes of one event's leading steps' keys (see [`Step::leads`]), in the order
+/// [`Policy::judge_into`] visits them: rule by rule (those of the event's protocol), each
+/// rule's steps in order. Only as many as [`Policy::touch`] returns are set.
 type FrameHashes = [Option<KeyHash>; KEYS_PER_FRAME];
 
 /// The cap a limit of `count` passes to the sketch (`RateSketch::observe_capped`):
@@ -138,12 +148,24 @@ fn cap(count: u64) -> u64 {
 /// A rule made ready to decide with.
 #[derive(Debug)]
 struct Compiled {
+    /// [`Rule::id`], [`Rule::protocol`], [`Rule::weight`], [`Rule::action`] and
+    /// [`Rule::shadow`], next to what the decision path reads with them.
+    id: RuleId,
+    protocol: ProtocolMatch,
+    weight: Weight,
+    action: Action,
+    shadow: bool,
+    /// Whether the rule matches every source (`sources` is empty): no lookup.
+    every_source: bool,
     sources: PrefixMap<()>,
     /// Its limits, in file order.
     limits: Vec<Bound>,
     /// Its limits ordered by period and prefix length, for IPv4 sources then IPv6 ones:
     /// limits that count the same events are adjacent and share one observe.
     steps: [Vec<Step>; 2],
+    /// The leading ones of `steps` (see [`Step::leads`]) as the touch pass of
+    /// [`Policy::decide_frames`] reads them, per family: the keys it hashes for this rule.
+    touches: [Vec<Touch>; 2],
     /// The penalty's length and its two sketches' indices, if the rule has a penalty.
     penalty: Option<(Duration, [usize; 2])>,
     /// [`Rule::shape`], for a cluster's keys.
@@ -161,6 +183,15 @@ struct Step {
     /// Whether its key differs from the previous step's: the first of a group of limits that
     /// count one key (one period and prefix length), observed once for all of them.
     leads: bool,
+}
+
+/// A leading step of a rule as [`Policy::touch`] reads it: its key's head, its sketch and its
+/// cap for the step's family.
+#[derive(Debug)]
+struct Touch {
+    head: KeyHead,
+    sketch: Arc<RateSketch>,
+    cap: u64,
 }
 
 /// An immutable policy: swap a new one in to reload (see [`crate::Filter`]).
@@ -270,17 +301,39 @@ impl Policy {
                     });
                     steps(rule.id, family, &limits, &order, prefix)
                 };
+                let steps = [
+                    ordered(Source::from(std::net::Ipv4Addr::UNSPECIFIED), |l| {
+                        l.ipv4_prefix
+                    }),
+                    ordered(Source::new(std::net::Ipv6Addr::UNSPECIFIED.into()), |l| {
+                        l.ipv6_prefix
+                    }),
+                ];
+                let touches = |family: usize| -> Vec<Touch> {
+                    steps[family]
+                        .iter()
+                        .filter(|step| step.leads)
+                        .map(|step| {
+                            let bound = &limits[step.limit];
+                            Touch {
+                                head: step.head,
+                                sketch: Arc::clone(counters[bound.counter].shared_sketch()),
+                                cap: bound.cap[family],
+                            }
+                        })
+                        .collect()
+                };
                 Compiled {
+                    id: rule.id,
+                    protocol: rule.protocol,
+                    weight: rule.weight,
+                    action: rule.action,
+                    shadow: rule.shadow,
+                    every_source: rule.sources.is_empty(),
                     shape: rule.shape(),
                     sources: networks(rule.sources.iter().map(|c| (*c, ()))),
-                    steps: [
-                        ordered(Source::from(std::net::Ipv4Addr::UNSPECIFIED), |l| {
-                            l.ipv4_prefix
-                        }),
-                        ordered(Source::new(std::net::Ipv6Addr::UNSPECIFIED.into()), |l| {
-                            l.ipv6_prefix
-                        }),
-                    ],
+                    touches: [touches(0), touches(1)],
+                    steps,
                     limits,
                     penalty: rule.penalty.and_then(|length| {
                         let plain = index_of(Counts::Penalties { shifted: false }, length)?;
@@ -495,10 +548,16 @@ impl Policy {
     /// Decides on one raw Ethernet frame at `now` (its size is its byte weight). A malformed or
     /// truncated frame is a verdict, `Deny(Malformed)`, never a panic or an error.
     pub fn decide_frame(&self, frame: &[u8], now: Tick) -> Decision {
-        match parse_frame(frame) {
-            Ok(packet) => self.decide(&Event::from_packet(&packet), now),
-            Err(malformed) => Decision::of(Verdict::Deny(DenyReason::Malformed(malformed))),
-        }
+        let (source, protocol) = match parse_source(frame) {
+            Ok(read) => read,
+            Err(malformed) => {
+                return Decision::of(Verdict::Deny(DenyReason::Malformed(malformed)));
+            }
+        };
+        let mut decision = Decision::of(Verdict::Allow);
+        let event = Event::of_frame(frame, source, protocol);
+        self.judge_into(&event, now, true, &[], &mut decision);
+        decision
     }
 
     /// Decides on `frames` at `now` and appends one decision per frame, in order, to
@@ -520,56 +579,76 @@ impl Policy {
     /// ```
     pub fn decide_frames(&self, frames: &[&[u8]], now: Tick, decisions: &mut Vec<Decision>) {
         decisions.reserve(frames.len());
+        // Set for a batch's frames before they are read; only the first `keys[i]` of a
+        // frame's hashes are ever read.
+        let mut events = [None; FRAME_BATCH];
+        let mut hashes = [[None; KEYS_PER_FRAME]; FRAME_BATCH];
+        let mut keys = [0; FRAME_BATCH];
         for batch in frames.chunks(FRAME_BATCH) {
-            let mut parsed = [None; FRAME_BATCH];
-            let mut hashes = [[None; KEYS_PER_FRAME]; FRAME_BATCH];
-            for ((slot, frame), hashes) in parsed.iter_mut().zip(batch).zip(&mut hashes) {
-                let event = parse_frame(frame).map(|packet| Event::from_packet(&packet));
-                if let Ok(event) = &event {
-                    self.touch(event, now, hashes);
-                }
-                *slot = Some(event);
-            }
-            for (event, hashes) in parsed.iter().zip(&hashes) {
-                let Some(event) = event else { break };
-                decisions.push(match event {
-                    Ok(event) => self.judge_hashed(event, now, true, hashes),
-                    Err(malformed) => {
-                        Decision::of(Verdict::Deny(DenyReason::Malformed(*malformed)))
+            // The batch's decisions are pushed in this pass, in order: a malformed frame's is
+            // final, a parsed one's is `Allow` until the decide pass below sets it.
+            let first = decisions.len();
+            for (((frame, event), hashes), keys) in batch
+                .iter()
+                .zip(&mut events)
+                .zip(&mut hashes)
+                .zip(&mut keys)
+            {
+                match parse_source(frame) {
+                    Ok((source, protocol)) => {
+                        let parsed = Event::of_frame(frame, source, protocol);
+                        *keys = self.touch(&parsed, now, hashes);
+                        *event = Some(parsed);
+                        decisions.push(Decision::of(Verdict::Allow));
                     }
-                });
+                    Err(malformed) => {
+                        *event = None;
+                        decisions.push(Decision::of(Verdict::Deny(DenyReason::Malformed(
+                            malformed,
+                        ))));
+                    }
+                }
+            }
+            let pushed = decisions.get_mut(first..).unwrap_or_default();
+            for (((decision, event), hashes), &keys) in
+                pushed.iter_mut().zip(&events).zip(&hashes).zip(&keys)
+            {
+                if let Some(event) = event {
+                    let hashes = hashes.get(..keys).unwrap_or_default();
+                    self.judge_into(event, now, true, hashes, decision);
+                }
             }
         }
     }
 
     /// Hashes the sketch keys deciding `event` counts into `hashes` (see [`FrameHashes`]) and
     /// requests their cache lines (none for a key already at its cap at `now`, see
-    /// [`tollgate_sketch::RateSketch::touch_capped`]): the sketch cells of every limit of every rule of its
-    /// protocol (a rule its source does not match costs a wasted prefetch and hash, not a
-    /// wrong decision). A key shared by adjacent limits is hashed and fetched once.
-    fn touch(&self, event: &Event, now: Tick, hashes: &mut FrameHashes) {
+    /// [`tollgate_sketch::RateSketch::touch_capped`]): the sketch cells of every limit of
+    /// every rule of its protocol (a rule its source does not match costs a wasted prefetch
+    /// and hash, not a wrong decision). A key shared by adjacent limits is hashed and fetched
+    /// once. Returns how many hashes it set.
+    fn touch(&self, event: &Event, now: Tick, hashes: &mut FrameHashes) -> usize {
         let source = event.source;
-        let family = usize::from(!matches!(source.addr(), std::net::IpAddr::V4(_)));
-        let mut slots = hashes.iter_mut();
-        for (rule, compiled) in self.config.rules.iter().zip(&self.rules) {
-            if !rule.protocol.matches(event.transport) {
+        let family = family(source);
+        let mut set = 0;
+        for compiled in &self.rules {
+            if !compiled.protocol.matches(event.transport) {
                 continue;
             }
-            for step in &compiled.steps[family] {
-                let Some(slot) = slots.next() else { return };
-                // Same key, same sketch (one period) as the step before: `judge_hashed`
-                // observes it once, with the hash of the group's first step.
-                if !step.leads {
-                    continue;
-                }
-                let bound = &compiled.limits[step.limit];
-                let sketch = self.counters[bound.counter].sketch();
-                let hash = sketch.hash(step.head.key(source).as_bytes());
+            // Only leading steps: `judge_into` observes a group of steps that count one key
+            // once, with the hash of its first.
+            for touch in &compiled.touches[family] {
+                let Some(slot) = hashes.get_mut(set) else {
+                    return set;
+                };
+                let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
                 // Nothing to fetch for a key already at its cap in this window.
-                sketch.touch_capped(hash, bound.cap[family], now);
+                touch.sketch.touch_capped(hash, touch.cap, now);
                 *slot = Some(hash);
+                set += 1;
             }
         }
+        set
     }
 
     /// Decides on `event` at `now`, counting it against every limit of every rule it matches
@@ -593,58 +672,60 @@ impl Policy {
     }
 
     fn judge(&self, event: &Event, now: Tick, count: bool) -> Decision {
-        self.judge_hashed(event, now, count, &[None; KEYS_PER_FRAME])
+        let mut decision = Decision::of(Verdict::Allow);
+        self.judge_into(event, now, count, &[], &mut decision);
+        decision
     }
 
-    /// [`Policy::judge`] with the hashes of the event's keys where [`Policy::touch`] computed
-    /// them (`None`: hash here).
-    fn judge_hashed(
+    /// [`Policy::judge`] into `decision` (which holds `Allow` and no shadow verdict), with the
+    /// hashes of the event's first leading keys where [`Policy::touch`] computed them (past
+    /// `hashes`: hash here).
+    fn judge_into(
         &self,
         event: &Event,
         now: Tick,
         count: bool,
-        hashes: &FrameHashes,
-    ) -> Decision {
+        hashes: &[Option<KeyHash>],
+        decision: &mut Decision,
+    ) {
         let source = event.source;
         if let Some((kind, cidr)) = self.list_verdict(source, now) {
-            return Decision::of(match kind {
+            decision.verdict = match kind {
                 ListKind::Deny => Verdict::Deny(DenyReason::Listed(cidr)),
                 ListKind::Allow => Verdict::Allow,
-            });
+            };
+            return;
         }
-        let family = usize::from(!matches!(source.addr(), std::net::IpAddr::V4(_)));
-        let mut decision = Decision::of(Verdict::Allow);
-        // Where this rule's keys start in `hashes`: rules of the event's protocol, in order.
-        let mut next_slot = 0;
-        for (index, (rule, compiled)) in self.config.rules.iter().zip(&self.rules).enumerate() {
-            if !rule.protocol.matches(event.transport) {
+        let family = family(source);
+        // The place in `hashes` of the next leading step: rules of the event's protocol, in
+        // order, as `touch` set them.
+        let mut lead = 0;
+        for (index, compiled) in self.rules.iter().enumerate() {
+            if !compiled.protocol.matches(event.transport) {
                 continue;
             }
-            let first_slot = next_slot;
-            next_slot += compiled.steps[family].len();
-            if !compiled.sources.is_empty() && compiled.sources.longest_match(source).is_none() {
+            let mut next_lead = lead;
+            lead += compiled.touches[family].len();
+            if !compiled.every_source && compiled.sources.longest_match(source).is_none() {
                 continue;
             }
-            let weight = match rule.weight {
+            let weight = match compiled.weight {
                 Weight::Events => 1,
                 Weight::Bytes => event.bytes,
             };
+            let enforced_penalty = compiled.penalty.filter(|_| !compiled.shadow);
             // The local estimate of the current group of limits with one period and prefix.
             let mut group = 0;
-            for (position, step) in compiled.steps[family].iter().enumerate() {
+            for step in &compiled.steps[family] {
                 let limit_index = step.limit;
                 let bound = &compiled.limits[limit_index];
                 let limit = &bound.limit;
-                let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
-                let key = step.head.key(source);
-                let penalty = compiled
-                    .penalty
-                    .filter(|_| !rule.shadow)
-                    .map(|(length, at)| {
-                        let key = LimitKey::penalty(rule.id, length, source, prefix);
-                        let sketches = [&self.counters[at[0]], &self.counters[at[1]]];
-                        (key, Penalty { length, sketches })
-                    });
+                let penalty = enforced_penalty.map(|(length, at)| {
+                    let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
+                    let key = LimitKey::penalty(compiled.id, length, source, prefix);
+                    let sketches = [&self.counters[at[0]], &self.counters[at[1]]];
+                    (key, Penalty { length, sketches })
+                });
                 // In force here, or set by another node of the cluster.
                 let serving = penalty.is_some_and(|(key, penalty)| {
                     penalty.in_force(&key, now)
@@ -662,13 +743,12 @@ impl Policy {
                     let counter = &self.counters[bound.counter];
                     let cap = bound.cap[family];
                     group = if count {
-                        let key = key.as_bytes();
-                        let hash = hashes.get(first_slot + position).copied().flatten();
-                        let hash = hash.unwrap_or_else(|| counter.sketch().hash(key));
-                        counter.observe_hashed_capped(key, hash, weight, cap, now)
+                        let hash = hashes.get(next_lead).copied().flatten();
+                        counter.observe_step(|| step.head.key(source), hash, weight, cap, now)
                     } else {
-                        counter.estimate_capped(key.as_bytes(), cap, now)
+                        counter.estimate_capped(step.head.key(source).as_bytes(), cap, now)
                     };
+                    next_lead += 1;
                     (group, true)
                 } else {
                     (group, false)
@@ -678,6 +758,7 @@ impl Policy {
                 // on counts.
                 let mut counted_estimate = local;
                 if let Some(shared) = &self.remote {
+                    let key = step.head.key(source);
                     // The event is reported to the cluster once per key, by the first limit.
                     let counted = if count && first { weight } else { 0 };
                     let counter = &self.counters[bound.counter];
@@ -709,10 +790,10 @@ impl Policy {
                         limit.rate.per,
                         capped.then_some(now),
                     ),
-                    action: rule.action,
+                    action: compiled.action,
                     capped,
                 };
-                if rule.shadow {
+                if compiled.shadow {
                     decision.shadow_count += 1;
                     let earlier = decision
                         .shadow
@@ -743,7 +824,6 @@ impl Policy {
                 }
             }
         }
-        decision
     }
 }
 
@@ -801,6 +881,12 @@ fn pick<T>(
     }
 }
 
+/// The index of `source`'s family in a rule's per-family arrays: 0 for IPv4, 1 for IPv6.
+#[inline]
+fn family(source: Source) -> usize {
+    usize::from(!source.addr().is_ipv4())
+}
+
 /// The steps of a rule's `limits` in `order` for sources of `family`, counted at `prefix`.
 fn steps(
     rule: RuleId,
@@ -849,5 +935,52 @@ fn retry_after(estimate: u64, allowed: u64, per: Duration, capped: Option<Tick>)
     // A checked period is at most ~584 years, so its milliseconds fit a u64, whose conversion
     // to f64 rounds as the u128's did (without the u128 one's library call).
     let millis = u64::try_from(per.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis((millis as f64 * excess).ceil() as u64)
+    Duration::from_millis(ceil(millis as f64 * excess))
+}
+
+/// `x.ceil() as u64` for a finite `x >= 0`, without the library call `ceil` is on x86_64
+/// without SSE4.1: below 2^53 the cast truncates exactly, and from there on every f64 is a
+/// whole number (the cast saturates at `u64::MAX`, as the rounded one's does).
+#[inline]
+fn ceil(x: f64) -> u64 {
+    let whole = x as u64;
+    if (whole as f64) < x {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::ceil;
+
+    #[test]
+    fn ceil_rounds_up_as_the_library_does_at_the_edges() {
+        let edges = [
+            0.0,
+            0.25,
+            1.0,
+            1.5,
+            (1u64 << 53) as f64 - 0.5,
+            (1u64 << 53) as f64,
+            (1u64 << 60) as f64,
+            u64::MAX as f64,
+            1e30,
+            f64::MAX,
+        ];
+        for x in edges {
+            assert_eq!(ceil(x), x.ceil() as u64, "{x}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn ceil_rounds_up_as_the_library_does(x in 0.0..1e20f64, small in 0.0..1e6f64) {
+            prop_assert_eq!(ceil(x), x.ceil() as u64);
+            prop_assert_eq!(ceil(small), small.ceil() as u64);
+        }
+    }
 }

@@ -181,6 +181,55 @@ fn a_reload_that_resplits_memory_keeps_counts_and_penalties() {
     );
 }
 
+/// After a reload that re-splits the memory, decisions count on from the counts before it
+/// (which the retired sketch holds), one event at a time and in batches of frames alike.
+#[test]
+fn decisions_after_a_resplitting_reload_count_on_from_the_counts_before_it() {
+    const FIVE: &str = "[[rule]]\nname = \"slow\"\nlimits = [{ rate = \"5/1m\" }]\n";
+    let other = format!(
+        "{FIVE}\n[[rule]]\nname = \"hourly\"\nprotocol = \"udp\"\nlimits = [{{ rate = \"1000/1h\" }}]\n"
+    );
+    let source = Ipv4Addr::new(198, 51, 100, 9);
+    let mut frame = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(source.octets(), [192, 0, 2, 1], 64)
+        .tcp(40_000, 443, 1, 64_240)
+        .syn()
+        .write(&mut frame, &[])
+        .expect("a well-formed frame");
+    let now = at_secs(10.0);
+    let one = filter(FIVE);
+    let batched = filter(FIVE);
+    let mut decisions = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(one.decide(&event(source), now).verdict, Verdict::Allow);
+        batched.decide_frames(&[&frame], now, &mut decisions);
+    }
+    assert!(
+        decisions.iter().all(|d| d.verdict == Verdict::Allow),
+        "{decisions:?}"
+    );
+    reload(&one, &other, now);
+    reload(&batched, &other, now);
+    // The fifth is in, the sixth over: four of the six are only in the retired sketch.
+    let singles = [
+        one.decide(&event(source), now),
+        one.decide(&event(source), now),
+    ];
+    decisions.clear();
+    batched.decide_frames(&[&frame, &frame], now, &mut decisions);
+    for verdicts in [
+        singles.map(|d| d.verdict),
+        [decisions[0].verdict, decisions[1].verdict],
+    ] {
+        assert_eq!(verdicts[0], Verdict::Allow, "{verdicts:?}");
+        assert!(
+            matches!(verdicts[1], Verdict::Throttle(t) if t.estimate >= 6),
+            "{verdicts:?}"
+        );
+    }
+}
+
 /// Keys do not depend on the order of the limits in the file.
 #[test]
 fn reordering_limits_keeps_their_counts() {
