@@ -10,6 +10,7 @@ use crate::hash::KeyHash;
 use crate::hot::HotKeys;
 use crate::pair::{Fold, Halves};
 use crate::stats::Stats;
+use crate::sync::AtomicU64;
 use crate::tally::{Stripes, Tally, WINDOWS};
 use crate::window::{Position, Windows};
 
@@ -105,7 +106,9 @@ impl RateSketch {
         // Read the counters before the front's swap, which on x86 waits for all earlier loads:
         // the misses then overlap instead of adding up, and the update starts from these words.
         let snapshot = self.counters.snapshot(hash);
-        let (counts, presence) = self.count(hash, snapshot, weight, at);
+        let read = self.counters.counts(&snapshot, at.index);
+        let register = self.front.register(hash);
+        let (counts, presence) = self.count(hash, register, snapshot, read, weight, at);
         self.slide(at, counts, presence)
     }
 
@@ -179,11 +182,11 @@ impl RateSketch {
     #[must_use = "the estimate is the point of observing; use `estimate_capped` to read"]
     pub fn observe_hashed_capped(&self, hash: KeyHash, weight: u64, cap: u64, now: Tick) -> u64 {
         let at = self.windows.position(now);
-        let slots = self.counters.slots(hash);
+        let located = self.counters.locate(hash);
         if Self::notable(cap) && !self.hot.is_empty() {
             // Prefetches retire at once: on a hit below nothing waits for them, and when the
             // branch is guessed wrong the cells' misses have started anyway.
-            self.counters.prefetch(&slots);
+            self.counters.prefetch(&located);
             if self.hot.holds(hash, at.index, cap) {
                 // Seen at its cap in this window already: what the read-only path below would
                 // do, without reading the cells (see `crate::hot`).
@@ -191,11 +194,12 @@ impl RateSketch {
                 return cap;
             }
         }
-        let snapshot = self.counters.read(slots);
+        let snapshot = self.counters.read(located);
         // The front's line too, now: the branch below waits for the cells, and when it guesses
         // wrong the front's miss would otherwise start only after theirs (measured: capped
         // observes were slower than plain ones at 32 MiB without this).
-        self.front.touch(hash);
+        let register = self.front.register(hash);
+        Front::prefetch(register);
         // A stale word only reads lower (a window's count never falls while it is current, and
         // a word of an older window decodes as older), so a stale read never stops a count
         // that should go on; it just takes the counting path below.
@@ -212,7 +216,7 @@ impl RateSketch {
                 .slide(at, u64::from(read.current), u64::from(read.previous))
                 .max(cap);
         }
-        let (counts, presence) = self.count(hash, snapshot, weight, at);
+        let (counts, presence) = self.count(hash, register, snapshot, read, weight, at);
         saturated(self.slide(at, counts, presence), counts, cap)
     }
 
@@ -286,26 +290,29 @@ impl RateSketch {
     /// misses in flight to keep a core's line-fill buffers busy.
     pub const OBSERVE_BATCH: usize = 16;
 
-    /// Counts `weight` for the key of `hash` and `snapshot` in `at`'s window: the front first,
-    /// then the counters with what it did not absorb. The key's counts (including it) and which
-    /// fronts hold it.
+    /// Counts `weight` for the key of `hash` and `snapshot` in `at`'s window: the front first
+    /// (in `register`, the key's from [`Front::register`]), then the counters with what it did
+    /// not absorb, starting from `read`, the snapshot's counts. The key's counts (including
+    /// it) and which fronts hold it.
     #[inline]
     fn count(
         &self,
         hash: KeyHash,
-        mut snapshot: Snapshot,
+        register: Option<&AtomicU64>,
+        mut snapshot: Snapshot<'_>,
+        read: Halves,
         weight: u64,
         at: Position,
     ) -> (Halves, Presence) {
         let weight = clamp(weight);
-        let (sighting, presence) = self.front.sight(hash, at.index);
+        let (sighting, presence) = Front::sight_in(register, hash, at.index);
         let absorbed = match sighting {
             Sighting::First => weight.min(self.front_weight),
             Sighting::Again => 0,
         };
         let counts = if weight > absorbed {
             self.counters
-                .add(&mut snapshot, weight - absorbed, at.index)
+                .add(&mut snapshot, read, weight - absorbed, at.index)
         } else {
             self.counters.reread(&mut snapshot, at.index)
         };
