@@ -55,28 +55,35 @@ pub(crate) struct CountMin {
     fold: Fold,
 }
 
-/// A key's cells, one per row, and the words read from them. Only the first `depth` entries
-/// are the key's; the rest repeat the first cell and are never used.
+/// A key's cells, one per row: only the first `depth` entries are the key's; the rest repeat
+/// cell 0 and are never used.
 ///
 /// The cells are held as references, located once: the reads, the prefetches and the swaps
 /// that follow index nothing, so they carry no bounds checks.
-pub(crate) struct Snapshot<'a> {
+pub(crate) struct Cells<'a> {
     cells: [&'a AtomicU64; MAX_DEPTH],
-    words: [u64; MAX_DEPTH],
     depth: usize,
 }
 
-impl Snapshot<'_> {
+impl<'a> Cells<'a> {
     /// The key's cells.
     #[inline]
-    fn cells(&self) -> &[&AtomicU64] {
+    fn get(&self) -> &[&'a AtomicU64] {
         &self.cells[..self.depth]
     }
+}
 
+/// A key's cells and the words read from them.
+pub(crate) struct Snapshot<'a> {
+    cells: Cells<'a>,
+    words: [u64; MAX_DEPTH],
+}
+
+impl Snapshot<'_> {
     /// The words read from the key's cells.
     #[inline]
     fn words(&self) -> &[u64] {
-        &self.words[..self.depth]
+        &self.words[..self.cells.depth]
     }
 }
 
@@ -116,17 +123,18 @@ impl CountMin {
     /// Row `r`'s cell is `r * width + index(r)`, with the probes of double hashing stepped
     /// here rather than recomputed per row (the same indices as [`KeyHash::index`]).
     #[inline]
-    pub(crate) fn locate(&self, hash: KeyHash) -> Snapshot<'_> {
+    pub(crate) fn locate(&self, hash: KeyHash) -> Cells<'_> {
         // A placeholder for the rows past `depth`: cell 0 exists (depth and width are >= 1).
         let mut cells = [&self.cells[0]; MAX_DEPTH];
         let (mut probe, step) = (hash.as_u64(), hash.step());
-        for (row, cell) in self.cells.chunks_exact(self.width).zip(&mut cells) {
-            *cell = &row[crate::hash::reduce(probe, self.width)];
+        let mut row = 0;
+        for cell in &mut cells[..self.depth] {
+            *cell = &self.cells[row + crate::hash::reduce(probe, self.width)];
             probe = probe.wrapping_add(step);
+            row += self.width;
         }
-        Snapshot {
+        Cells {
             cells,
-            words: [0; MAX_DEPTH],
             depth: self.depth,
         }
     }
@@ -134,9 +142,13 @@ impl CountMin {
     /// Reads the cells of `located` (from [`CountMin::locate`]). All loads are issued before
     /// any is used, so their cache misses overlap instead of adding up.
     #[inline]
-    pub(crate) fn read<'a>(&self, mut located: Snapshot<'a>) -> Snapshot<'a> {
-        self.reload(&mut located);
-        located
+    pub(crate) fn read<'a>(&self, cells: Cells<'a>) -> Snapshot<'a> {
+        let mut words = [0; MAX_DEPTH];
+        for (word, cell) in words.iter_mut().zip(cells.get()) {
+            // Relaxed: as in `reload`.
+            *word = cell.load(Ordering::Relaxed);
+        }
+        Snapshot { cells, words }
     }
 
     #[inline]
@@ -177,10 +189,10 @@ impl CountMin {
 
     /// Prefetches the cells of `located` (see [`CountMin::touch`]).
     #[inline]
-    pub(crate) fn prefetch(&self, located: &Snapshot<'_>) {
+    pub(crate) fn prefetch(&self, cells: &Cells<'_>) {
         // A prefetch, not a load: it retires at once, so a batch's touches never wait for
         // their lines and all of them are in flight together.
-        for cell in located.cells() {
+        for cell in cells.get() {
             crate::memory::prefetch(cell);
         }
     }
@@ -237,8 +249,7 @@ impl CountMin {
     /// Reads the snapshot's cells again, in place.
     #[inline]
     fn reload(&self, snapshot: &mut Snapshot<'_>) {
-        let depth = snapshot.depth;
-        for (word, cell) in snapshot.words[..depth].iter_mut().zip(&snapshot.cells) {
+        for (word, cell) in snapshot.words.iter_mut().zip(snapshot.cells.get()) {
             // Relaxed: a stale value is caught by the compare-and-swap that must follow any use
             // of it in `add`, and in `estimate` it is only an older (smaller) count.
             *word = cell.load(Ordering::Relaxed);
@@ -255,7 +266,7 @@ impl CountMin {
     /// without one.
     #[inline]
     fn raise(&self, snapshot: &Snapshot<'_>, window: u64, target: u32, weight: u32) -> bool {
-        for (cell, &word) in snapshot.cells().iter().zip(snapshot.words()) {
+        for (cell, &word) in snapshot.cells.get().iter().zip(snapshot.words()) {
             let raised = match COUNTER.current_in(word, window) {
                 // The usual case, a word of this window: decoded once, and `target` is at
                 // most COUNT_MAX, the largest value a half holds.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::bloom::{Front, Presence, Sighting};
 use crate::builder::Builder;
 use crate::clock::Tick;
-use crate::count_min::{COUNT_MAX, CountMin, Snapshot};
+use crate::count_min::{COUNT_MAX, Cells, CountMin, Snapshot};
 use crate::hash::KeyHash;
 use crate::hot::HotKeys;
 use crate::pair::{Fold, Halves};
@@ -219,11 +219,11 @@ impl RateSketch {
     /// The rest of [`RateSketch::observe_hashed_capped`] once the key's cells are located and
     /// the hot keys' table was consulted (`Looked::Up`) or not (`Looked::Not`: then only for
     /// a key whose cells read the cap, the one case where the answer may come from a note).
-    #[inline]
+    #[inline(always)]
     fn observe_located(
         &self,
         hash: KeyHash,
-        located: Snapshot<'_>,
+        located: Cells<'_>,
         weight: u64,
         cap: u64,
         at: Position,
