@@ -73,9 +73,9 @@ impl<'a> Cells<'a> {
     }
 }
 
-/// A key's cells and the words read from them.
+/// A key's cells (borrowed: located once, never copied) and the words read from them.
 pub(crate) struct Snapshot<'a> {
-    cells: Cells<'a>,
+    cells: &'a Cells<'a>,
     words: [u64; MAX_DEPTH],
 }
 
@@ -142,7 +142,7 @@ impl CountMin {
     /// Reads the cells of `located` (from [`CountMin::locate`]). All loads are issued before
     /// any is used, so their cache misses overlap instead of adding up.
     #[inline]
-    pub(crate) fn read<'a>(&self, cells: Cells<'a>) -> Snapshot<'a> {
+    pub(crate) fn read<'a>(&self, cells: &'a Cells<'a>) -> Snapshot<'a> {
         let mut words = [0; MAX_DEPTH];
         for (word, cell) in words.iter_mut().zip(cells.get()) {
             // Relaxed: as in `reload`.
@@ -170,13 +170,6 @@ impl CountMin {
             min.previous = 0;
         }
         min
-    }
-
-    /// Locates and reads the key's cells: issued early, the loads are on their way in while the
-    /// caller does other work, and [`CountMin::add`] starts from them.
-    #[inline]
-    pub(crate) fn snapshot(&self, hash: KeyHash) -> Snapshot<'_> {
-        self.read(self.locate(hash))
     }
 
     /// Prefetches the key's cells, waiting for nothing: their cache lines are on their way in when a
@@ -214,7 +207,7 @@ impl CountMin {
 
     /// The key's estimated counts in `window` and the one before.
     pub(crate) fn estimate(&self, hash: KeyHash, window: u64) -> Halves {
-        self.min(&self.snapshot(hash), window)
+        self.min(&self.read(&self.locate(hash)), window)
     }
 
     /// Counts `weight` for the key of `snapshot` in `window` (conservative update) and returns
@@ -339,7 +332,8 @@ mod tests {
         );
         // A lagging tick of window 2 counts 1: row 0 is raised to 6, row 1 (ahead) is added
         // to, 16. Raising row 1 to 6 would leave it at 15 and swallow a point of its fold.
-        let mut snapshot = counters.snapshot(hash);
+        let located = counters.locate(hash);
+        let mut snapshot = counters.read(&located);
         let read = counters.counts(&snapshot, 2);
         let counts = counters.add(&mut snapshot, read, 1, 2);
         assert_eq!(

@@ -124,7 +124,8 @@ impl RateSketch {
         let at = self.windows.position(now);
         // Read the counters before the front's swap, which on x86 waits for all earlier loads:
         // the misses then overlap instead of adding up, and the update starts from these words.
-        let snapshot = self.counters.snapshot(hash);
+        let located = self.counters.locate(hash);
+        let snapshot = self.counters.read(&located);
         let read = self.counters.counts(&snapshot, at.index);
         let register = self.front.register(hash);
         let (counts, presence) = self.count(hash, register, snapshot, read, weight, at);
@@ -213,7 +214,7 @@ impl RateSketch {
                 return cap;
             }
         }
-        self.observe_located(hash, located, weight, cap, at, Looked::Up)
+        self.observe_located(hash, &located, weight, cap, at, Looked::Up)
     }
 
     /// The rest of [`RateSketch::observe_hashed_capped`] once the key's cells are located and
@@ -223,7 +224,7 @@ impl RateSketch {
     fn observe_located(
         &self,
         hash: KeyHash,
-        located: Cells<'_>,
+        located: &Cells<'_>,
         weight: u64,
         cap: u64,
         at: Position,
@@ -309,14 +310,8 @@ impl RateSketch {
             self.events.add(at.index, u64::from(clamp(weight)));
             return cap;
         }
-        self.observe_located(
-            hash,
-            self.counters.locate(hash),
-            weight,
-            cap,
-            at,
-            Looked::Not,
-        )
+        let located = self.counters.locate(hash);
+        self.observe_located(hash, &located, weight, cap, at, Looked::Not)
     }
 
     /// [`RateSketch::touch`] for an observe capped at `cap` at `now`: nothing to load for a key
