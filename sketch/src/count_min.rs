@@ -177,7 +177,15 @@ impl CountMin {
     /// its misses overlap across keys instead of paying them one key after another.
     #[inline]
     pub(crate) fn touch(&self, hash: KeyHash) {
-        self.prefetch(&self.locate(hash));
+        // Each cell prefetched as it is found, with no array of them built (callgrind: the
+        // array cost a batched frame 65 instructions more than the indices it replaced).
+        let (mut probe, step) = (hash.as_u64(), hash.step());
+        let mut row = 0;
+        for _ in 0..self.depth {
+            crate::memory::prefetch(&self.cells[row + crate::hash::reduce(probe, self.width)]);
+            probe = probe.wrapping_add(step);
+            row += self.width;
+        }
     }
 
     /// Prefetches the cells of `located` (see [`CountMin::touch`]).
