@@ -68,13 +68,34 @@ impl Front {
         (register, mask(hash))
     }
 
+    /// The key's register, `None` when the front is disabled: located once, for a
+    /// [`Front::prefetch`] and then a [`Front::sight_in`] of the same key.
+    #[inline]
+    pub(crate) fn register(&self, hash: KeyHash) -> Option<&AtomicU64> {
+        if !self.is_enabled() {
+            return None;
+        }
+        Some(&self.registers[hash.index(PROBE, self.registers.len())])
+    }
+
     /// Records the key in the front of `window`; says whether this was its first event there,
     /// and whether the previous window's front holds it.
+    #[cfg(test)]
     pub(crate) fn sight(&self, hash: KeyHash, window: u64) -> (Sighting, Presence) {
-        if !self.is_enabled() {
+        Self::sight_in(self.register(hash), hash, window)
+    }
+
+    /// [`Front::sight`] in the key's `register`, from [`Front::register`] of this front.
+    #[inline]
+    pub(crate) fn sight_in(
+        register: Option<&AtomicU64>,
+        hash: KeyHash,
+        window: u64,
+    ) -> (Sighting, Presence) {
+        let Some(register) = register else {
             return (Sighting::Again, Presence::default());
-        }
-        let (register, mask) = self.locate(hash);
+        };
+        let mask = mask(hash);
         // Relaxed: the decision rests on the compare-and-swap below, which sees the latest word.
         let mut word = register.load(Ordering::Relaxed);
         loop {
@@ -100,8 +121,13 @@ impl Front {
     /// Prefetches the key's register (see `CountMin::touch`).
     #[inline]
     pub(crate) fn touch(&self, hash: KeyHash) {
-        if self.is_enabled() {
-            let (register, _) = self.locate(hash);
+        Self::prefetch(self.register(hash));
+    }
+
+    /// Prefetches `register` (from [`Front::register`]), if there is one.
+    #[inline]
+    pub(crate) fn prefetch(register: Option<&AtomicU64>) {
+        if let Some(register) = register {
             crate::memory::prefetch(register);
         }
     }

@@ -42,11 +42,13 @@ impl KeyHash {
     }
 
     /// The second hash of double hashing; odd, so successive probes never repeat.
-    fn step(self) -> u64 {
+    #[inline]
+    pub(crate) fn step(self) -> u64 {
         (self.0 ^ (self.0 >> 29)).wrapping_mul(MIX) | 1
     }
 
     /// The `probe`-th index into a table of `width` entries.
+    #[inline]
     pub(crate) fn index(self, probe: u32, width: usize) -> usize {
         let g = self
             .0
@@ -62,6 +64,7 @@ impl KeyHash {
 
 /// Maps a uniform 64-bit value onto `0..width` without division (Lemire, "Fast random integer
 /// generation in an interval", 2019): the high half of the 128-bit product.
+#[inline]
 pub(crate) fn reduce(value: u64, width: usize) -> usize {
     // The product's high half is < width, which came from a usize: the cast cannot truncate.
     ((u128::from(value) * width as u128) >> 64) as usize

@@ -205,6 +205,23 @@ impl Layout {
         word & self.tag_mask() == self.tag(window)
     }
 
+    /// The current half of a word that holds exactly `window`; `None` for any other word
+    /// (see [`Layout::halves`] for those).
+    #[inline]
+    pub(crate) fn current_in(self, word: u64, window: u64) -> Option<u32> {
+        self.holds(word, window).then(|| self.current(word))
+    }
+
+    /// A word that holds exactly its window (see [`Layout::current_in`]) with its current
+    /// half set to `value`, at most [`Layout::half_max`]: what [`Layout::update_current`]
+    /// gives for such a word, without decoding it again.
+    #[inline]
+    pub(crate) fn with_current(self, word: u64, value: u32) -> u64 {
+        debug_assert!(value <= self.half_max());
+        let current = u64::from(self.half_max()) << self.half_bits;
+        (word & !current) | (u64::from(value) << self.half_bits)
+    }
+
     /// Whether the word was rolled past `window` by a newer tick: a tick of `window` lags.
     #[inline]
     pub(crate) fn is_ahead(self, word: u64, window: u64) -> bool {

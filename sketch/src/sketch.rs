@@ -5,11 +5,12 @@ use std::time::Duration;
 use crate::bloom::{Front, Presence, Sighting};
 use crate::builder::Builder;
 use crate::clock::Tick;
-use crate::count_min::{COUNT_MAX, CountMin, Snapshot};
+use crate::count_min::{COUNT_MAX, Cells, CountMin, Snapshot};
 use crate::hash::KeyHash;
 use crate::hot::HotKeys;
 use crate::pair::{Fold, Halves};
 use crate::stats::Stats;
+use crate::sync::AtomicU64;
 use crate::tally::{Stripes, Tally, WINDOWS};
 use crate::window::{Position, Windows};
 
@@ -29,6 +30,25 @@ fn saturated(estimate: u64, counts: Halves, cap: u64) -> u64 {
     } else {
         estimate
     }
+}
+
+/// A key prepared for an observe (see [`RateSketch::prepare`]): its hash, its cap, the window
+/// position of the tick it was prepared at, and whether the hot keys' table answered it then.
+/// Valid for the sketch that prepared it only.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a prepared key is for `observe_prepared`"]
+pub struct Prepared {
+    hash: KeyHash,
+    cap: u64,
+    at: Position,
+    noted: bool,
+}
+
+/// Whether an observe has consulted the hot keys' table for its key yet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Looked {
+    Up,
+    Not,
 }
 
 /// A fixed-memory, lock-free, sliding-window event counter for any number of keys.
@@ -104,8 +124,11 @@ impl RateSketch {
         let at = self.windows.position(now);
         // Read the counters before the front's swap, which on x86 waits for all earlier loads:
         // the misses then overlap instead of adding up, and the update starts from these words.
-        let snapshot = self.counters.snapshot(hash);
-        let (counts, presence) = self.count(hash, snapshot, weight, at);
+        let located = self.counters.locate(hash);
+        let snapshot = self.counters.read(&located);
+        let read = self.counters.counts(&snapshot, at.index);
+        let register = self.front.register(hash);
+        let (counts, presence) = self.count(hash, register, snapshot, read, weight, at);
         self.slide(at, counts, presence)
     }
 
@@ -179,11 +202,11 @@ impl RateSketch {
     #[must_use = "the estimate is the point of observing; use `estimate_capped` to read"]
     pub fn observe_hashed_capped(&self, hash: KeyHash, weight: u64, cap: u64, now: Tick) -> u64 {
         let at = self.windows.position(now);
-        let slots = self.counters.slots(hash);
+        let located = self.counters.locate(hash);
         if Self::notable(cap) && !self.hot.is_empty() {
             // Prefetches retire at once: on a hit below nothing waits for them, and when the
             // branch is guessed wrong the cells' misses have started anyway.
-            self.counters.prefetch(&slots);
+            self.counters.prefetch(&located);
             if self.hot.holds(hash, at.index, cap) {
                 // Seen at its cap in this window already: what the read-only path below would
                 // do, without reading the cells (see `crate::hot`).
@@ -191,29 +214,104 @@ impl RateSketch {
                 return cap;
             }
         }
-        let snapshot = self.counters.read(slots);
+        self.observe_located(hash, &located, weight, cap, at, Looked::Up)
+    }
+
+    /// The rest of [`RateSketch::observe_hashed_capped`] once the key's cells are located and
+    /// the hot keys' table was consulted (`Looked::Up`) or not (`Looked::Not`: then only for
+    /// a key whose cells read the cap, the one case where the answer may come from a note).
+    #[inline(always)]
+    fn observe_located(
+        &self,
+        hash: KeyHash,
+        located: &Cells<'_>,
+        weight: u64,
+        cap: u64,
+        at: Position,
+        looked: Looked,
+    ) -> u64 {
+        let snapshot = self.counters.read(located);
         // The front's line too, now: the branch below waits for the cells, and when it guesses
         // wrong the front's miss would otherwise start only after theirs (measured: capped
         // observes were slower than plain ones at 32 MiB without this).
-        self.front.touch(hash);
+        let register = self.front.register(hash);
+        Front::prefetch(register);
         // A stale word only reads lower (a window's count never falls while it is current, and
         // a word of an older window decodes as older), so a stale read never stops a count
         // that should go on; it just takes the counting path below.
         let read = self.counters.counts(&snapshot, at.index);
         if u64::from(read.current) >= cap {
+            // Read-only: the events total still counts the event, so the bound overstates.
+            self.events.add(at.index, u64::from(clamp(weight)));
             if Self::notable(cap) {
+                if looked == Looked::Not && self.hot.holds(hash, at.index, cap) {
+                    // Noted since it was prepared (an earlier event of a batch): the answer
+                    // `observe_hashed_capped` gives, and no note written over another key's.
+                    return cap;
+                }
                 // The nanoseconds left in the window pick one of the key's two slots.
                 self.hot.note_capped(hash, at.index, cap, at.remaining);
             }
-            // Read-only: the events total still counts the event, so the bound overstates.
-            self.events.add(at.index, u64::from(clamp(weight)));
             return self
                 .windows
                 .slide(at, u64::from(read.current), u64::from(read.previous))
                 .max(cap);
         }
-        let (counts, presence) = self.count(hash, snapshot, weight, at);
+        let (counts, presence) = self.count(hash, register, snapshot, read, weight, at);
         saturated(self.slide(at, counts, presence), counts, cap)
+    }
+
+    /// Touches the key of `hash` like [`RateSketch::touch_capped`] for an observe capped at
+    /// `cap` at `now`, and keeps what that observe needs: its window position and whether the
+    /// hot keys' table already answers it. [`RateSketch::observe_prepared`] then counts the
+    /// event without working either out again. For batches: prepare every key of a batch,
+    /// then observe them (as [`RateSketch::observe_batch`] does).
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_sketch::{RateSketch, Tick};
+    /// let sketch = RateSketch::builder().front_share(0.0).build()?;
+    /// let keys: [&[u8]; 3] = [b"a", b"b", b"a"];
+    /// let prepared = keys.map(|key| sketch.prepare(sketch.hash(key), 100, Tick::ZERO));
+    /// let counts = prepared.map(|p| sketch.observe_prepared(p, 1));
+    /// assert_eq!(counts, [1, 1, 2]);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    #[inline]
+    pub fn prepare(&self, hash: KeyHash, cap: u64, now: Tick) -> Prepared {
+        let at = self.windows.position(now);
+        let noted = self.noted(hash, at.index, cap);
+        if !noted {
+            self.touch(hash);
+        }
+        Prepared {
+            hash,
+            cap,
+            at,
+            noted,
+        }
+    }
+
+    /// Counts an event of `weight` for a key prepared with [`RateSketch::prepare`]: exactly
+    /// what [`RateSketch::observe_hashed_capped`] returns for the hash, cap and tick given to
+    /// `prepare`, with the same guarantees.
+    #[must_use = "the estimate is the point of observing; use `estimate_capped` to read"]
+    #[inline]
+    pub fn observe_prepared(&self, prepared: Prepared, weight: u64) -> u64 {
+        let Prepared {
+            hash,
+            cap,
+            at,
+            noted,
+        } = prepared;
+        if noted {
+            // Noted at its cap in this window when prepared, and a note stays true for its
+            // whole window (see `crate::hot`): the answer of `observe_hashed_capped`.
+            self.events.add(at.index, u64::from(clamp(weight)));
+            return cap;
+        }
+        let located = self.counters.locate(hash);
+        self.observe_located(hash, &located, weight, cap, at, Looked::Not)
     }
 
     /// [`RateSketch::touch`] for an observe capped at `cap` at `now`: nothing to load for a key
@@ -265,16 +363,14 @@ impl RateSketch {
     ) {
         let mut keys = keys.into_iter();
         loop {
-            let mut hashes = [None; Self::OBSERVE_BATCH];
+            let mut prepared = [None; Self::OBSERVE_BATCH];
             let mut len = 0;
-            for (slot, key) in hashes.iter_mut().zip(keys.by_ref()) {
-                let hash = self.hash(key.as_ref());
-                self.touch_capped(hash, cap, now);
-                *slot = Some(hash);
+            for (slot, key) in prepared.iter_mut().zip(keys.by_ref()) {
+                *slot = Some(self.prepare(self.hash(key.as_ref()), cap, now));
                 len += 1;
             }
-            for hash in hashes.into_iter().flatten() {
-                estimates.push(self.observe_hashed_capped(hash, weight, cap, now));
+            for key in prepared.into_iter().flatten() {
+                estimates.push(self.observe_prepared(key, weight));
             }
             if len < Self::OBSERVE_BATCH {
                 return;
@@ -286,26 +382,29 @@ impl RateSketch {
     /// misses in flight to keep a core's line-fill buffers busy.
     pub const OBSERVE_BATCH: usize = 16;
 
-    /// Counts `weight` for the key of `hash` and `snapshot` in `at`'s window: the front first,
-    /// then the counters with what it did not absorb. The key's counts (including it) and which
-    /// fronts hold it.
+    /// Counts `weight` for the key of `hash` and `snapshot` in `at`'s window: the front first
+    /// (in `register`, the key's from [`Front::register`]), then the counters with what it did
+    /// not absorb, starting from `read`, the snapshot's counts. The key's counts (including
+    /// it) and which fronts hold it.
     #[inline]
     fn count(
         &self,
         hash: KeyHash,
-        mut snapshot: Snapshot,
+        register: Option<&AtomicU64>,
+        mut snapshot: Snapshot<'_>,
+        read: Halves,
         weight: u64,
         at: Position,
     ) -> (Halves, Presence) {
         let weight = clamp(weight);
-        let (sighting, presence) = self.front.sight(hash, at.index);
+        let (sighting, presence) = Front::sight_in(register, hash, at.index);
         let absorbed = match sighting {
             Sighting::First => weight.min(self.front_weight),
             Sighting::Again => 0,
         };
         let counts = if weight > absorbed {
             self.counters
-                .add(&mut snapshot, weight - absorbed, at.index)
+                .add(&mut snapshot, read, weight - absorbed, at.index)
         } else {
             self.counters.reread(&mut snapshot, at.index)
         };
@@ -632,9 +731,23 @@ mod tests {
     fn a_batch_counts_exactly_as_observes_one_after_another() {
         // 100 keys (6 groups, the last partial), repeats inside a group and across groups,
         // weights through the front, some keys past the cap: the same estimates in order.
+        // With a hot keys' table too (a key noted by its earlier event in the same group, or
+        // before it was prepared), whose notes answer both ways alike: with cap 8 a count
+        // stops at 9 (weight 2 over the front's 1), so a note's 8 and the cells' 9 tell apart.
         let keys: Vec<[u8; 1]> = (0..100u32).map(|i| [(i * i % 23) as u8]).collect();
-        for cap in [u64::MAX, 9] {
-            let (one, batch) = (sketch(), sketch());
+        let hot = || {
+            RateSketch::builder()
+                .window(Duration::from_nanos(100))
+                .memory_bytes(1 << 16)
+                .hot_keys_bytes(4_096)
+                .seed(1)
+                .build()
+                .unwrap()
+        };
+        for (cap, table) in [(u64::MAX, false), (9, false), (9, true), (8, true)] {
+            let build: fn() -> RateSketch = if table { hot } else { sketch };
+            let (one, batch) = (build(), build());
+            assert_eq!(one.hot.is_empty(), !table);
             let t = Tick::from_nanos(10);
             let singles: Vec<u64> = keys
                 .iter()
@@ -642,8 +755,8 @@ mod tests {
                 .collect();
             let mut batched = Vec::new();
             batch.observe_batch(&keys, 2, cap, t, &mut batched);
-            assert_eq!(singles, batched, "cap {cap}");
-            assert!(singles.iter().any(|&e| e >= 9));
+            assert_eq!(singles, batched, "cap {cap}, table {table}");
+            assert!(singles.iter().any(|&e| e >= cap.min(9)));
         }
     }
 
