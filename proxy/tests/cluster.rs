@@ -771,26 +771,14 @@ async fn through_sentinels_the_nodes_find_the_master_and_follow_a_failover() {
 async fn a_penalty_one_node_starts_is_refused_by_the_others_from_the_next_round() {
     let redis = Redis::plain().start().await;
     let upstream = echo_upstream().await;
-    // Node 0 limits to 5 a minute; the others to 1000 (another rule shape: their counts are
-    // not shared with node 0's), so only a shared penalty can make them refuse the source.
     let mut cluster = Vec::new();
     for (node, limit) in [(0, 5), (1, 1000), (2, 1000)] {
-        let text = config(upstream, Some((&[&redis], node)), limit).replace(
-            &format!("limits = [{{ rate = \"{limit}/60s\" }}]"),
-            &format!("limits = [{{ rate = \"{limit}/60s\" }}]\npenalty = \"60s\""),
-        );
-        assert!(text.contains("penalty"), "{text}");
-        cluster.push(start(&text).await);
+        cluster.push(start(&penalised_node(upstream, &redis, node, limit)).await);
     }
     joined(&cluster).await;
-    let front = |i: usize| cluster[i].local_addr("front").unwrap();
-    for _ in 0..5 {
-        assert_eq!(attempt("127.0.0.7", front(0)).await, Wire::Echoed);
-    }
-    // Over the limit: node 0 starts a penalty, and shares it.
-    assert_ne!(attempt("127.0.0.7", front(0)).await, Wire::Echoed);
-    eventually(|| cluster_of(&cluster[0]).metrics().penalties_shared.get() == 1).await;
+    penalise_on_node_0(&cluster, "127.0.0.7").await;
     two_rounds(&cluster).await;
+    let front = |i: usize| cluster[i].local_addr("front").unwrap();
     for (node, server) in cluster.iter().enumerate().skip(1) {
         assert_eq!(cluster_of(server).metrics().penalties_held.get(), 1);
         let wire = attempt("127.0.0.7", front(node)).await;
@@ -801,6 +789,81 @@ async fn a_penalty_one_node_starts_is_refused_by_the_others_from_the_next_round(
         );
         assert_eq!(attempt("127.0.0.8", front(node)).await, Wire::Echoed);
     }
+}
+
+/// Node `node`'s config for the penalty tests: a limit of `limit` a minute, and a penalty of
+/// a minute. Node 0 is given 5, the others 1000 (another rule shape: their counts are not
+/// shared with node 0's), so only a shared penalty can make the others refuse a source.
+fn penalised_node(upstream: SocketAddr, redis: &Redis, node: usize, limit: u64) -> String {
+    let text = config(upstream, Some((&[redis], node)), limit).replace(
+        &format!("limits = [{{ rate = \"{limit}/60s\" }}]"),
+        &format!("limits = [{{ rate = \"{limit}/60s\" }}]\npenalty = \"60s\""),
+    );
+    assert!(text.contains("penalty"), "{text}");
+    text
+}
+
+/// Sends `from` over node 0's limit of 5 (see [`penalised_node`]), which starts a penalty, and
+/// waits until node 0 has shared it.
+async fn penalise_on_node_0(cluster: &[Server], from: &str) {
+    let front = cluster[0].local_addr("front").unwrap();
+    for _ in 0..5 {
+        assert_eq!(attempt(from, front).await, Wire::Echoed);
+    }
+    assert_ne!(attempt(from, front).await, Wire::Echoed);
+    eventually(|| cluster_of(&cluster[0]).metrics().penalties_shared.get() == 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn penalties_in_force_are_added_back_when_redis_loses_its_data() {
+    let redis = Redis::plain().start().await;
+    let upstream = echo_upstream().await;
+    let mut cluster = Vec::new();
+    for (node, limit) in [(0, 5), (1, 1000)] {
+        cluster.push(start(&penalised_node(upstream, &redis, node, limit)).await);
+    }
+    joined(&cluster).await;
+    penalise_on_node_0(&cluster, "127.0.0.9").await;
+    two_rounds(&cluster).await;
+    assert_eq!(cluster_of(&cluster[1]).metrics().penalties_held.get(), 1);
+    // Redis loses its data (as a restart without persistence would): each node finds the
+    // dataset id gone at its next round, reconnects, and adds back the penalties it held.
+    let errors_before: Vec<u64> = cluster.iter().map(common::cluster::errors).collect();
+    command(&redis, &["FLUSHALL"]).await;
+    eventually(|| {
+        cluster
+            .iter()
+            .zip(&errors_before)
+            .all(|(s, before)| common::cluster::errors(s) > *before)
+    })
+    .await;
+    joined(&cluster).await;
+    two_rounds(&cluster).await;
+    let held = command(&redis, &["ZCARD", "tollgate:test:penalties"]).await;
+    assert_eq!(
+        held,
+        ::redis::Value::Int(1),
+        "the penalty is in Redis again"
+    );
+    let front = cluster[1].local_addr("front").unwrap();
+    assert_eq!(cluster_of(&cluster[1]).metrics().penalties_held.get(), 1);
+    assert_ne!(
+        attempt("127.0.0.9", front).await,
+        Wire::Echoed,
+        "node 1 serves a penalised source after Redis lost its data"
+    );
+    // A node that joins now, and knew nothing of it, refuses the source too.
+    cluster.push(start(&penalised_node(upstream, &redis, 2, 1000)).await);
+    joined(&cluster).await;
+    two_rounds(&cluster).await;
+    let front = cluster[2].local_addr("front").unwrap();
+    assert_ne!(
+        attempt("127.0.0.9", front).await,
+        Wire::Echoed,
+        "a node that joined after Redis lost its data serves a penalised source"
+    );
+    assert_eq!(attempt("127.0.0.10", front).await, Wire::Echoed);
 }
 
 /// The JSON entries of a process's `GET /lists`.
@@ -961,8 +1024,8 @@ async fn shared_counters(redis: &Redis) -> std::collections::BTreeMap<Vec<u8>, u
         .expect("Redis answered within the bound")
 }
 
-/// Runs one command on `redis` (bounded).
-async fn command(redis: &Redis, args: &[&str]) {
+/// Runs one command on `redis` (bounded); its reply.
+async fn command(redis: &Redis, args: &[&str]) -> ::redis::Value {
     let run = async {
         let client = ::redis::Client::open(format!("redis://{}/", redis.address())).unwrap();
         let mut connection = client.get_multiplexed_async_connection().await.unwrap();
@@ -973,11 +1036,11 @@ async fn command(redis: &Redis, args: &[&str]) {
         command
             .query_async::<::redis::Value>(&mut connection)
             .await
-            .unwrap();
+            .unwrap()
     };
     tokio::time::timeout(BOUND, run)
         .await
-        .expect("Redis answered within the bound");
+        .expect("Redis answered within the bound")
 }
 
 /// Connections one source opens to each node before a failover or restart: past the

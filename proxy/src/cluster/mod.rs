@@ -71,7 +71,13 @@
 //!    each round also removes the ones that ended and reads back the rest (at most
 //!    4,096), which deciders look up for every event a rule with a
 //!    penalty counts: the others refuse the source from their next round on, and keep doing
-//!    so while Redis is away.
+//!    so while Redis is away. A Redis that lost its data (a new dataset id, see "When Redis
+//!    is another process") gets them back: every node that reconnects to it adds, in its
+//!    first round, the penalties of its last read that are still in force (at most 4,096,
+//!    the read's cap; `ZADD NX`, so one started since, or added back by another node first,
+//!    stays as it is). So a source in a penalty is not let through because Redis restarted
+//!    empty or was flushed; only one that no reconnecting node held (its node gone too, or
+//!    past the 4,096 read) is lost, and the node that started it still refuses it.
 //! 6. **Run-time lists.** An entry added to or removed from this node's run-time lists (the
 //!    admin's `/lists`, reported through [`Remote::list_entry_added`] and
 //!    [`Remote::list_entry_removed`]) is written by the next round to a hash in Redis with a
@@ -94,7 +100,8 @@
 //! so replicas and persistence files carry it, and it reaches a replica ahead of every count
 //! pushed after it. A node pushes again everything it holds of the current and previous
 //! windows, and writes its run-time list entries again (`lists.rs`), only when the id differs
-//! from the one it last saw; otherwise it pushes only what Redis does not have yet. Either
+//! from the one it last saw (and adds back the penalties in force, see 5.); otherwise it
+//! pushes only what Redis does not have yet. Either
 //! way, its first round reads back (with nothing to add: the script only `GET`s) every
 //! suspect its view lost while Redis was away, so that the others' counts are in its
 //! decisions again from that round, not from each suspect's next event.

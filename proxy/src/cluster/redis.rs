@@ -338,14 +338,26 @@ impl Link {
             // The dataset id's GET; per counter: INCRBY and PEXPIRE, or one GET.
             cost.commands += 2 + 2 * batch.len() as u64 + writes;
         }
-        // Then the penalties: this node's new ones added (scored by when they end), the ended
-        // ones removed, and every one still in force read back (at most PENALTIES_READ).
+        // Then the penalties: this node's new ones added (scored by when they end), the ones
+        // in force before Redis lost its data added back where missing (`NX`: one the cluster
+        // started since, or another node added back, stays as it is), the ended ones removed,
+        // and every one still in force read back (at most PENALTIES_READ).
         let set = penalties.set;
         for (key, until) in penalties.add {
             pipe.cmd("ZADD").arg(set).arg(*until).arg(&key[..]).ignore();
             cost.sent += resp_array(&[4, set.len(), digits(*until), key.len()]);
         }
-        if !penalties.add.is_empty() {
+        for (key, until) in penalties.again {
+            pipe.cmd("ZADD")
+                .arg(set)
+                .arg("NX")
+                .arg(*until)
+                .arg(&key[..])
+                .ignore();
+            cost.sent += resp_array(&[4, set.len(), 2, digits(*until), key.len()]);
+        }
+        let adds = penalties.add.len() + penalties.again.len();
+        if adds > 0 {
             // An abandoned cluster's set goes away a day after its last penalty.
             pipe.cmd("PEXPIRE").arg(set).arg(86_400_000).ignore();
             cost.sent += resp_array(&[7, set.len(), 8]);
@@ -366,7 +378,7 @@ impl Link {
         let now_digits = digits(penalties.now_ms);
         cost.sent += resp_array(&[16, set.len(), 4, now_digits])
             + resp_array(&[13, set.len(), now_digits + 1, 4, 10, 5, 1, 4]);
-        cost.commands += penalties.add.len() as u64 + u64::from(!penalties.add.is_empty()) + 2;
+        cost.commands += adds as u64 + u64::from(adds > 0) + 2;
         // Then the run-time list entries: this node's changes, and the version (last).
         lists.append(&mut pipe, &mut cost);
         let mut replies: Vec<Value> =
@@ -456,6 +468,9 @@ pub(crate) struct Penalties<'a> {
     pub(crate) set: &'a [u8],
     /// Penalties started here since the last round: (penalty key, ends at).
     pub(crate) add: &'a [([u8; tollgate_filter::LimitKey::LEN], u64)],
+    /// Penalties in force that the set held before Redis lost its data (a new dataset id),
+    /// as this node last read them: added only where missing.
+    pub(crate) again: &'a [([u8; tollgate_filter::LimitKey::LEN], u64)],
     /// Redis time now, in ms: penalties that ended by then are removed.
     pub(crate) now_ms: u64,
 }

@@ -100,6 +100,10 @@ struct Syncer {
     lists_known: HashMap<ListKey, Travelled>,
     /// Writes made, for unique versions.
     lists_writes: u64,
+    /// Penalties in force that a Redis which lost its data (a new dataset id) gets back from
+    /// this node at its next round, where it lacks them: what the last read before held
+    /// (at most [`super::redis::PENALTIES_READ`]).
+    penalties_again: Vec<([u8; tollgate_filter::LimitKey::LEN], u64)>,
 }
 
 /// Runs the sync task of `cluster` until `stop` says so (or its sender is gone): a round
@@ -153,6 +157,7 @@ impl Syncer {
             lists_version: None,
             lists_known: HashMap::new(),
             lists_writes: 0,
+            penalties_again: Vec::new(),
             cluster,
         }
     }
@@ -289,13 +294,19 @@ impl Syncer {
                         own.pushed = [0, 0];
                     }
                     self.rewrite_own_lists();
+                    self.penalties_again = penalties_in_force(
+                        &self.cluster.penalties_in.load(),
+                        self.cluster.cluster_ms_now(),
+                    );
                     tracing::info!(
                         cluster = %config.name,
                         node = %config.node,
                         redis = %self.address(),
                         suspects = self.own.len(),
+                        penalties = self.penalties_again.len(),
                         "cluster: Redis holds another dataset (it lost the counts); pushing \
-                         this node's counts of the last two windows again"
+                         this node's counts of the last two windows and the penalties in force \
+                         again"
                     );
                 } else if run_id_changed {
                     // A replica promoted, or a restart from persistence: the counts are
@@ -363,10 +374,12 @@ impl Syncer {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()),
         );
+        let again = std::mem::take(&mut self.penalties_again);
         let set = penalty_set(&config.name);
         let penalties = Penalties {
             set: &set,
             add: &added,
+            again: &again,
             now_ms,
         };
         let changes: Vec<Change> =
@@ -481,6 +494,9 @@ impl Syncer {
                 let room = super::PENALTIES_OUT.saturating_sub(out.len());
                 out.extend(added.into_iter().take(room));
                 drop(out);
+                // Unless the next connection finds yet another dataset (then they are read
+                // from the penalties in force again), they go with the next round too.
+                self.penalties_again = again;
                 let mut out = cluster.lists_out.lock().unwrap_or_else(|e| e.into_inner());
                 let room = super::LISTS_OUT.saturating_sub(out.len());
                 let lost = changes.len().saturating_sub(room);
@@ -772,6 +788,18 @@ impl Syncer {
         self.retry_at = Instant::now() + self.retry_wait;
         self.retry_wait = (self.retry_wait * 2).min(RETRY_MAX);
     }
+}
+
+/// The penalties of `held` (penalty key to the Redis-time ms it ends) that have not ended at
+/// `now_ms`: what a Redis that lost its data gets back.
+fn penalties_in_force(
+    held: &HashMap<[u8; tollgate_filter::LimitKey::LEN], u64>,
+    now_ms: u64,
+) -> Vec<([u8; tollgate_filter::LimitKey::LEN], u64)> {
+    held.iter()
+        .filter(|&(_, &until)| until > now_ms)
+        .map(|(&key, &until)| (key, until))
+        .collect()
 }
 
 #[cfg(test)]
