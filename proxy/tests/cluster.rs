@@ -1160,6 +1160,52 @@ async fn a_restarted_or_flushed_redis_gets_the_counts_again_only_if_it_lost_them
     );
 }
 
+/// The log line of a Redis that could not be reached (the first words of its message).
+const UNREACHABLE: &str = "cluster: Redis unreachable";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn a_replica_and_a_lost_dataset_are_logged_as_what_they_are() {
+    let master = Redis::plain().start().await;
+    let replica = Redis::plain().replica_of(&master).start().await;
+    // The replica listed first: the process is refused there, then joins the master.
+    let rest = format!(
+        "[cluster]\nredis = [\"{}\", \"{}\"]\nnode = \"logs\"\nname = \"logs\"\n\
+         sync = \"50ms\"\ntimeout = \"300ms\"\n\n[[rule]]\nname = \"r\"\n\
+         limits = [{{ rate = \"100/60s\" }}]\n",
+        replica.address(),
+        master.address()
+    );
+    let upstream = echo_upstream().await;
+    let process = common::process::Launch::new(
+        "cluster-logs",
+        &format!("upstreams = [\"{upstream}\"]"),
+        &rest,
+    )
+    .quiet()
+    .start();
+    let nodes = std::slice::from_ref(&process);
+    processes_reach(nodes, all_joined).await;
+    let log = process.log();
+    assert!(
+        log.contains("cluster: Redis is not a master") && log.contains("ROLE answered slave"),
+        "{log}"
+    );
+    // Redis loses its data while the process is connected: its next round finds out.
+    let errors = process.metric("tollgate_cluster_redis_errors_total");
+    command(&master, &["FLUSHALL"]).await;
+    processes_reach(nodes, |p| {
+        p[0].metric("tollgate_cluster_redis_errors_total") > errors && all_joined(p)
+    })
+    .await;
+    let log = process.log();
+    assert!(
+        log.contains("cluster: Redis lost its data during a round") && log.contains("is gone"),
+        "{log}"
+    );
+    assert!(!log.contains(UNREACHABLE), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
 async fn the_push_script_writes_only_into_the_dataset_the_node_read() {

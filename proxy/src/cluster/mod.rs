@@ -130,8 +130,10 @@
 //! - **Lost while connected.** Every round also `GET`s the id, and the script writes nothing
 //!   unless the id is the one the connection read (it fails with `TOLLGATE_DATASET`): after
 //!   a `FLUSHALL` each node's next round fails, even with nothing to push, and the node
-//!   reconnects (one retry interval, `sync`, limiting alone meanwhile, counted in
-//!   `_redis_errors_total`) and pushes everything again; no push lands in the flushed dataset
+//!   reconnects to the same server (one retry interval, `sync`, limiting alone meanwhile,
+//!   counted in `_redis_errors_total` and logged as Redis having lost its data, not as
+//!   unreachable; a server whose `ROLE` is not master is logged as such too) and pushes
+//!   everything again; no push lands in the flushed dataset
 //!   first, to be pushed twice. Counters evicted under `maxmemory` (their id kept) are not
 //!   seen: an undercount; the id evicted (an `allkeys-*` policy) is taken for a flush, and
 //!   what other counters survived are pushed again, an overcount for up to two windows. Use

@@ -149,6 +149,53 @@ pub(crate) struct Link {
 /// Why a connection or a round failed.
 pub(crate) type LinkError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A server that answered but must not be written to: no network fault, and logged as what
+/// it is (see `sync.rs`), not as Redis being unreachable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// `ROLE` did not say master (its first element, as received): a replica, a stale
+    /// address, or an old master back after a failover.
+    NotMaster(String),
+    /// The dataset id is not the one the connection read: Redis lost its data since (a
+    /// `FLUSHALL`, the id evicted). `held` is what the round's `GET` found; `None` when the
+    /// push script refused first (`TOLLGATE_DATASET`), or the id is gone.
+    DatasetChanged {
+        /// The id read at connect.
+        read: String,
+        /// The id held now, if any and known.
+        held: Option<String>,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NotMaster(role) => write!(f, "not a master (ROLE answered {role})"),
+            Refusal::DatasetChanged { read, held: None } => write!(
+                f,
+                "the dataset id {read:?} read at connect is gone (FLUSHALL, eviction)"
+            ),
+            Refusal::DatasetChanged {
+                read,
+                held: Some(held),
+            } => write!(
+                f,
+                "dataset id {held:?} where {read:?} was read at connect (FLUSHALL, eviction)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Whether `error` holds the push script's refusal to write into another dataset.
+fn refused_dataset(error: &redis::RedisError) -> bool {
+    error
+        .clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "TOLLGATE_DATASET"))
+}
+
 /// Where a connection goes and how: the address, and with TLS the settings and the name the
 /// server's certificate must carry.
 #[derive(Clone, Copy, Debug)]
@@ -226,7 +273,11 @@ impl Link {
             match role.first() {
                 Some(Value::BulkString(r)) if r == b"master" => {}
                 Some(Value::SimpleString(r)) if r == "master" => {}
-                other => return Err(format!("not a master (ROLE {other:?})").into()),
+                Some(Value::BulkString(r)) => {
+                    return Err(Refusal::NotMaster(String::from_utf8_lossy(r).into_owned()).into());
+                }
+                Some(Value::SimpleString(r)) => return Err(Refusal::NotMaster(r.clone()).into()),
+                other => return Err(Refusal::NotMaster(format!("{other:?}")).into()),
             }
             let info: String = redis::cmd("INFO")
                 .arg("server")
@@ -382,9 +433,20 @@ impl Link {
         // Then the run-time list entries: this node's changes, and the version (last).
         lists.append(&mut pipe, &mut cost);
         let mut replies: Vec<Value> =
-            tokio::time::timeout(timeout, pipe.query_async(&mut self.connection))
+            match tokio::time::timeout(timeout, pipe.query_async(&mut self.connection))
                 .await
-                .map_err(|_| LinkError::from("timed out"))??;
+                .map_err(|_| LinkError::from("timed out"))?
+            {
+                Ok(replies) => replies,
+                Err(error) if refused_dataset(&error) => {
+                    return Err(Refusal::DatasetChanged {
+                        read: self.dataset.clone(),
+                        held: None,
+                    }
+                    .into());
+                }
+                Err(error) => return Err(error.into()),
+            };
         if replies.is_empty() {
             return Err("no reply to TIME".into());
         }
@@ -402,11 +464,10 @@ impl Link {
         let held: Option<String> = redis::from_redis_value(replies.remove(0))?;
         cost.received += held.as_ref().map_or(5, |id| resp_array(&[id.len()]) - 4);
         if held.as_deref() != Some(self.dataset.as_str()) {
-            return Err(format!(
-                "dataset id {held:?} where {:?} was read at connect: Redis lost its data \
-                 (FLUSHALL, eviction); reconnecting to push everything again",
-                self.dataset
-            )
+            return Err(Refusal::DatasetChanged {
+                read: self.dataset.clone(),
+                held,
+            }
             .into());
         }
         let version_reply = replies.pop().ok_or("no reply to the lists' GET")?;
@@ -581,6 +642,24 @@ mod tests {
             key_name("a", 1, &key, 1000, 5)
         );
         assert_eq!(base.len(), "tollgate:a:".len() + SUFFIX);
+    }
+
+    #[test]
+    fn the_scripts_dataset_refusal_is_told_from_other_errors() {
+        let reply = |text: &[u8]| {
+            redis::parse_redis_value(text)
+                .and_then(Value::extract_error)
+                .expect_err("an error reply")
+        };
+        assert!(refused_dataset(&reply(
+            b"-TOLLGATE_DATASET the dataset id changed: Redis lost its data\r\n"
+        )));
+        assert!(!refused_dataset(&reply(
+            b"-NOSCRIPT No matching script\r\n"
+        )));
+        assert!(!refused_dataset(&reply(
+            b"-ERR TOLLGATE_DATASET in the text\r\n"
+        )));
     }
 
     #[test]

@@ -13,7 +13,8 @@ use tokio::time::MissedTickBehavior;
 use super::Cluster;
 use super::lists::{self, Change, Keys, ListKey, Outgoing, State, Travelled};
 use super::redis::{
-    Cost, Link, Penalties, Push, Round, Target, dataset_key, key_name, penalty_set,
+    Cost, Link, LinkError, Penalties, Push, Refusal, Round, Target, dataset_key, key_name,
+    penalty_set,
 };
 use super::view::{Rest, View};
 use tollgate_filter::{Collected, ListEntry};
@@ -246,10 +247,10 @@ impl Syncer {
             Err(why) => match config.redis.get(self.server % config.redis.len().max(1)) {
                 Some(&address) => (address, config.server_name(address)),
                 None => {
-                    self.failed(&format!(
+                    self.failed(&LinkError::from(format!(
                         "no sentinel answered (last: {}) and no `redis` address to fall back to",
                         why.as_deref().unwrap_or("none asked")
-                    ));
+                    )));
                     return;
                 }
             },
@@ -324,7 +325,7 @@ impl Syncer {
                 self.link = Some(link);
                 self.retry_wait = config.sync;
             }
-            Err(error) => self.failed(&error.to_string()),
+            Err(error) => self.failed(&error),
         }
     }
 
@@ -508,7 +509,7 @@ impl Syncer {
                 drop(out);
                 metrics.list_entries_dropped.inc_by(lost as u64);
                 self.link = None;
-                self.failed(&error.to_string());
+                self.failed(&error);
             }
         }
     }
@@ -534,7 +535,7 @@ impl Syncer {
             }
             Err(error) => {
                 self.link = None;
-                self.failed(&error.to_string());
+                self.failed(&error);
             }
         }
     }
@@ -759,9 +760,11 @@ impl Syncer {
             .map_or_else(|| "none yet".to_owned(), |a| a.to_string())
     }
 
-    /// Redis is away: limit alone (an empty view), count the error, log within the budget,
-    /// move to the next configured server, and back off before the next attempt.
-    fn failed(&mut self, error: &str) {
+    /// Redis is away, or refused (see [`Failure`]): limit alone (an empty view), count the
+    /// error, log what happened within the budget, move to the next configured server (but
+    /// for a Redis that only lost its data: it answers, and is reconnected to), and back off
+    /// before the next attempt.
+    fn failed(&mut self, error: &LinkError) {
         let config = &self.cluster.config;
         let metrics = &self.cluster.metrics;
         metrics.redis_errors.inc();
@@ -774,19 +777,64 @@ impl Syncer {
         let due = self
             .alone_logged
             .is_none_or(|at| at.elapsed() >= ALONE_LOG_EVERY);
+        let failure = Failure::of(error);
         if !was_alone || due {
             tracing::warn!(
                 cluster = %config.name,
                 node = %config.node,
                 redis = %self.address(),
                 %error,
-                "cluster: Redis unreachable; limiting alone with local counts, retrying"
+                "{}",
+                failure.message()
             );
             self.alone_logged = Some(Instant::now());
         }
-        self.server = self.server.wrapping_add(1);
+        if failure != Failure::DataLost {
+            self.server = self.server.wrapping_add(1);
+        }
         self.retry_at = Instant::now() + self.retry_wait;
         self.retry_wait = (self.retry_wait * 2).min(RETRY_MAX);
+    }
+}
+
+/// What a failed connection or round says of Redis: each is logged as what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    /// No answer, a cut connection, a failed login or handshake, an unexpected reply.
+    Unreachable,
+    /// It answered, but is not a master ([`Refusal::NotMaster`]).
+    NotMaster,
+    /// It answered, but lost its data since the connection read its dataset id
+    /// ([`Refusal::DatasetChanged`]).
+    DataLost,
+}
+
+impl Failure {
+    fn of(error: &LinkError) -> Failure {
+        match error.downcast_ref::<Refusal>() {
+            Some(Refusal::NotMaster(_)) => Failure::NotMaster,
+            Some(Refusal::DatasetChanged { .. }) => Failure::DataLost,
+            None => Failure::Unreachable,
+        }
+    }
+
+    /// The log line's message.
+    fn message(self) -> &'static str {
+        match self {
+            Failure::Unreachable => {
+                "cluster: Redis unreachable; limiting alone with local counts, retrying"
+            }
+            Failure::NotMaster => {
+                "cluster: Redis is not a master (a replica, a stale address, or an old master \
+                 back after a failover); limiting alone with local counts, trying the next \
+                 server"
+            }
+            Failure::DataLost => {
+                "cluster: Redis lost its data during a round (its dataset id changed: a \
+                 FLUSHALL, or the id evicted); limiting alone until reconnected, then pushing \
+                 this node's counts and the penalties in force again"
+            }
+        }
     }
 }
 
@@ -866,6 +914,25 @@ mod tests {
             "previous {:?}",
             own.counted
         );
+    }
+
+    #[test]
+    fn a_refusal_is_logged_as_what_it_is_not_as_unreachable() {
+        let not_master = LinkError::from(Refusal::NotMaster("slave".to_owned()));
+        let lost = LinkError::from(Refusal::DatasetChanged {
+            read: "a".to_owned(),
+            held: Some("b".to_owned()),
+        });
+        let cut = LinkError::from("timed out");
+        assert_eq!(Failure::of(&not_master), Failure::NotMaster);
+        assert_eq!(Failure::of(&lost), Failure::DataLost);
+        assert_eq!(Failure::of(&cut), Failure::Unreachable);
+        assert!(Failure::NotMaster.message().contains("not a master"));
+        assert!(Failure::DataLost.message().contains("lost its data"));
+        for refusal in [Failure::NotMaster, Failure::DataLost] {
+            assert!(!refusal.message().contains("unreachable"), "{refusal:?}");
+        }
+        assert!(lost.to_string().contains("\"b\" where \"a\""), "{lost}");
     }
 
     #[test]
