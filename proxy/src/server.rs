@@ -344,22 +344,29 @@ impl Server {
 
     /// Serves until SIGTERM or SIGINT, reloading on SIGHUP.
     ///
+    /// The handlers are installed here, once the proxy already serves: a signal sent between
+    /// the two gets its default action (SIGHUP ends the process). `tollgate run` installs them
+    /// before it starts serving ([`Signals::install`], [`Server::run_until`]).
+    ///
     /// # Errors
     /// If the signal handlers cannot be installed.
     #[cfg(unix)]
     pub async fn run_until_signalled(self) -> std::io::Result<usize> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hangup = signal(SignalKind::hangup())?;
-        let mut terminate = signal(SignalKind::terminate())?;
-        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(self.run_until(Signals::install()?).await)
+    }
+
+    /// Serves until `signals` receives SIGTERM or SIGINT, reloading on SIGHUP; how many
+    /// connections were cut at the end of the drain.
+    #[cfg(unix)]
+    pub async fn run_until(self, mut signals: Signals) -> usize {
         loop {
             tokio::select! {
-                _ = hangup.recv() => {
+                _ = signals.hangup.recv() => {
                     tracing::info!("SIGHUP: reloading");
                     let _ = self.shared.reload_off_runtime().await;
                 }
-                _ = terminate.recv() => break,
-                _ = interrupt.recv() => break,
+                _ = signals.terminate.recv() => break,
+                _ = signals.interrupt.recv() => break,
             }
         }
         tracing::info!(
@@ -369,7 +376,35 @@ impl Server {
         );
         let cut = self.shutdown().await;
         tracing::info!(cut, "stopped");
-        Ok(cut)
+        cut
+    }
+}
+
+/// The signals a proxy answers (SIGHUP, SIGTERM, SIGINT), caught from the moment they are
+/// installed: one that arrives before [`Server::run_until`] listens waits for it, instead of
+/// taking its default action (for SIGHUP, ending the process) while the listeners already
+/// serve.
+#[cfg(unix)]
+#[derive(Debug)]
+pub struct Signals {
+    hangup: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    /// Installs the handlers (on the current Tokio runtime).
+    ///
+    /// # Errors
+    /// If a handler cannot be installed.
+    pub fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            hangup: signal(SignalKind::hangup())?,
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
     }
 }
 
@@ -421,6 +456,9 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .build()?
     };
     runtime.block_on(async {
+        // Before anything serves: a test or a supervisor that sends SIGHUP as soon as the
+        // admin endpoint answers must find it caught, not end the process.
+        let signals = Signals::install()?;
         let server = Server::start(config, Some(path.to_owned())).await?;
         for (frontend, address) in &server.tcp {
             tracing::info!(listener = %frontend.config.name, %address, "listening (tcp)");
@@ -450,7 +488,7 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 "cluster node: limits are shared through Redis"
             );
         }
-        server.run_until_signalled().await?;
+        server.run_until(signals).await;
         Ok::<_, Box<dyn std::error::Error>>(ExitCode::SUCCESS)
     })
 }

@@ -108,8 +108,16 @@ pub enum Wire {
 }
 
 /// Sends `line` on `stream` and reports what came back.
+///
+/// A reset that arrives before the write (the proxy decided while this task was not
+/// scheduled yet) fails the write; the error is then consumed and the read that follows sees
+/// only an end of stream, so the write's error is the reset.
 pub async fn exchange(mut stream: TcpStream, line: &[u8]) -> Wire {
-    let _ = stream.write_all(line).await;
+    if let Err(err) = stream.write_all(line).await
+        && err.kind() == ErrorKind::ConnectionReset
+    {
+        return Wire::Reset;
+    }
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
