@@ -224,6 +224,16 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 mod tests {
     use super::*;
 
+    /// Spends this thread's CPU (user time) on `rounds` steps of arithmetic the compiler
+    /// cannot drop.
+    fn spin(rounds: u64) {
+        let mut x = 0u64;
+        for i in 0..rounds {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+    }
+
     #[test]
     fn stat_fields_skip_a_command_with_spaces_and_parentheses() {
         let stat = "42 (a (b) c) S 7 42 42 0 -1 4194560 1 0 0 0 15 25 0 0";
@@ -257,11 +267,7 @@ mod tests {
         // This process spends user time: its own ticks count, and are not all system.
         let pid = std::process::id();
         let start = tree_modes(pid).unwrap();
-        let mut x = 0u64;
-        for i in 0..50_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
+        spin(50_000_000);
         let end = tree_modes(pid).unwrap();
         assert!(end.user_ticks > start.user_ticks, "{start:?} -> {end:?}");
     }
@@ -296,11 +302,7 @@ mod tests {
     fn own_process_time_is_readable_and_grows() {
         let pid = std::process::id();
         let before = tree_time(pid).unwrap();
-        let mut x = 0u64;
-        for i in 0..20_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
+        spin(20_000_000);
         assert!(tree_time(pid).unwrap() > before);
     }
 }

@@ -829,17 +829,7 @@ async fn penalties_in_force_are_added_back_when_redis_loses_its_data() {
     assert_eq!(cluster_of(&cluster[1]).metrics().penalties_held.get(), 1);
     // Redis loses its data (as a restart without persistence would): each node finds the
     // dataset id gone at its next round, reconnects, and adds back the penalties it held.
-    let errors_before: Vec<u64> = cluster.iter().map(common::cluster::errors).collect();
-    command(&redis, &["FLUSHALL"]).await;
-    eventually(|| {
-        cluster
-            .iter()
-            .zip(&errors_before)
-            .all(|(s, before)| common::cluster::errors(s) > *before)
-    })
-    .await;
-    joined(&cluster).await;
-    two_rounds(&cluster).await;
+    flush_and_rejoin(&cluster, &redis).await;
     let held = command(&redis, &["ZCARD", "tollgate:test:penalties"]).await;
     assert_eq!(
         held,
@@ -1043,6 +1033,23 @@ async fn command(redis: &Redis, args: &[&str]) -> ::redis::Value {
         .expect("Redis answered within the bound")
 }
 
+/// `FLUSHALL`s `redis` while every node of `cluster` is connected to it, and waits until each
+/// has found out (a Redis error: its next round found the dataset id gone), joined again and
+/// finished two more rounds.
+async fn flush_and_rejoin(cluster: &[Server], redis: &Redis) {
+    let errors_before: Vec<u64> = cluster.iter().map(common::cluster::errors).collect();
+    command(redis, &["FLUSHALL"]).await;
+    eventually(|| {
+        cluster
+            .iter()
+            .zip(&errors_before)
+            .all(|(s, before)| common::cluster::errors(s) > *before)
+    })
+    .await;
+    joined(cluster).await;
+    two_rounds(cluster).await;
+}
+
 /// Connections one source opens to each node before a failover or restart: past the
 /// threshold on each (a suspect everywhere), 36 in all against the limit of 30.
 const EACH: usize = 12;
@@ -1142,17 +1149,7 @@ async fn a_restarted_or_flushed_redis_gets_the_counts_again_only_if_it_lost_them
     );
     // Flushed while every node stays connected, and none has anything new to push: each
     // finds the dataset id gone at its next round, reconnects and pushes everything again.
-    let errors_before: Vec<u64> = cluster.iter().map(common::cluster::errors).collect();
-    command(&redis, &["FLUSHALL"]).await;
-    eventually(|| {
-        cluster
-            .iter()
-            .zip(&errors_before)
-            .all(|(s, before)| common::cluster::errors(s) > *before)
-    })
-    .await;
-    joined(&cluster).await;
-    two_rounds(&cluster).await;
+    flush_and_rejoin(&cluster, &redis).await;
     assert_eq!(
         shared_counters(&redis).await,
         before,
