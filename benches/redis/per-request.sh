@@ -9,7 +9,10 @@
 # interleaved, round by round). Two cases per peer: `new` opens a new connection per request
 # (`redis-benchmark -k 0 -c 10 -t ping_inline`), `kept` sends them over 50 kept connections
 # (`-k 1 -c 50`). The peer's CPU is read from /proc/PID/task/*/schedstat (every process of
-# the peer) before and after; one worker thread each (`[proxy] threads = 1`, HAProxy `nbthread
+# the peer) before and after, and split into user and system time in the proportion of the
+# `utime` and `stime` ticks of /proc/PID/stat over the same run (10 ms ticks: about 170 per
+# peer for 20000 new connections, 30 for kept ones; as the load tool does, benches/support/
+# cpu.rs); one worker thread each (`[proxy] threads = 1`, HAProxy `nbthread
 # 1`, nginx `worker_processes 1`). Tollgate runs with one rule far above the load (so every
 # request is decided and counted, none refused); the others with none.
 set -euo pipefail
@@ -65,22 +68,33 @@ start() {
   PIDS="$LEAD $( { pgrep -P "$LEAD" || true; } | tr "\n" " ")"
 }
 
-printf '%-6s %-9s %-5s %12s %14s\n' round peer case "requests/s" "CPU us/request"
+printf '%-6s %-9s %-5s %12s %14s %10s %10s %7s\n' round peer case "requests/s" "CPU us/request" \
+  "user us" "system us" ticks
 for round in $(seq "$ROUNDS"); do
   for peer in tollgate haproxy nginx; do
     start "$peer"
     for case in new kept; do
       if [ "$case" = new ]; then flags=(-k 0 -c 10); else flags=(-k 1 -c 50); fi
-      before=$(cpu $PIDS)
+      before=$(cpu_modes $PIDS)
       t0=$(date +%s.%N)
       redis-benchmark -p "$FRONT" "${flags[@]}" -n "$REQUESTS" -t ping_inline -q > "$DIR/bench.out" 2>&1
       t1=$(date +%s.%N)
-      after=$(cpu $PIDS)
-      python3 - "$round" "$peer" "$case" "$REQUESTS" "$before" "$after" "$t0" "$t1" <<'EOF'
+      after=$(cpu_modes $PIDS)
+      PYTHONPATH="$SUPPORT" python3 - "$round" "$peer" "$case" "$REQUESTS" "$before" "$after" \
+        "$t0" "$t1" <<'EOF'
 import sys
-r, peer, case, n, c0, c1, t0, t1 = sys.argv[1:]
+from schedstat import split
+r, peer, case, n, before, after, t0, t1 = sys.argv[1:]
 n = int(n)
-print(f"{r:<6} {peer:<9} {case:<5} {n / (float(t1) - float(t0)):12.0f} {(float(c1) - float(c0)) / n * 1e6:14.2f}")
+c0, *m0 = before.split()
+c1, *m1 = after.split()
+m0, m1 = [int(t) for t in m0], [int(t) for t in m1]
+cpu = float(c1) - float(c0)
+modes = split(cpu, m0, m1)
+user, system = (f"{t / n * 1e6:10.2f}" for t in modes) if modes else ("-", "-")
+ticks = sum(m1) - sum(m0)
+print(f"{r:<6} {peer:<9} {case:<5} {n / (float(t1) - float(t0)):12.0f} {cpu / n * 1e6:14.2f} "
+      f"{user:>10} {system:>10} {ticks:7}")
 EOF
     done
     kill -TERM "$LEAD"

@@ -30,6 +30,12 @@ cpu() {
   python3 "$SUPPORT/schedstat.py" "$@"
 }
 
+# The same CPU seconds, then the user and the system ticks of those processes (`utime` and
+# `stime` of /proc/PID/stat, 10 ms each: the proportion to split the seconds by), one line.
+cpu_modes() {
+  python3 "$SUPPORT/schedstat.py" --modes "$@"
+}
+
 # A Tollgate config on stdout: one worker thread, the line $1 in [admin], a listener `front`
 # on 127.0.0.1:$2 in front of 127.0.0.1:$3, and one rule limiting each source to $4.
 tollgate_config() {

@@ -142,10 +142,14 @@ pub async fn serve(
     let mut backoff = ACCEPT_BACKOFF.0;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One wait for the stop, kept across the loop: a new one per wake-up registered and
+    // dropped a waiter each time (callgrind: 360 instructions per wake-up).
+    let stopped = stop.changed();
+    tokio::pin!(stopped);
     loop {
         let ready = tokio::select! {
             biased;
-            _ = stop.changed() => return,
+            _ = &mut stopped => return,
             ready = listener.readable() => ready,
             // Nothing to do: the tick only keeps a timer pending (see `TICK`).
             _ = tick.tick() => continue,
@@ -154,6 +158,7 @@ pub async fn serve(
             return;
         };
         // Drain the accept queue, a bounded batch at a time so other tasks get their turn.
+        let mut drained = false;
         for _ in 0..ACCEPT_BATCH {
             match ready.try_io(|listener| listener.get_ref().accept()) {
                 Ok(Ok((stream, peer))) => {
@@ -166,7 +171,7 @@ pub async fn serve(
                         tracing::warn!(listener = %frontend.config.name, %err, ?backoff, "accept failed; backing off");
                     }
                     tokio::select! {
-                        _ = stop.changed() => return,
+                        _ = &mut stopped => return,
                         () = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
@@ -177,10 +182,19 @@ pub async fn serve(
                     tracing::debug!(listener = %frontend.config.name, %err, "accept failed");
                 }
                 // The queue is empty: wait for readiness again.
-                Err(_would_block) => break,
+                Err(_would_block) => {
+                    drained = true;
+                    break;
+                }
             }
         }
-        tokio::task::yield_now().await;
+        // A full batch yields to the other tasks before the next; a drained queue does not
+        // need to: the next wait finds no readiness and parks this task anyway. A
+        // yield there cost one more turn of the runtime per wake-up (callgrind, one rejected
+        // connection at a time: 1.2 k of its 7.4 k user instructions).
+        if !drained {
+            tokio::task::yield_now().await;
+        }
     }
 }
 
