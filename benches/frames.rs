@@ -23,8 +23,8 @@
 //! For counting instructions (callgrind), `TOLLGATE_FRAMES_PASSES=N` skips criterion and runs
 //! exactly N passes of the capture one at a time (`one_at_a_time`), then N batched
 //! (`batched`), each on a filter of its own from zero counts, then N of the floor
-//! (`sketch_only_batched`, on a sketch of its own), prints what they decided, and exits: the same work whatever the machine's load (criterion's `--profile-time` is wall
-//! time).
+//! (`sketch_only_batched`, on a sketch of its own), prints what they decided, and exits: the
+//! same work whatever the machine's load (criterion's `--profile-time` is wall time).
 //!
 //! ```text
 //! TOLLGATE_FRAMES_PASSES=1 valgrind --tool=callgrind --callgrind-out-file=cg target/release/deps/frames-*
@@ -131,15 +131,28 @@ fn sketch_only_batched(
     now: &mut u64,
     estimates: &mut Vec<u64>,
 ) {
+    sketch_only_in::<FRAME_BATCH>(sketch, keys, now, estimates);
+}
+
+/// [`sketch_only_batched`] in batches of `BATCH` frames.
+#[inline(always)]
+fn sketch_only_in<const BATCH: usize>(
+    sketch: &RateSketch,
+    keys: &[FrameKeys],
+    now: &mut u64,
+    estimates: &mut Vec<u64>,
+) {
     estimates.clear();
-    let mut prepared: [Option<Prepared>; 2 * FRAME_BATCH] = [None; 2 * FRAME_BATCH];
-    for chunk in keys.chunks(FRAME_BATCH) {
+    let mut prepared = [[None::<Prepared>; 2]; BATCH];
+    for chunk in keys.chunks(BATCH) {
         *now += 100 * chunk.len() as u64;
         let tick = Tick::from_nanos(*now);
-        for (slot, (key, cap)) in prepared.iter_mut().zip(chunk.iter().flatten()) {
+        let slots = prepared.as_flattened_mut();
+        for (slot, (key, cap)) in slots.iter_mut().zip(chunk.iter().flatten()) {
             *slot = Some(sketch.prepare(sketch.hash(key.as_bytes()), *cap, tick));
         }
-        for slot in prepared.iter().take(2 * chunk.len()).flatten() {
+        let ready = prepared.as_flattened();
+        for slot in ready.iter().take(2 * chunk.len()).flatten() {
             estimates.push(sketch.observe_prepared(*slot, 1));
         }
     }
@@ -280,6 +293,44 @@ fn frames(c: &mut Criterion) {
         b.iter_custom(|iters| {
             timed(iters, || {
                 sketch_only_batched(&sketch, &keys, &mut sketch_now, &mut estimates);
+            })
+        });
+    });
+    // The floor with fewer and more frames per batch: whether the batch's size is a lever.
+    group.bench_function("sketch_only_batched_8", |b| {
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                sketch_only_in::<8>(&sketch, &keys, &mut sketch_now, &mut estimates);
+            })
+        });
+    });
+    group.bench_function("sketch_only_batched_32", |b| {
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                sketch_only_in::<32>(&sketch, &keys, &mut sketch_now, &mut estimates);
+            })
+        });
+    });
+    // The filter's batches with each batch's decisions read and dropped before the next (a
+    // receive loop's buffer) instead of all 2^16 kept (8 MiB written per pass): what holding
+    // them costs.
+    let reused_filter = new_filter();
+    let mut reused_now = 0u64;
+    let mut buffer = Vec::with_capacity(FRAME_BATCH);
+    group.bench_function("parse_and_decide_batched_reused", |b| {
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                let mut allowed = 0usize;
+                for chunk in frames.chunks(FRAME_BATCH) {
+                    reused_now += 100 * chunk.len() as u64;
+                    buffer.clear();
+                    reused_filter.decide_frames(chunk, Tick::from_nanos(reused_now), &mut buffer);
+                    allowed += buffer
+                        .iter()
+                        .filter(|d| d.verdict == Verdict::Allow)
+                        .count();
+                }
+                black_box(allowed);
             })
         });
     });
