@@ -565,8 +565,10 @@ impl Policy {
     /// `decisions`: the decisions [`Policy::decide_frame`] gives on each in turn. Frames go in
     /// batches of [`FRAME_BATCH`]: every frame of a batch is parsed and the cache lines of its
     /// keys requested first, then each is decided, so the batch's memory misses overlap
-    /// instead of coming one frame after another; each key is hashed once, in the first pass,
-    /// and its hash handed to the second (see the README's filter speed for what it gains).
+    /// instead of coming one frame after another; each key is prepared once, in the first pass
+    /// (hashed, its window position and the hot keys' answer worked out: see
+    /// [`RateSketch::prepare`]), and counted with that in the second (see the README's filter
+    /// speed for what it gains).
     ///
     /// # Examples
     /// ```
