@@ -14,14 +14,17 @@
 //! `parse_and_decide` decides one frame at a time (`decide_frame`); `parse_and_decide_batched`
 //! hands the filter `FRAME_BATCH` frames at a time (`decide_frames`), which parses them all,
 //! hashes every key once and prefetches its cache lines before deciding any (with those
-//! hashes), so their misses overlap.
+//! hashes), so their misses overlap. `sketch_only_batched` is the floor under that: the same
+//! frames' two keys per frame, built beforehand, through a sketch of the policy's shape with
+//! `RateSketch::prepare` / `observe_prepared` in batches of `FRAME_BATCH` frames (what the
+//! sketch's `observe_batch` does): no parse, no rules, no verdicts.
 //! `TOLLGATE_BENCH_CLOCK=cpu` times by this thread's time on a CPU instead of wall time.
 //!
 //! For counting instructions (callgrind), `TOLLGATE_FRAMES_PASSES=N` skips criterion and runs
-//! exactly N passes of the capture one at a time (`one_at_a_time`) and then N batched
-//! (`batched`), each on a filter of its own from zero counts, prints what they decided, and
-//! exits: the same work whatever the machine's load (criterion's `--profile-time` is wall
-//! time).
+//! exactly N passes of the capture one at a time (`one_at_a_time`), then N batched
+//! (`batched`), each on a filter of its own from zero counts, then N of the floor
+//! (`sketch_only_batched`, on a sketch of its own), prints what they decided, and exits: the
+//! same work whatever the machine's load (criterion's `--profile-time` is wall time).
 //!
 //! ```text
 //! TOLLGATE_FRAMES_PASSES=1 valgrind --tool=callgrind --callgrind-out-file=cg target/release/deps/frames-*
@@ -37,8 +40,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group};
-use tollgate_filter::{Config, Decision, FRAME_BATCH, Filter, Verdict};
-use tollgate_sketch::Tick;
+use tollgate_filter::{
+    Config, Decision, FRAME_BATCH, Filter, LimitKey, Prefix, RuleId, Verdict, parse_frame,
+};
+use tollgate_sketch::{Prepared, RateSketch, Tick};
 
 const FRAMES: usize = 1 << 16;
 
@@ -75,6 +80,83 @@ fn capture() -> Vec<Vec<u8>> {
         .iter()
         .map(|&id| workload::synthetic_frame(id))
         .collect()
+}
+
+/// The policy's rule, its period, and its two limits' prefix lengths (IPv4, IPv6) and caps
+/// (`EXACT_MULTIPLE` times the count, plus one), in the order the filter observes them:
+/// the shorter prefix first.
+const RULE: &str = "per-source";
+const PERIOD: Duration = Duration::from_secs(10);
+const LIMITS: [(u32, u32, u64); 2] = [(24, 64, 1000 * 8 + 1), (32, 128, 100 * 8 + 1)];
+
+/// What `sketch_only_batched` counts per frame: the keys of the two limits, with their caps.
+type FrameKeys = [(LimitKey, u64); 2];
+
+/// Every frame's keys under the bench's policy, as the filter builds them.
+fn frame_keys(capture: &[Vec<u8>]) -> Vec<FrameKeys> {
+    let rule = RuleId::from_name(RULE);
+    capture
+        .iter()
+        .map(|frame| {
+            let source = parse_frame(frame)
+                .expect("the capture's frames parse")
+                .source;
+            LIMITS.map(|(v4, v6, cap)| {
+                let prefix = source.pick(
+                    Prefix::v4(v4).expect("a v4 prefix"),
+                    Prefix::v6(v6).expect("a v6 prefix"),
+                );
+                (LimitKey::limit(rule, PERIOD, source, prefix), cap)
+            })
+        })
+        .collect()
+}
+
+/// A sketch of the shape the policy gives its one limit sketch (64 MiB, 10 s), from zero.
+fn new_sketch() -> RateSketch {
+    RateSketch::builder()
+        .window(PERIOD)
+        .memory_bytes(64 << 20)
+        .build()
+        .expect("a sketch")
+}
+
+/// The floor under [`batched`]: `keys` (two per frame) through `sketch`, `FRAME_BATCH`
+/// frames at a time at one tick per batch: every key of a batch hashed and prepared, then
+/// observed in order. The estimates go to `estimates`.
+#[inline(never)]
+fn sketch_only_batched(
+    sketch: &RateSketch,
+    keys: &[FrameKeys],
+    now: &mut u64,
+    estimates: &mut Vec<u64>,
+) {
+    sketch_only_in::<FRAME_BATCH>(sketch, keys, now, estimates);
+}
+
+/// [`sketch_only_batched`] in batches of `BATCH` frames.
+#[inline(always)]
+fn sketch_only_in<const BATCH: usize>(
+    sketch: &RateSketch,
+    keys: &[FrameKeys],
+    now: &mut u64,
+    estimates: &mut Vec<u64>,
+) {
+    estimates.clear();
+    let mut prepared = [[None::<Prepared>; 2]; BATCH];
+    for chunk in keys.chunks(BATCH) {
+        *now += 100 * chunk.len() as u64;
+        let tick = Tick::from_nanos(*now);
+        let slots = prepared.as_flattened_mut();
+        for (slot, (key, cap)) in slots.iter_mut().zip(chunk.iter().flatten()) {
+            *slot = Some(sketch.prepare(sketch.hash(key.as_bytes()), *cap, tick));
+        }
+        let ready = prepared.as_flattened();
+        for slot in ready.iter().take(2 * chunk.len()).flatten() {
+            estimates.push(sketch.observe_prepared(*slot, 1));
+        }
+    }
+    black_box(&estimates);
 }
 
 /// A filter under the bench's policy, from zero counts.
@@ -128,9 +210,23 @@ fn profile(passes: u64) {
         .iter()
         .filter(|d| d.verdict == Verdict::Allow)
         .count();
+    let keys = frame_keys(&capture);
+    let sketch = new_sketch();
+    let mut sketch_now = 0;
+    let mut estimates = Vec::with_capacity(2 * FRAMES);
+    for _ in 0..passes {
+        sketch_only_batched(&sketch, &keys, &mut sketch_now, &mut estimates);
+    }
+    let under = keys
+        .iter()
+        .flatten()
+        .zip(&estimates)
+        .filter(|((_, cap), estimate)| **estimate <= (cap - 1) / 8)
+        .count();
     println!(
         "{passes} passes of {FRAMES} frames; allowed in the last: one at a time {allowed}, \
-         batched {batch_allowed}"
+         batched {batch_allowed}; sketch only: {under} of {} estimates within their limit",
+        estimates.len()
     );
 }
 
@@ -185,6 +281,57 @@ fn frames(c: &mut Criterion) {
                 now += 100;
                 let _ = black_box(listed.decide_frame(frame, Tick::from_nanos(now)));
             }
+        });
+    });
+    // The floor: the same frames' keys through a sketch alone, batched as the sketch's
+    // `observe_batch` does.
+    let keys = frame_keys(&capture);
+    let sketch = new_sketch();
+    let mut estimates = Vec::with_capacity(2 * FRAMES);
+    let mut sketch_now = 0u64;
+    group.bench_function("sketch_only_batched", |b| {
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                sketch_only_batched(&sketch, &keys, &mut sketch_now, &mut estimates);
+            })
+        });
+    });
+    // The floor with fewer and more frames per batch: whether the batch's size is a lever.
+    group.bench_function("sketch_only_batched_8", |b| {
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                sketch_only_in::<8>(&sketch, &keys, &mut sketch_now, &mut estimates);
+            })
+        });
+    });
+    group.bench_function("sketch_only_batched_32", |b| {
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                sketch_only_in::<32>(&sketch, &keys, &mut sketch_now, &mut estimates);
+            })
+        });
+    });
+    // The filter's batches with each batch's decisions read and dropped before the next (a
+    // receive loop's buffer) instead of all 2^16 kept (8 MiB written per pass): what holding
+    // them costs.
+    let reused_filter = new_filter();
+    let mut reused_now = 0u64;
+    let mut buffer = Vec::with_capacity(FRAME_BATCH);
+    group.bench_function("parse_and_decide_batched_reused", |b| {
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                let mut allowed = 0usize;
+                for chunk in frames.chunks(FRAME_BATCH) {
+                    reused_now += 100 * chunk.len() as u64;
+                    buffer.clear();
+                    reused_filter.decide_frames(chunk, Tick::from_nanos(reused_now), &mut buffer);
+                    allowed += buffer
+                        .iter()
+                        .filter(|d| d.verdict == Verdict::Allow)
+                        .count();
+                }
+                black_box(allowed);
+            })
         });
     });
     group.bench_function("parse_only", |b| {

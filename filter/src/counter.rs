@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use tollgate_sketch::{BuildError, KeyHash, RateSketch, Tick};
+use tollgate_sketch::{BuildError, KeyHash, Prepared, RateSketch, Tick};
 
 use crate::budget::{Counts, Share};
 use crate::key::LimitKey;
@@ -141,20 +141,26 @@ impl Counter {
         here.saturating_add(self.retired_estimate(key, cap, now))
     }
 
-    /// [`Counter::observe_hashed_capped`] for the decision path: `hash` if the touch pass
-    /// computed it, and `key` built only when needed (to hash it here, or for a retired
-    /// sketch).
+    /// [`Counter::observe_hashed_capped`] for the decision path: `prepared` if the touch pass
+    /// prepared the key (with this counter's sketch, `cap` and `now`: see
+    /// [`RateSketch::prepare`]), and `key` built only when needed (to hash it here, or for a
+    /// retired sketch).
     #[inline]
     pub(crate) fn observe_step(
         &self,
         key: impl Fn() -> LimitKey,
-        hash: Option<KeyHash>,
+        prepared: Option<Prepared>,
         weight: u64,
         cap: u64,
         now: Tick,
     ) -> u64 {
-        let hash = hash.unwrap_or_else(|| self.sketch.hash(key().as_bytes()));
-        let here = self.sketch.observe_hashed_capped(hash, weight, cap, now);
+        let here = match prepared {
+            Some(prepared) => self.sketch.observe_prepared(prepared, weight),
+            None => {
+                let hash = self.sketch.hash(key().as_bytes());
+                self.sketch.observe_hashed_capped(hash, weight, cap, now)
+            }
+        };
         if self.retired.is_empty() {
             return here;
         }

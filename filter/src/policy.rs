@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_sketch::{BuildError, KeyHash, RateSketch, Stats, Tick};
+use tollgate_sketch::{BuildError, Prepared, RateSketch, Stats, Tick};
 
 use crate::budget::{self, Counts};
 use crate::config::Config;
@@ -124,15 +124,16 @@ pub const EXACT_MULTIPLE: u64 = 8;
 /// are still in L1 when the frame is decided.
 pub const FRAME_BATCH: usize = 16;
 
-/// The most sketch keys of one frame whose hashes [`Policy::decide_frames`] keeps from its
-/// touch pass for its decide pass (the bench's policy has two); past that, a key is hashed
-/// again when it is decided.
+/// The most sketch keys of one frame that [`Policy::decide_frames`] prepares in its touch pass
+/// for its decide pass (the bench's policy has two); past that, a key is hashed when it is
+/// decided.
 const KEYS_PER_FRAME: usize = 8;
 
-/// The hashes of one event's leading steps' keys (see [`Step::leads`]), in the order
-/// [`Policy::judge_into`] visits them: rule by rule (those of the event's protocol), each
-/// rule's steps in order. Only as many as [`Policy::touch`] returns are set.
-type FrameHashes = [Option<KeyHash>; KEYS_PER_FRAME];
+/// One event's leading steps' keys (see [`Step::leads`]) as [`Policy::touch`] prepared them
+/// ([`RateSketch::prepare`]: hashed, window position worked out, hot keys' table consulted,
+/// cells fetched), in the order [`Policy::judge_into`] visits them: rule by rule (those of the
+/// event's protocol), each rule's steps in order. Only as many as `touch` returns are set.
+type FramePrepared = [Option<Prepared>; KEYS_PER_FRAME];
 
 /// The cap a limit of `count` passes to the sketch (`RateSketch::observe_capped`):
 /// [`EXACT_MULTIPLE`] times the count, plus one. A key is counted exactly up to it, so every
@@ -564,8 +565,10 @@ impl Policy {
     /// `decisions`: the decisions [`Policy::decide_frame`] gives on each in turn. Frames go in
     /// batches of [`FRAME_BATCH`]: every frame of a batch is parsed and the cache lines of its
     /// keys requested first, then each is decided, so the batch's memory misses overlap
-    /// instead of coming one frame after another; each key is hashed once, in the first pass,
-    /// and its hash handed to the second (see the README's filter speed for what it gains).
+    /// instead of coming one frame after another; each key is prepared once, in the first pass
+    /// (hashed, its window position and the hot keys' answer worked out: see
+    /// [`RateSketch::prepare`]), and counted with that in the second (see the README's filter
+    /// speed for what it gains).
     ///
     /// # Examples
     /// ```
@@ -580,24 +583,24 @@ impl Policy {
     pub fn decide_frames(&self, frames: &[&[u8]], now: Tick, decisions: &mut Vec<Decision>) {
         decisions.reserve(frames.len());
         // Set for a batch's frames before they are read; only the first `keys[i]` of a
-        // frame's hashes are ever read.
+        // frame's prepared keys are ever read.
         let mut events = [None; FRAME_BATCH];
-        let mut hashes = [[None; KEYS_PER_FRAME]; FRAME_BATCH];
+        let mut prepared = [[None; KEYS_PER_FRAME]; FRAME_BATCH];
         let mut keys = [0; FRAME_BATCH];
         for batch in frames.chunks(FRAME_BATCH) {
             // The batch's decisions are pushed in this pass, in order: a malformed frame's is
             // final, a parsed one's is `Allow` until the decide pass below sets it.
             let first = decisions.len();
-            for (((frame, event), hashes), keys) in batch
+            for (((frame, event), prepared), keys) in batch
                 .iter()
                 .zip(&mut events)
-                .zip(&mut hashes)
+                .zip(&mut prepared)
                 .zip(&mut keys)
             {
                 match parse_source(frame) {
                     Ok((source, protocol)) => {
                         let parsed = Event::of_frame(frame, source, protocol);
-                        *keys = self.touch(&parsed, now, hashes);
+                        *keys = self.touch(&parsed, now, prepared);
                         *event = Some(parsed);
                         decisions.push(Decision::of(Verdict::Allow));
                     }
@@ -610,24 +613,24 @@ impl Policy {
                 }
             }
             let pushed = decisions.get_mut(first..).unwrap_or_default();
-            for (((decision, event), hashes), &keys) in
-                pushed.iter_mut().zip(&events).zip(&hashes).zip(&keys)
+            for (((decision, event), prepared), &keys) in
+                pushed.iter_mut().zip(&events).zip(&prepared).zip(&keys)
             {
                 if let Some(event) = event {
-                    let hashes = hashes.get(..keys).unwrap_or_default();
-                    self.judge_into(event, now, true, hashes, decision);
+                    let prepared = prepared.get(..keys).unwrap_or_default();
+                    self.judge_into(event, now, true, prepared, decision);
                 }
             }
         }
     }
 
-    /// Hashes the sketch keys deciding `event` counts into `hashes` (see [`FrameHashes`]) and
-    /// requests their cache lines (none for a key already at its cap at `now`, see
-    /// [`tollgate_sketch::RateSketch::touch_capped`]): the sketch cells of every limit of
+    /// Prepares the sketch keys deciding `event` counts into `prepared` (see
+    /// [`FramePrepared`]): hashes them and requests their cache lines (none for a key already
+    /// at its cap at `now`, see [`RateSketch::prepare`]): the sketch cells of every limit of
     /// every rule of its protocol (a rule its source does not match costs a wasted prefetch
     /// and hash, not a wrong decision). A key shared by adjacent limits is hashed and fetched
-    /// once. Returns how many hashes it set.
-    fn touch(&self, event: &Event, now: Tick, hashes: &mut FrameHashes) -> usize {
+    /// once. Returns how many keys it prepared.
+    fn touch(&self, event: &Event, now: Tick, prepared: &mut FramePrepared) -> usize {
         let source = event.source;
         let family = family(source);
         let mut set = 0;
@@ -636,15 +639,15 @@ impl Policy {
                 continue;
             }
             // Only leading steps: `judge_into` observes a group of steps that count one key
-            // once, with the hash of its first.
+            // once, with the key of its first.
             for touch in &compiled.touches[family] {
-                let Some(slot) = hashes.get_mut(set) else {
+                let Some(slot) = prepared.get_mut(set) else {
                     return set;
                 };
                 let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
-                // Nothing to fetch for a key already at its cap in this window.
-                touch.sketch.touch_capped(hash, touch.cap, now);
-                *slot = Some(hash);
+                // The cap `judge_into` observes this step with (see `Compiled::touches`);
+                // nothing is fetched for a key already at its cap in this window.
+                *slot = Some(touch.sketch.prepare(hash, touch.cap, now));
                 set += 1;
             }
         }
@@ -678,14 +681,14 @@ impl Policy {
     }
 
     /// [`Policy::judge`] into `decision` (which holds `Allow` and no shadow verdict), with the
-    /// hashes of the event's first leading keys where [`Policy::touch`] computed them (past
-    /// `hashes`: hash here).
+    /// event's first leading keys as [`Policy::touch`] prepared them at `now` (past
+    /// `prepared`: hash here).
     fn judge_into(
         &self,
         event: &Event,
         now: Tick,
         count: bool,
-        hashes: &[Option<KeyHash>],
+        prepared: &[Option<Prepared>],
         decision: &mut Decision,
     ) {
         let source = event.source;
@@ -697,7 +700,7 @@ impl Policy {
             return;
         }
         let family = family(source);
-        // The place in `hashes` of the next leading step: rules of the event's protocol, in
+        // The place in `prepared` of the next leading step: rules of the event's protocol, in
         // order, as `touch` set them.
         let mut lead = 0;
         for (index, compiled) in self.rules.iter().enumerate() {
@@ -743,8 +746,8 @@ impl Policy {
                     let counter = &self.counters[bound.counter];
                     let cap = bound.cap[family];
                     group = if count {
-                        let hash = hashes.get(next_lead).copied().flatten();
-                        counter.observe_step(|| step.head.key(source), hash, weight, cap, now)
+                        let ready = prepared.get(next_lead).copied().flatten();
+                        counter.observe_step(|| step.head.key(source), ready, weight, cap, now)
                     } else {
                         counter.estimate_capped(step.head.key(source).as_bytes(), cap, now)
                     };

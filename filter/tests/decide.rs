@@ -301,6 +301,55 @@ fn frames_decided_in_batches_get_the_decisions_of_one_at_a_time() {
 }
 
 #[test]
+fn frames_past_their_caps_in_batches_get_the_decisions_of_one_at_a_time() {
+    // Two floods (an IPv4 address and an IPv6 one) at 10 per 10 s: each passes its cap (81)
+    // inside a batch, is noted in the sketch's hot keys' table and prepared as noted in later
+    // batches, then meets a new window. A batch prepares every key before it counts any: the
+    // decisions (estimates, `capped`, retry-after) must still be those of one frame at a time.
+    let frame = |i: usize| {
+        let eth = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let ip = if i % 2 == 0 {
+            eth.ipv4([203, 0, 113, 9], [192, 0, 2, 1], 64)
+        } else {
+            let mut src = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+            src[14] = 1;
+            eth.ipv6(
+                src,
+                [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+                64,
+            )
+        };
+        let mut bytes = Vec::new();
+        ip.tcp(40_000, 443, 1, 64_240)
+            .syn()
+            .write(&mut bytes, &[])
+            .expect("a well-formed frame");
+        bytes
+    };
+    let frames: Vec<Vec<u8>> = (0..301).map(frame).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let one = filter(POLICY);
+    let batched_filter = filter(POLICY);
+    let mut batched = Vec::new();
+    let mut singles = Vec::new();
+    // Half a window apart: the second and third bursts meet a capped key's earlier window.
+    for secs in [1, 6, 12, 17] {
+        let now = Tick::from_duration(std::time::Duration::from_secs(secs));
+        singles.extend(refs.iter().map(|f| one.decide_frame(f, now)));
+        batched_filter.decide_frames(&refs, now, &mut batched);
+    }
+    assert_eq!(singles.len(), batched.len());
+    for (i, (single, batch)) in singles.iter().zip(&batched).enumerate() {
+        assert_eq!(single, batch, "frame {i}");
+    }
+    let capped = singles
+        .iter()
+        .filter(|d| matches!(d.verdict, Verdict::Throttle(t) if t.capped))
+        .count();
+    assert!(capped > 400, "{capped} capped throttles");
+}
+
+#[test]
 fn batched_frames_keep_each_keys_hash_under_many_rules() {
     // The batch's first pass hashes every key of the rules of a frame's protocol and hands the
     // hashes to the second in that order: a rule of the other protocol, a rule the source
