@@ -28,6 +28,16 @@
 //!   estimators of `4 x slots` 8-byte counters, so 2 MiB is `slots = 2^15` and 32 MiB is
 //!   `slots = 2^19`. Per event it does what a limiter needs: `observe(&id, 1)` and then
 //!   `rate_with(&id, PROPORTIONAL_RATE_ESTIMATE_CALC_FN)`, the sliding estimate.
+//! - `floor_five_lines/2MiB` (one thread only): **not a limiter**, a reference. Per event the
+//!   least any sketch with Tollgate's accuracy must do: hash the key (the sketch's own xxh3,
+//!   [`RateSketch::hash`]), load five words at random in an array as large as the sketch's
+//!   counters and front (the four cells of four rows and the front's register: five cache
+//!   lines, as the sketch reads), and one locked read-modify-write (a `fetch_add` on the
+//!   register, as a first sighting's compare-and-swap). It counts nothing usable and decides
+//!   nothing; the time of the sketch's cases above it is what the sketch adds to memory and
+//!   hashing. At 2 MiB only: the sketch's 32 MiB arrays sit on huge pages (see
+//!   `sketch/src/memory.rs`), which this array, safe code, cannot ask for, so at 32 MiB it would
+//!   pay TLB misses the sketch does not and be no floor.
 //! - `governor/unbounded` (one thread only): governor's keyed limiter, `check_key(&id)`. It keeps
 //!   one map entry per distinct key and never evicts on its own, so its memory is not fixed: it
 //!   holds every distinct id of the stream (printed at start), unlike the two sketches above.
@@ -64,6 +74,7 @@ use workload::{cpu_clock, on_cpu};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -184,6 +195,56 @@ impl Limiter for TollgateBatch {
             self.0.observe_batch(keys, 1, CAP, now, estimates);
             black_box(&estimates);
         });
+    }
+}
+
+/// `floor_five_lines`: not a sketch (see the crate docs): a hash, five random loads in an array
+/// of the sketch's size and one locked read-modify-write per event.
+struct Floor {
+    /// Only for its hash: the same xxh3 under a seed that every observe of the sketch runs.
+    hasher: RateSketch,
+    /// As many words as the sketch's counters and front, each written once at the start (an
+    /// array never written would read the kernel's one zero page, always in cache).
+    words: Box<[AtomicU64]>,
+}
+
+/// The rows a sketch of the default depth reads, plus its front's register.
+const FLOOR_LINES: usize = DEFAULT_DEPTH + 1;
+
+impl Floor {
+    fn new(budget: usize) -> Floor {
+        let hasher = tollgate(budget, DEFAULT_DEPTH).0;
+        let words = hasher.memory_bytes() / std::mem::size_of::<u64>();
+        Floor {
+            hasher,
+            words: (0..words).map(|_| AtomicU64::new(1)).collect(),
+        }
+    }
+}
+
+impl Limiter for Floor {
+    #[inline]
+    fn hit(&self, id: u64, _now: Tick) {
+        let hash = self.hasher.hash(&id.to_le_bytes()).as_u64();
+        // Five indices from the one hash, double hashing and multiply-shift as the sketch
+        // derives its rows' cells and its register (no division).
+        let step = (hash ^ (hash >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let len = self.words.len() as u128;
+        let at = |probe: usize| {
+            let g = hash.wrapping_add((probe as u64).wrapping_mul(step));
+            // The high half of a product by `len`: below `len`, a usize.
+            ((u128::from(g) * len) >> 64) as usize
+        };
+        // All five loads first, so their misses overlap (the register's too: the locked
+        // instruction below waits for every earlier load, then finds its line on the way).
+        let mut min = u64::MAX;
+        for probe in 0..FLOOR_LINES {
+            // Relaxed: a reference load, as the sketch's reads of its cells.
+            min = min.min(self.words[at(probe)].load(Ordering::Relaxed));
+        }
+        // Relaxed: the one locked instruction an event that writes cannot avoid.
+        let register = self.words[at(FLOOR_LINES - 1)].fetch_add(1, Ordering::Relaxed);
+        black_box(min.min(register));
     }
 }
 
@@ -395,6 +456,10 @@ fn observe(c: &mut Criterion) {
                 );
             }
             bench(&mut group, id("pingora"), stream, threads, &pingora(budget));
+            if name == "observe_1_thread" && budget == BUDGETS[0] {
+                let floor = Floor::new(budget);
+                bench(&mut group, id("floor_five_lines"), stream, threads, &floor);
+            }
         }
         if name == "observe_1_thread" {
             let id = BenchmarkId::new("governor", "unbounded");
@@ -407,7 +472,7 @@ fn observe(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     // A 2-core machine shared with other work: few, long samples keep the run to a few minutes
-    // (27 cases) while the medians stay stable.
+    // (28 cases) while the medians stay stable.
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_secs(3))

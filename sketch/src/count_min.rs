@@ -139,6 +139,37 @@ impl CountMin {
         }
     }
 
+    /// Locates a key's cells like [`CountMin::locate`] and reads them like [`CountMin::read`],
+    /// in one pass: each cell's load is issued as soon as its address is known. Apart, the
+    /// references went to the stack and were copied and reloaded before the first load.
+    #[inline]
+    pub(crate) fn locate_read(&self, hash: KeyHash) -> (Cells<'_>, [u64; MAX_DEPTH]) {
+        // A placeholder for the rows past `depth`: cell 0 exists (depth and width are >= 1).
+        let mut cells = [&self.cells[0]; MAX_DEPTH];
+        let mut words = [0; MAX_DEPTH];
+        let (mut probe, step) = (hash.as_u64(), hash.step());
+        let mut row = 0;
+        for (cell, word) in cells[..self.depth].iter_mut().zip(words.iter_mut()) {
+            let found = &self.cells[row + crate::hash::reduce(probe, self.width)];
+            // Relaxed: as in `reload`.
+            *word = found.load(Ordering::Relaxed);
+            *cell = found;
+            probe = probe.wrapping_add(step);
+            row += self.width;
+        }
+        let located = Cells {
+            cells,
+            depth: self.depth,
+        };
+        (located, words)
+    }
+
+    /// The snapshot of `cells` holding `words`, read from them by [`CountMin::locate_read`].
+    #[inline]
+    pub(crate) fn snapshot<'a>(cells: &'a Cells<'a>, words: [u64; MAX_DEPTH]) -> Snapshot<'a> {
+        Snapshot { cells, words }
+    }
+
     /// Reads the cells of `located` (from [`CountMin::locate`]). All loads are issued before
     /// any is used, so their cache misses overlap instead of adding up.
     #[inline]

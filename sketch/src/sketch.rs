@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::bloom::{Front, Presence, Sighting};
 use crate::builder::Builder;
 use crate::clock::Tick;
-use crate::count_min::{COUNT_MAX, Cells, CountMin, Snapshot};
+use crate::count_min::{COUNT_MAX, CountMin, Snapshot};
 use crate::hash::KeyHash;
 use crate::hot::HotKeys;
 use crate::pair::{Fold, Halves};
@@ -124,8 +124,8 @@ impl RateSketch {
         let at = self.windows.position(now);
         // Read the counters before the front's swap, which on x86 waits for all earlier loads:
         // the misses then overlap instead of adding up, and the update starts from these words.
-        let located = self.counters.locate(hash);
-        let snapshot = self.counters.read(&located);
+        let (located, words) = self.counters.locate_read(hash);
+        let snapshot = CountMin::snapshot(&located, words);
         let read = self.counters.counts(&snapshot, at.index);
         let register = self.front.register(hash);
         let (counts, presence) = self.count(hash, register, snapshot, read, weight, at);
@@ -202,8 +202,8 @@ impl RateSketch {
     #[must_use = "the estimate is the point of observing; use `estimate_capped` to read"]
     pub fn observe_hashed_capped(&self, hash: KeyHash, weight: u64, cap: u64, now: Tick) -> u64 {
         let at = self.windows.position(now);
-        let located = self.counters.locate(hash);
         if Self::notable(cap) && !self.hot.is_empty() {
+            let located = self.counters.locate(hash);
             // Prefetches retire at once: on a hit below nothing waits for them, and when the
             // branch is guessed wrong the cells' misses have started anyway.
             self.counters.prefetch(&located);
@@ -213,24 +213,29 @@ impl RateSketch {
                 self.events.add(at.index, u64::from(clamp(weight)));
                 return cap;
             }
+            let snapshot = self.counters.read(&located);
+            return self.observe_located(hash, snapshot, weight, cap, at, Looked::Up);
         }
-        self.observe_located(hash, &located, weight, cap, at, Looked::Up)
+        // No table to ask: the cells' loads go out as each is found.
+        let (located, words) = self.counters.locate_read(hash);
+        let snapshot = CountMin::snapshot(&located, words);
+        self.observe_located(hash, snapshot, weight, cap, at, Looked::Up)
     }
 
     /// The rest of [`RateSketch::observe_hashed_capped`] once the key's cells are located and
-    /// the hot keys' table was consulted (`Looked::Up`) or not (`Looked::Not`: then only for
-    /// a key whose cells read the cap, the one case where the answer may come from a note).
+    /// read (`snapshot`) and the hot keys' table was consulted (`Looked::Up`) or not
+    /// (`Looked::Not`: then only for a key whose cells read the cap, the one case where the
+    /// answer may come from a note).
     #[inline(always)]
     fn observe_located(
         &self,
         hash: KeyHash,
-        located: &Cells<'_>,
+        snapshot: Snapshot<'_>,
         weight: u64,
         cap: u64,
         at: Position,
         looked: Looked,
     ) -> u64 {
-        let snapshot = self.counters.read(located);
         // The front's line too, now: the branch below waits for the cells, and when it guesses
         // wrong the front's miss would otherwise start only after theirs (measured: capped
         // observes were slower than plain ones at 32 MiB without this).
@@ -310,8 +315,9 @@ impl RateSketch {
             self.events.add(at.index, u64::from(clamp(weight)));
             return cap;
         }
-        let located = self.counters.locate(hash);
-        self.observe_located(hash, &located, weight, cap, at, Looked::Not)
+        let (located, words) = self.counters.locate_read(hash);
+        let snapshot = CountMin::snapshot(&located, words);
+        self.observe_located(hash, snapshot, weight, cap, at, Looked::Not)
     }
 
     /// [`RateSketch::touch`] for an observe capped at `cap` at `now`: nothing to load for a key
