@@ -348,16 +348,15 @@ impl Shared {
         let metrics = &self.metrics;
         let rule_name = |index: usize| decided.policy.rule(index).map_or("?", |r| r.name.as_str());
         if let Some(shadow) = decided.decision.shadow {
-            metrics.shadow_throttled(listener, rule_name(shadow.at.rule));
+            metrics.shadow_throttled(listener, &decided.policy, shadow.at.rule);
         }
         match decided.decision.verdict {
             Verdict::Allow => {
                 listener.allowed.inc();
             }
             Verdict::Throttle(throttle) => {
-                let rule = rule_name(throttle.at.rule);
-                metrics.throttled(listener, rule);
-                self.rejected(listener, source.addr(), rule);
+                metrics.throttled(listener, &decided.policy, throttle.at.rule);
+                self.rejected(listener, source.addr(), rule_name(throttle.at.rule));
                 self.kernel_wake.over(throttle.estimate, throttle.allowed);
             }
             Verdict::Deny(DenyReason::Penalty { rule }) => {

@@ -1,10 +1,15 @@
 //! The proxy's metrics, in the Prometheus text format (prometheus-client writes it; names and
 //! help texts are ours). Counters a connection touches on every accept are resolved once per
-//! listener ([`ListenerMetrics`]), so the hot path is an atomic add; per-rule counters are
-//! looked up by label only when a rule throttles.
+//! listener ([`ListenerMetrics`]), so the hot path is an atomic add. So are a rejection's: the
+//! per-rule counters are resolved once per listener and policy (a table by rule index, built at
+//! the first throttle under a new policy), and the per-reason ones once per listener, so a flood
+//! of rejected connections allocates and hashes no label. The counters come from the label
+//! families, so a reload keeps counting a rule's throttles into the series of its name.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+use arc_swap::ArcSwapOption;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -39,7 +44,7 @@ struct VerdictLabels {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RuleLabels {
     listener: Name,
-    rule: String,
+    rule: Name,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -113,6 +118,9 @@ pub enum Refusal {
     /// UDP: the socket for a new session could not be opened (out of descriptors).
     SessionSocket,
 }
+
+/// How many [`Refusal`]s there are (the last one's index plus one).
+const REFUSALS: usize = Refusal::SessionSocket as usize + 1;
 
 impl Refusal {
     /// The metric label and log word.
@@ -540,6 +548,37 @@ pub struct ListenerMetrics {
     pub upstream_unavailable: Counter,
     /// Connections held by a `delay` action and then let through.
     pub released: Counter,
+    /// Refusals by reason, each resolved at its first use (index: `Refusal as usize`).
+    refused: Arc<[OnceLock<Counter>; REFUSALS]>,
+    /// Throttles by rule, resolved for the policy in force.
+    rules: Arc<ArcSwapOption<RuleTable>>,
+}
+
+/// One listener's per-rule throttle counters for one policy, indexed by rule. Each is resolved
+/// at its first use, so a rule that never throttles adds no series.
+#[derive(Debug)]
+struct RuleTable {
+    /// The policy whose rule indices these are. A `Weak` keeps the policy's allocation (not
+    /// its contents) alive, so no later policy can have the same address while this table is
+    /// compared against it.
+    policy: Weak<Policy>,
+    throttled: Box<[OnceLock<Counter>]>,
+    shadow_throttled: Box<[OnceLock<Counter>]>,
+}
+
+impl RuleTable {
+    fn new(policy: &Arc<Policy>) -> RuleTable {
+        let rules = policy.config().rules.len();
+        RuleTable {
+            policy: Arc::downgrade(policy),
+            throttled: (0..rules).map(|_| OnceLock::new()).collect(),
+            shadow_throttled: (0..rules).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn serves(&self, policy: &Arc<Policy>) -> bool {
+        std::ptr::eq(self.policy.as_ptr(), Arc::as_ptr(policy))
+    }
 }
 
 impl Default for Metrics {
@@ -838,38 +877,81 @@ impl Metrics {
             accept_errors: self.accept_errors.get_or_create_owned(&label),
             upstream_unavailable: self.upstream_unavailable.get_or_create_owned(&label),
             released: self.released.get_or_create_owned(&label),
+            refused: Arc::new(std::array::from_fn(|_| OnceLock::new())),
+            rules: Arc::new(ArcSwapOption::empty()),
             name,
         }
     }
 
-    /// Counts a throttle by `rule` on `listener`.
-    pub fn throttled(&self, listener: &ListenerMetrics, rule: &str) {
+    /// Counts a throttle by rule `rule` (an index into `policy`, the policy that decided) on
+    /// `listener`.
+    pub fn throttled(&self, listener: &ListenerMetrics, policy: &Arc<Policy>, rule: usize) {
         listener.throttled.inc();
-        self.throttled
-            .get_or_create(&RuleLabels {
-                listener: listener.name.clone(),
-                rule: rule.to_owned(),
-            })
-            .inc();
+        self.count_rule(listener, policy, rule, false);
     }
 
-    /// Counts what shadow `rule` would have throttled on `listener`.
-    pub fn shadow_throttled(&self, listener: &ListenerMetrics, rule: &str) {
-        self.shadow_throttled
-            .get_or_create(&RuleLabels {
+    /// Counts what shadow rule `rule` (an index into `policy`) would have throttled on
+    /// `listener`.
+    pub fn shadow_throttled(&self, listener: &ListenerMetrics, policy: &Arc<Policy>, rule: usize) {
+        self.count_rule(listener, policy, rule, true);
+    }
+
+    /// Adds one to rule `rule`'s throttle (or shadow) series on `listener`: the listener's
+    /// table for `policy`, built first if it holds another policy's (a reload).
+    fn count_rule(
+        &self,
+        listener: &ListenerMetrics,
+        policy: &Arc<Policy>,
+        rule: usize,
+        shadow: bool,
+    ) {
+        let held = listener.rules.load();
+        let table = match &*held {
+            Some(table) if table.serves(policy) => table,
+            _ => {
+                let table = Arc::new(RuleTable::new(policy));
+                listener.rules.store(Some(Arc::clone(&table)));
+                return self.count_in(&table, listener, policy, rule, shadow);
+            }
+        };
+        self.count_in(table, listener, policy, rule, shadow);
+    }
+
+    fn count_in(
+        &self,
+        table: &RuleTable,
+        listener: &ListenerMetrics,
+        policy: &Policy,
+        rule: usize,
+        shadow: bool,
+    ) {
+        let (family, slots) = if shadow {
+            (&self.shadow_throttled, &table.shadow_throttled)
+        } else {
+            (&self.throttled, &table.throttled)
+        };
+        let resolve = || {
+            family.get_or_create_owned(&RuleLabels {
                 listener: listener.name.clone(),
-                rule: rule.to_owned(),
+                rule: Name(policy.rule(rule).map_or("?", |r| r.name.as_str()).into()),
             })
-            .inc();
+        };
+        match slots.get(rule) {
+            Some(slot) => slot.get_or_init(resolve).inc(),
+            // Not a rule of this policy (a decision never names one): counted under "?".
+            None => resolve().inc(),
+        };
     }
 
     /// Counts a refusal on `listener`.
     pub fn refused(&self, listener: &ListenerMetrics, reason: Refusal) {
         listener.denied.inc();
-        self.refused
-            .get_or_create(&ReasonLabels {
-                listener: listener.name.clone(),
-                reason: reason.as_str(),
+        listener.refused[reason as usize]
+            .get_or_init(|| {
+                self.refused.get_or_create_owned(&ReasonLabels {
+                    listener: listener.name.clone(),
+                    reason: reason.as_str(),
+                })
             })
             .inc();
     }
@@ -987,6 +1069,51 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn policy(rules: &[&str]) -> Arc<Policy> {
+        let mut text = String::from("[sketch]\nmemory = \"1MiB\"\n");
+        for rule in rules {
+            text += &format!("[[rule]]\nname = \"{rule}\"\nlimits = [{{ rate = \"1/1h\" }}]\n");
+        }
+        Arc::new(Policy::compile(tollgate_filter::Config::parse(&text).unwrap(), None).unwrap())
+    }
+
+    #[test]
+    fn a_reload_keeps_counting_a_rule_in_its_series_and_a_renamed_rule_in_its_own() {
+        let metrics = Metrics::new();
+        let front = metrics.listener("front");
+        let first = policy(&["a", "x"]);
+        metrics.throttled(&front, &first, 0);
+        metrics.throttled(&front, &first, 0);
+        metrics.throttled(&front, &first, 1);
+        metrics.shadow_throttled(&front, &first, 0);
+        // Reloaded: "a" and "x" swap places.
+        let second = policy(&["x", "a"]);
+        metrics.throttled(&front, &second, 1);
+        metrics.shadow_throttled(&front, &second, 1);
+        // Renamed: "a" is "b" now, at the index "a" had.
+        let third = policy(&["x", "b"]);
+        metrics.throttled(&front, &third, 1);
+        // A decision made under the first policy, counted after the reloads.
+        metrics.throttled(&front, &first, 0);
+        metrics.refused(&front, Refusal::Penalty);
+        metrics.refused(&front, Refusal::Penalty);
+        let text = metrics.render(&third, Tick::ZERO);
+        for needle in [
+            "tollgate_throttled_total{listener=\"front\",rule=\"a\"} 4\n",
+            "tollgate_throttled_total{listener=\"front\",rule=\"b\"} 1\n",
+            "tollgate_throttled_total{listener=\"front\",rule=\"x\"} 1\n",
+            "tollgate_shadow_throttled_total{listener=\"front\",rule=\"a\"} 2\n",
+            "tollgate_decisions_total{listener=\"front\",verdict=\"throttled\"} 6\n",
+            "tollgate_refused_total{listener=\"front\",reason=\"penalty\"} 2\n",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from\n{text}");
+        }
+        assert!(
+            !text.contains("shadow_throttled_total{listener=\"front\",rule=\"x\"}"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn kernel_metrics_appear_once_exported_in_one_exposition() {
