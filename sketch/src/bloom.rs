@@ -86,7 +86,7 @@ impl Front {
     }
 
     /// [`Front::sight`] in the key's `register`, from [`Front::register`] of this front.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn sight_in(
         register: Option<&AtomicU64>,
         hash: KeyHash,

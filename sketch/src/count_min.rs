@@ -55,35 +55,51 @@ pub(crate) struct CountMin {
     fold: Fold,
 }
 
-/// A key's cells, one per row: only the first `depth` entries are the key's; the rest repeat
-/// cell 0 and are never used.
+/// The depth of the default build (see `Builder::depth`). Its observes take a path of their
+/// own, with `D` = `FIXED_DEPTH` in [`Cells`] and [`Snapshot`]: the rows' loops have a constant
+/// count, so they unroll, the arrays stay in registers and no bounds check remains (callgrind
+/// and the timed runs: see the README's "### Speed").
+pub(crate) const FIXED_DEPTH: usize = 4;
+
+/// How many of an array of `D` rows are a key's, in a sketch of `depth` rows: all `D` for the
+/// fixed depth, the first `depth` of `MAX_DEPTH` otherwise. Known at compile time for
+/// `D` = [`FIXED_DEPTH`].
+#[inline(always)]
+const fn rows<const D: usize>(depth: usize) -> usize {
+    if D == MAX_DEPTH { depth } else { D }
+}
+
+/// A key's cells, one per row, in an array of `D` entries: `D` = [`FIXED_DEPTH`] only for a
+/// matrix of exactly that depth, where every entry is the key's; `D` = [`MAX_DEPTH`] for any
+/// depth, where only the first `depth` entries are the key's and the rest repeat cell 0 and are
+/// never used.
 ///
 /// The cells are held as references, located once: the reads, the prefetches and the swaps
 /// that follow index nothing, so they carry no bounds checks.
-pub(crate) struct Cells<'a> {
-    cells: [&'a AtomicU64; MAX_DEPTH],
+pub(crate) struct Cells<'a, const D: usize> {
+    cells: [&'a AtomicU64; D],
     depth: usize,
 }
 
-impl<'a> Cells<'a> {
+impl<'a, const D: usize> Cells<'a, D> {
     /// The key's cells.
     #[inline]
     fn get(&self) -> &[&'a AtomicU64] {
-        &self.cells[..self.depth]
+        &self.cells[..rows::<D>(self.depth)]
     }
 }
 
 /// A key's cells (borrowed: located once, never copied) and the words read from them.
-pub(crate) struct Snapshot<'a> {
-    cells: &'a Cells<'a>,
-    words: [u64; MAX_DEPTH],
+pub(crate) struct Snapshot<'a, const D: usize> {
+    cells: &'a Cells<'a, D>,
+    words: [u64; D],
 }
 
-impl Snapshot<'_> {
+impl<const D: usize> Snapshot<'_, D> {
     /// The words read from the key's cells.
     #[inline]
     fn words(&self) -> &[u64] {
-        &self.words[..self.cells.depth]
+        &self.words[..rows::<D>(self.cells.depth)]
     }
 }
 
@@ -123,12 +139,13 @@ impl CountMin {
     /// Row `r`'s cell is `r * width + index(r)`, with the probes of double hashing stepped
     /// here rather than recomputed per row (the same indices as [`KeyHash::index`]).
     #[inline]
-    pub(crate) fn locate(&self, hash: KeyHash) -> Cells<'_> {
+    pub(crate) fn locate<const D: usize>(&self, hash: KeyHash) -> Cells<'_, D> {
+        debug_assert!(D == MAX_DEPTH || D == self.depth);
         // A placeholder for the rows past `depth`: cell 0 exists (depth and width are >= 1).
-        let mut cells = [&self.cells[0]; MAX_DEPTH];
+        let mut cells = [&self.cells[0]; D];
         let (mut probe, step) = (hash.as_u64(), hash.step());
         let mut row = 0;
-        for cell in &mut cells[..self.depth] {
+        for cell in &mut cells[..rows::<D>(self.depth)] {
             *cell = &self.cells[row + crate::hash::reduce(probe, self.width)];
             probe = probe.wrapping_add(step);
             row += self.width;
@@ -143,13 +160,17 @@ impl CountMin {
     /// in one pass: each cell's load is issued as soon as its address is known. Apart, the
     /// references went to the stack and were copied and reloaded before the first load.
     #[inline]
-    pub(crate) fn locate_read(&self, hash: KeyHash) -> (Cells<'_>, [u64; MAX_DEPTH]) {
+    pub(crate) fn locate_read<const D: usize>(&self, hash: KeyHash) -> (Cells<'_, D>, [u64; D]) {
+        debug_assert!(D == MAX_DEPTH || D == self.depth);
         // A placeholder for the rows past `depth`: cell 0 exists (depth and width are >= 1).
-        let mut cells = [&self.cells[0]; MAX_DEPTH];
-        let mut words = [0; MAX_DEPTH];
+        let mut cells = [&self.cells[0]; D];
+        let mut words = [0; D];
         let (mut probe, step) = (hash.as_u64(), hash.step());
         let mut row = 0;
-        for (cell, word) in cells[..self.depth].iter_mut().zip(words.iter_mut()) {
+        for (cell, word) in cells[..rows::<D>(self.depth)]
+            .iter_mut()
+            .zip(words.iter_mut())
+        {
             let found = &self.cells[row + crate::hash::reduce(probe, self.width)];
             // Relaxed: as in `reload`.
             *word = found.load(Ordering::Relaxed);
@@ -166,15 +187,18 @@ impl CountMin {
 
     /// The snapshot of `cells` holding `words`, read from them by [`CountMin::locate_read`].
     #[inline]
-    pub(crate) fn snapshot<'a>(cells: &'a Cells<'a>, words: [u64; MAX_DEPTH]) -> Snapshot<'a> {
+    pub(crate) fn snapshot<'a, const D: usize>(
+        cells: &'a Cells<'a, D>,
+        words: [u64; D],
+    ) -> Snapshot<'a, D> {
         Snapshot { cells, words }
     }
 
     /// Reads the cells of `located` (from [`CountMin::locate`]). All loads are issued before
     /// any is used, so their cache misses overlap instead of adding up.
     #[inline]
-    pub(crate) fn read<'a>(&self, cells: &'a Cells<'a>) -> Snapshot<'a> {
-        let mut words = [0; MAX_DEPTH];
+    pub(crate) fn read<'a, const D: usize>(&self, cells: &'a Cells<'a, D>) -> Snapshot<'a, D> {
+        let mut words = [0; D];
         for (word, cell) in words.iter_mut().zip(cells.get()) {
             // Relaxed: as in `reload`.
             *word = cell.load(Ordering::Relaxed);
@@ -182,8 +206,11 @@ impl CountMin {
         Snapshot { cells, words }
     }
 
-    #[inline]
-    fn min(&self, snapshot: &Snapshot<'_>, window: u64) -> Halves {
+    #[inline(always)]
+    fn min<const D: usize>(&self, snapshot: &Snapshot<'_, D>, window: u64) -> Halves {
+        if let Some(min) = COUNTER.min_if_held(snapshot.words(), window) {
+            return min;
+        }
         let mut min = Halves {
             current: u32::MAX,
             previous: u32::MAX,
@@ -221,7 +248,7 @@ impl CountMin {
 
     /// Prefetches the cells of `located` (see [`CountMin::touch`]).
     #[inline]
-    pub(crate) fn prefetch(&self, cells: &Cells<'_>) {
+    pub(crate) fn prefetch<const D: usize>(&self, cells: &Cells<'_, D>) {
         // A prefetch, not a load: it retires at once, so a batch's touches never wait for
         // their lines and all of them are in flight together.
         for cell in cells.get() {
@@ -231,22 +258,26 @@ impl CountMin {
 
     /// The key's estimated counts in `window` and the one before, from the words of
     /// `snapshot` as they were read.
-    #[inline]
-    pub(crate) fn counts(&self, snapshot: &Snapshot<'_>, window: u64) -> Halves {
+    #[inline(always)]
+    pub(crate) fn counts<const D: usize>(&self, snapshot: &Snapshot<'_, D>, window: u64) -> Halves {
         self.min(snapshot, window)
     }
 
     /// The key's estimated counts in `window` and the one before, from a fresh read of the
     /// cells of `snapshot` (left in it).
     #[inline]
-    pub(crate) fn reread(&self, snapshot: &mut Snapshot<'_>, window: u64) -> Halves {
+    pub(crate) fn reread<const D: usize>(
+        &self,
+        snapshot: &mut Snapshot<'_, D>,
+        window: u64,
+    ) -> Halves {
         self.reload(snapshot);
         self.min(snapshot, window)
     }
 
     /// The key's estimated counts in `window` and the one before.
     pub(crate) fn estimate(&self, hash: KeyHash, window: u64) -> Halves {
-        self.min(&self.read(&self.locate(hash)), window)
+        self.min(&self.read(&self.locate::<MAX_DEPTH>(hash)), window)
     }
 
     /// Counts `weight` for the key of `snapshot` in `window` (conservative update) and returns
@@ -256,9 +287,9 @@ impl CountMin {
     /// the exact word read, so a stale word fails its swap and the update starts again from
     /// a fresh read (left in `snapshot`).
     #[inline]
-    pub(crate) fn add(
+    pub(crate) fn add<const D: usize>(
         &self,
-        snapshot: &mut Snapshot<'_>,
+        snapshot: &mut Snapshot<'_, D>,
         read: Halves,
         weight: u32,
         window: u64,
@@ -280,7 +311,7 @@ impl CountMin {
 
     /// Reads the snapshot's cells again, in place.
     #[inline]
-    fn reload(&self, snapshot: &mut Snapshot<'_>) {
+    fn reload<const D: usize>(&self, snapshot: &mut Snapshot<'_, D>) {
         for (word, cell) in snapshot.words.iter_mut().zip(snapshot.cells.get()) {
             // Relaxed: a stale value is caught by the compare-and-swap that must follow any use
             // of it in `add`, and in `estimate` it is only an older (smaller) count.
@@ -297,7 +328,13 @@ impl CountMin {
     /// later. Raising it to `target` could swallow the fold when the minimum came from a row
     /// without one.
     #[inline]
-    fn raise(&self, snapshot: &Snapshot<'_>, window: u64, target: u32, weight: u32) -> bool {
+    fn raise<const D: usize>(
+        &self,
+        snapshot: &Snapshot<'_, D>,
+        window: u64,
+        target: u32,
+        weight: u32,
+    ) -> bool {
         for (cell, &word) in snapshot.cells.get().iter().zip(snapshot.words()) {
             let raised = match COUNTER.current_in(word, window) {
                 // The usual case, a word of this window: decoded once, and `target` is at
@@ -358,7 +395,7 @@ mod tests {
         let fold = Fold::new(25, 100);
         let counters = CountMin::new(zeroed_atomics(2 * 16), 2, 16, fold);
         let hash = KeyHash::of(1, b"x");
-        let located = counters.locate(hash);
+        let located = counters.locate::<MAX_DEPTH>(hash);
         let word = |row: usize| located.cells[row];
         // The key had 40 events in window 1 and 5 in window 2, in both rows; another key's
         // tick in window 3 rolled row 1: it holds 5 + ceil(40 / 4) for window 2.
@@ -371,7 +408,7 @@ mod tests {
         );
         // A lagging tick of window 2 counts 1: row 0 is raised to 6, row 1 (ahead) is added
         // to, 16. Raising row 1 to 6 would leave it at 15 and swallow a point of its fold.
-        let located = counters.locate(hash);
+        let located = counters.locate::<MAX_DEPTH>(hash);
         let mut snapshot = counters.read(&located);
         let read = counters.counts(&snapshot, 2);
         let counts = counters.add(&mut snapshot, read, 1, 2);

@@ -260,6 +260,29 @@ impl Layout {
         }
     }
 
+    /// The minimum of each half over `words` when every word holds exactly `window` (the usual
+    /// case on the hot path), worked out with no branch per word; `None` when any word holds
+    /// another window (then decode each with [`Layout::halves`]).
+    ///
+    /// Words that hold the same window share their tag bits, above both halves, so the least
+    /// word has the least current half; the previous halves are compared on their own.
+    #[inline(always)]
+    pub(crate) fn min_if_held(self, words: &[u64], window: u64) -> Option<Halves> {
+        let (tag, tag_mask) = (self.tag(window), self.tag_mask());
+        let max = u64::from(self.half_max());
+        let (mut differ, mut least, mut previous) = (0, u64::MAX, max);
+        for &word in words {
+            differ |= (word ^ tag) & tag_mask;
+            least = least.min(word);
+            previous = previous.min(word & max);
+        }
+        // Masked to `half_bits` <= 32 bits: the cast is exact.
+        (differ == 0 && !words.is_empty()).then(|| Halves {
+            current: self.current(least),
+            previous: previous as u32,
+        })
+    }
+
     /// The word rolled forward to `window` if it is behind (folding what the roll drops, see
     /// [`Fold`]), with `update` applied to the half that holds `window`: the current half, which
     /// starts at 0 in a rolled word, or the older half of a word that is ahead of `window`.
@@ -372,6 +395,48 @@ mod tests {
 
     fn raise(word: u64, window: u64, to: u32) -> u64 {
         COUNTER.update_current(word, window, Fold::NONE, |c| c.max(to))
+    }
+
+    #[test]
+    fn the_min_of_held_words_is_the_min_of_their_halves() {
+        // Words of window 9 with counts whose least current and least previous sit in
+        // different words, then one word of another window (or never written) among them.
+        let held = |current: u32, previous: u32| {
+            COUNTER.update_current(raise(0, 8, previous), 9, Fold::NONE, |_| current)
+        };
+        let words = [
+            held(5, 70),
+            held(3, 90),
+            held(12, 2),
+            held(COUNTER.half_max(), 40),
+        ];
+        let by_word = |words: &[u64]| {
+            let halves = words.iter().map(|&w| COUNTER.halves(w, 9));
+            let current = halves.clone().map(|h| h.current).min();
+            (current, halves.map(|h| h.previous).min())
+        };
+        let min = COUNTER.min_if_held(&words, 9).unwrap();
+        assert_eq!(
+            min,
+            Halves {
+                current: 3,
+                previous: 2
+            }
+        );
+        assert_eq!(by_word(&words), (Some(3), Some(2)));
+        for other in [0, raise(0, 8, 1), raise(0, 10, 1), raise(0, 9 + 32_768, 1)] {
+            let mut mixed = words;
+            mixed[2] = other;
+            let expected = (other == raise(0, 9 + 32_768, 1)).then(|| {
+                let (current, previous) = by_word(&mixed);
+                Halves {
+                    current: current.unwrap(),
+                    previous: previous.unwrap(),
+                }
+            });
+            assert_eq!(COUNTER.min_if_held(&mixed, 9), expected, "{other:#x}");
+        }
+        assert_eq!(COUNTER.min_if_held(&[], 9), None);
     }
 
     #[test]

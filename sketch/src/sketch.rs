@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::bloom::{Front, Presence, Sighting};
 use crate::builder::Builder;
 use crate::clock::Tick;
-use crate::count_min::{COUNT_MAX, CountMin, Snapshot};
+use crate::count_min::{COUNT_MAX, CountMin, FIXED_DEPTH, MAX_DEPTH, Snapshot};
 use crate::hash::KeyHash;
 use crate::hot::HotKeys;
 use crate::pair::{Fold, Halves};
@@ -121,10 +121,23 @@ impl RateSketch {
     /// [`RateSketch::observe`] with a hash from [`RateSketch::hash`].
     #[must_use = "the estimate is the point of observing; use `estimate` to read without counting"]
     pub fn observe_hashed(&self, hash: KeyHash, weight: u64, now: Tick) -> u64 {
+        // The default depth takes a path of its own, its rows' loops unrolled (see
+        // `crate::count_min::FIXED_DEPTH`); the branch goes the same way for every event.
+        if self.counters.depth() == FIXED_DEPTH {
+            self.observe_rows::<FIXED_DEPTH>(hash, weight, now)
+        } else {
+            self.observe_rows::<MAX_DEPTH>(hash, weight, now)
+        }
+    }
+
+    /// [`RateSketch::observe_hashed`] with the key's cells in an array of `D` (see
+    /// [`crate::count_min::Cells`]).
+    #[inline(always)]
+    fn observe_rows<const D: usize>(&self, hash: KeyHash, weight: u64, now: Tick) -> u64 {
         let at = self.windows.position(now);
         // Read the counters before the front's swap, which on x86 waits for all earlier loads:
         // the misses then overlap instead of adding up, and the update starts from these words.
-        let (located, words) = self.counters.locate_read(hash);
+        let (located, words) = self.counters.locate_read::<D>(hash);
         let snapshot = CountMin::snapshot(&located, words);
         let read = self.counters.counts(&snapshot, at.index);
         let register = self.front.register(hash);
@@ -201,9 +214,27 @@ impl RateSketch {
     /// [`RateSketch::observe_capped`] with a hash from [`RateSketch::hash`].
     #[must_use = "the estimate is the point of observing; use `estimate_capped` to read"]
     pub fn observe_hashed_capped(&self, hash: KeyHash, weight: u64, cap: u64, now: Tick) -> u64 {
+        // As in `observe_hashed`: the default depth on a path of its own.
+        if self.counters.depth() == FIXED_DEPTH {
+            self.observe_capped_rows::<FIXED_DEPTH>(hash, weight, cap, now)
+        } else {
+            self.observe_capped_rows::<MAX_DEPTH>(hash, weight, cap, now)
+        }
+    }
+
+    /// [`RateSketch::observe_hashed_capped`] with the key's cells in an array of `D` (see
+    /// [`crate::count_min::Cells`]).
+    #[inline(always)]
+    fn observe_capped_rows<const D: usize>(
+        &self,
+        hash: KeyHash,
+        weight: u64,
+        cap: u64,
+        now: Tick,
+    ) -> u64 {
         let at = self.windows.position(now);
         if Self::notable(cap) && !self.hot.is_empty() {
-            let located = self.counters.locate(hash);
+            let located = self.counters.locate::<D>(hash);
             // Prefetches retire at once: on a hit below nothing waits for them, and when the
             // branch is guessed wrong the cells' misses have started anyway.
             self.counters.prefetch(&located);
@@ -217,7 +248,7 @@ impl RateSketch {
             return self.observe_located(hash, snapshot, weight, cap, at, Looked::Up);
         }
         // No table to ask: the cells' loads go out as each is found.
-        let (located, words) = self.counters.locate_read(hash);
+        let (located, words) = self.counters.locate_read::<D>(hash);
         let snapshot = CountMin::snapshot(&located, words);
         self.observe_located(hash, snapshot, weight, cap, at, Looked::Up)
     }
@@ -227,10 +258,10 @@ impl RateSketch {
     /// (`Looked::Not`: then only for a key whose cells read the cap, the one case where the
     /// answer may come from a note).
     #[inline(always)]
-    fn observe_located(
+    fn observe_located<const D: usize>(
         &self,
         hash: KeyHash,
-        snapshot: Snapshot<'_>,
+        snapshot: Snapshot<'_, D>,
         weight: u64,
         cap: u64,
         at: Position,
@@ -315,7 +346,25 @@ impl RateSketch {
             self.events.add(at.index, u64::from(clamp(weight)));
             return cap;
         }
-        let (located, words) = self.counters.locate_read(hash);
+        // As in `observe_hashed`: the default depth on a path of its own.
+        if self.counters.depth() == FIXED_DEPTH {
+            self.observe_prepared_rows::<FIXED_DEPTH>(hash, weight, cap, at)
+        } else {
+            self.observe_prepared_rows::<MAX_DEPTH>(hash, weight, cap, at)
+        }
+    }
+
+    /// The counting part of [`RateSketch::observe_prepared`], for a key the table did not
+    /// answer, with its cells in an array of `D` (see [`crate::count_min::Cells`]).
+    #[inline(always)]
+    fn observe_prepared_rows<const D: usize>(
+        &self,
+        hash: KeyHash,
+        weight: u64,
+        cap: u64,
+        at: Position,
+    ) -> u64 {
+        let (located, words) = self.counters.locate_read::<D>(hash);
         let snapshot = CountMin::snapshot(&located, words);
         self.observe_located(hash, snapshot, weight, cap, at, Looked::Not)
     }
@@ -393,11 +442,11 @@ impl RateSketch {
     /// not absorb, starting from `read`, the snapshot's counts. The key's counts (including
     /// it) and which fronts hold it.
     #[inline]
-    fn count(
+    fn count<const D: usize>(
         &self,
         hash: KeyHash,
         register: Option<&AtomicU64>,
-        mut snapshot: Snapshot<'_>,
+        mut snapshot: Snapshot<'_, D>,
         read: Halves,
         weight: u64,
         at: Position,
@@ -763,6 +812,61 @@ mod tests {
             batch.observe_batch(&keys, 2, cap, t, &mut batched);
             assert_eq!(singles, batched, "cap {cap}, table {table}");
             assert!(singles.iter().any(|&e| e >= cap.min(9)));
+        }
+    }
+
+    #[test]
+    fn the_fixed_depth_path_counts_exactly_as_the_general_one() {
+        // Two sketches of the default depth, one driven through the path specialised for it,
+        // one through the path for any depth: the same estimates for every event (plain,
+        // capped, prepared; windows rolling, a tick stepping back, keys past their cap, with
+        // and without a hot keys' table) and the same cells at the end.
+        for table in [None, Some(4_096)] {
+            let build = || {
+                let builder = RateSketch::builder()
+                    .window(Duration::from_nanos(100))
+                    .lag_tolerance(Duration::from_nanos(25))
+                    .memory_bytes(1 << 16)
+                    .seed(3);
+                let builder = match table {
+                    Some(bytes) => builder.hot_keys_bytes(bytes),
+                    None => builder,
+                };
+                builder.build().unwrap()
+            };
+            let (fixed, general) = (build(), build());
+            assert_eq!(fixed.depth(), FIXED_DEPTH);
+            for i in 0..3_000u64 {
+                let hash = fixed.hash(&(i * i % 37).to_le_bytes());
+                // Mostly forward, every seventh tick 20 ns back.
+                let now = Tick::from_nanos(i / 4 * 3 + if i % 7 == 0 { 0 } else { 20 });
+                let (weight, cap) = (1 + i % 3, 6 + i % 5);
+                let (a, b) = match i % 3 {
+                    0 => (
+                        fixed.observe_rows::<FIXED_DEPTH>(hash, weight, now),
+                        general.observe_rows::<MAX_DEPTH>(hash, weight, now),
+                    ),
+                    1 => (
+                        fixed.observe_capped_rows::<FIXED_DEPTH>(hash, weight, cap, now),
+                        general.observe_capped_rows::<MAX_DEPTH>(hash, weight, cap, now),
+                    ),
+                    _ => {
+                        let at = fixed.windows.position(now);
+                        (
+                            fixed.observe_prepared_rows::<FIXED_DEPTH>(hash, weight, cap, at),
+                            general.observe_prepared_rows::<MAX_DEPTH>(hash, weight, cap, at),
+                        )
+                    }
+                };
+                assert_eq!(a, b, "event {i}, table {table:?}");
+            }
+            let last = fixed.window_index(Tick::from_nanos(3_000 / 4 * 3 + 20));
+            for window in [last - 1, last] {
+                assert_eq!(
+                    fixed.export_window(window).counts(),
+                    general.export_window(window).counts()
+                );
+            }
         }
     }
 

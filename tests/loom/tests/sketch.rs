@@ -35,6 +35,28 @@ fn observe_observe_one_key() {
     });
 }
 
+/// The same race on a sketch of four rows, the default depth, which takes the path specialised
+/// for it (its rows' loops unrolled): the models above, of one or two rows, run the path for
+/// any depth.
+#[test]
+fn observe_observe_one_key_default_depth() {
+    check(|| {
+        let sketch = Arc::new(tiny(4, 0.0));
+        assert_eq!(sketch.depth(), 4);
+        let now = Tick::from_nanos(10);
+        let other = Arc::clone(&sketch);
+        let racer = thread::spawn(move || other.observe(KEY, 1, now));
+        let mine = sketch.observe(KEY, 2, now);
+        let theirs = racer.join().expect("no panic");
+        assert!(mine >= 2 && theirs >= 1, "returned {mine} and {theirs}");
+        assert!(
+            mine.max(theirs) >= 3,
+            "the later observe saw both: {mine}, {theirs}"
+        );
+        assert!(sketch.estimate(KEY, now) >= 3, "lost a count");
+    });
+}
+
 /// Two capped observes of one key race, one event below its cap (plain sketch, two rows):
 /// whichever reads the cap already reached may skip counting, but each returns at least the
 /// cap it owes, `min(cap, 3)`, and the key reads at least the cap afterwards.
