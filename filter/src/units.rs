@@ -189,6 +189,10 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("3TiB").is_err());
+        // Units are powers of two and case matters: `1k` is refused, not read as 1000 or 1.
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert!(parse_size("1k").unwrap_err().contains("unknown unit `k`"));
+        assert!(parse_size("1mb").unwrap_err().contains("unknown unit `mb`"));
     }
 
     #[test]
