@@ -185,6 +185,29 @@ mod tests {
     }
 
     #[test]
+    fn a_mark_late_in_a_window_goes_to_the_shifted_sketch_and_stays_light() {
+        let counters = sketches();
+        let penalty = Penalty {
+            length: MINUTE,
+            sketches: [&counters[0], &counters[1]],
+        };
+        // 1 ms before window 11 starts: the shifted sketch, read 30 s ahead, is half-way
+        // through its window, so the mark weighs about twice THRESHOLD there, not 60,000
+        // times it in the plain one (which would saturate the counters, end the penalty early
+        // and add a heavy load to the sketch's stated overcount).
+        let at = Tick::ZERO + (MINUTE * 11 - Duration::from_millis(1));
+        penalty.mark(&key(1), at);
+        assert_eq!(counters[0].estimate(key(1).as_bytes(), at), 0);
+        let weight = counters[1].estimate(key(1).as_bytes(), at + MINUTE / 2);
+        assert!(
+            (2 * THRESHOLD - THRESHOLD / 100..=2 * THRESHOLD).contains(&weight),
+            "{weight}"
+        );
+        assert!(penalty.in_force(&key(1), at + (MINUTE - Duration::from_millis(1))));
+        assert!(!penalty.in_force(&key(1), at + MINUTE + MINUTE / 1000));
+    }
+
+    #[test]
     fn a_mark_under_one_of_the_two_keys_is_no_penalty() {
         let counters = sketches();
         let penalty = Penalty {
