@@ -580,3 +580,46 @@ impl fmt::Display for Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checker_hands_back_every_error_located_in_order() {
+        let text = "[proxy]\nworkers = \"many\"\nbacklog = -1\n";
+        let mut checker = Checker::new(text);
+        let value =
+            |start: usize, end: usize| Spanned::new(start..end, text[start..end].to_owned());
+        let workers = text.find("\"many\"").unwrap();
+        let backlog = text.find("-1").unwrap();
+        assert_eq!(
+            checker.check(&value(workers, workers + 6), |v| v
+                .parse::<u32>()
+                .map_err(|_| format!("{v} is not a number"))),
+            None
+        );
+        assert_eq!(
+            checker.check(&value(backlog, backlog + 2), |v| v
+                .parse::<i32>()
+                .map_err(|e| e.to_string())),
+            Some(-1)
+        );
+        checker.error(backlog..backlog + 2, "a backlog must be positive".into());
+        assert_eq!(
+            checker.into_errors(),
+            [
+                ConfigError {
+                    line: 2,
+                    column: 11,
+                    message: "\"many\" is not a number".into()
+                },
+                ConfigError {
+                    line: 3,
+                    column: 11,
+                    message: "a backlog must be positive".into()
+                },
+            ]
+        );
+    }
+}
