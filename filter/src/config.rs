@@ -586,6 +586,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn periods_may_name_the_whole_memory_but_not_a_byte_more() {
+        let text = |size: &str| {
+            format!(
+                "[sketch]\nmemory = \"1MiB\"\nperiods = {{ \"1s\" = \"{size}\" }}\n\
+                 [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"10/1s\" }}]\n"
+            )
+        };
+        let config = Config::parse(&text("1MiB")).unwrap();
+        assert_eq!(config.periods, [(Duration::from_secs(1), 1 << 20)]);
+        let errors = Config::parse(&text("1048577")).unwrap_err();
+        assert_eq!(
+            errors.0[0].message,
+            "[sketch] periods name 1048577 bytes, more than the memory of 1048576"
+        );
+    }
+
+    #[test]
     fn a_checker_hands_back_every_error_located_in_order() {
         let text = "[proxy]\nworkers = \"many\"\nbacklog = -1\n";
         let mut checker = Checker::new(text);

@@ -288,6 +288,16 @@ mod tests {
     }
 
     #[test]
+    fn capacity_rounds_up_to_a_power_of_two_and_memory_is_two_tables_of_it() {
+        assert_eq!(SuspectTable::new(0).capacity(), PROBES);
+        assert_eq!(SuspectTable::new(100).capacity(), 128);
+        assert_eq!(SuspectTable::new(128).capacity(), 128);
+        // Two cache lines a slot, as the module docs say.
+        assert_eq!(std::mem::size_of::<Slot>(), 128);
+        assert_eq!(SuspectTable::new(100).memory_bytes(), 2 * 128 * 128);
+    }
+
+    #[test]
     fn a_full_neighbourhood_counts_overflow_instead_of_growing() {
         let table = SuspectTable::new(8);
         for i in 0..PROBES as u64 + 3 {
