@@ -586,6 +586,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn memory_of_exactly_what_the_sketches_need_is_enough_and_the_error_says_how_much() {
+        let least = budget::Share {
+            counts: Counts::Limits,
+            window: Duration::from_secs(1),
+            bytes: 0,
+            named: false,
+        }
+        .builder()
+        .min_memory_bytes();
+        let text = |memory: usize| {
+            format!(
+                "[sketch]\nmemory = \"{memory}\"\n[[rule]]\nname = \"r\"\n\
+                 limits = [{{ rate = \"10/1s\" }}, {{ rate = \"10/2s\" }}]\n"
+            )
+        };
+        assert!(Config::parse(&text(2 * least)).is_ok());
+        let errors = Config::parse(&text(2 * least - 2)).unwrap_err();
+        let short = least - 1;
+        assert_eq!(
+            errors.0[0].message,
+            format!(
+                "[sketch] memory = \"{}\" leaves {short} bytes for each of 2 sketches (of 2: one \
+                 per distinct limit period, two per penalty length), less than the {least} bytes \
+                 a sketch needs: give at least {} bytes",
+                2 * least - 2,
+                2 * least
+            )
+        );
+    }
+
+    #[test]
     fn periods_may_name_the_whole_memory_but_not_a_byte_more() {
         let text = |size: &str| {
             format!(
