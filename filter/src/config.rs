@@ -617,6 +617,16 @@ mod tests {
     }
 
     #[test]
+    fn a_named_limit_period_too_small_is_refused_at_its_entry() {
+        let text = "[sketch]\nmemory = \"1MiB\"\nperiods = { \"1s\" = \"100\" }\n\
+                    [[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]\n";
+        let errors = Config::parse(text).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!((errors[0].line, errors[0].column), (3, 20), "{errors:?}");
+        assert!(errors[0].message.contains("`1s` = \"100\""), "{errors:?}");
+    }
+
+    #[test]
     fn periods_may_name_the_whole_memory_but_not_a_byte_more() {
         let text = |size: &str| {
             format!(

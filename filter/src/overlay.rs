@@ -863,6 +863,38 @@ mod tests {
     }
 
     #[test]
+    fn entries_list_allow_first_then_ipv4_before_ipv6_by_address_and_stats_count_each_list() {
+        let lists = RuntimeLists::default();
+        let t = Tick::ZERO;
+        for (c, kind) in [
+            ("2001:db8::/32", ListKind::Allow),
+            ("198.51.100.0/24", ListKind::Deny),
+            ("192.0.2.0/24", ListKind::Allow),
+            ("192.0.2.0/25", ListKind::Allow),
+            ("10.0.0.0/8", ListKind::Deny),
+        ] {
+            lists.add(cidr(c), kind, HOUR, String::new(), t).unwrap();
+        }
+        let listed: Vec<(ListKind, Cidr)> = lists
+            .entries(t)
+            .into_iter()
+            .map(|e| (e.kind, e.cidr))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (ListKind::Allow, cidr("192.0.2.0/24")),
+                (ListKind::Allow, cidr("192.0.2.0/25")),
+                (ListKind::Allow, cidr("2001:db8::/32")),
+                (ListKind::Deny, cidr("10.0.0.0/8")),
+                (ListKind::Deny, cidr("198.51.100.0/24")),
+            ]
+        );
+        let stats = lists.stats();
+        assert_eq!((stats.allow, stats.deny, stats.added), (3, 2, 5));
+    }
+
+    #[test]
     fn a_sweep_takes_out_entries_when_every_one_has_expired() {
         let lists = RuntimeLists::default();
         let t = Tick::ZERO;
