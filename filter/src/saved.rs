@@ -411,6 +411,35 @@ mod tests {
     }
 
     #[test]
+    fn a_retired_sketch_is_saved_until_it_is_no_longer_read() {
+        let saved = flooded(MINUTE).save(secs(101));
+        let bigger = MINUTE.replace("1MiB", "2MiB");
+        let (policy, report) = Policy::restore(config(&bigger), &saved, secs(110)).unwrap();
+        assert_eq!(report.retired, 1, "{report:?}");
+        // Read beside the new sketch for three periods from the restore.
+        let until = secs(110) + Duration::from_secs(180);
+        let resaved = policy.save(secs(111));
+        assert_eq!(
+            resaved.iter().map(|s| s.retired_until).collect::<Vec<_>>(),
+            [None, Some(until)]
+        );
+        let last = secs(110) + (Duration::from_secs(180) - Duration::from_nanos(1));
+        assert_eq!(policy.save(last).len(), 2);
+        assert_eq!(policy.save(until).len(), 1);
+    }
+
+    #[test]
+    fn a_saved_shape_this_build_does_not_make_is_dropped_with_why() {
+        let mut saved = flooded(MINUTE).save(secs(101));
+        saved[0].shape.width *= 2;
+        let (policy, report) = Policy::restore(config(MINUTE), &saved, secs(110)).unwrap();
+        assert_eq!((report.windows, report.retired), (0, 0), "{report:?}");
+        assert_eq!(report.dropped.len(), 1, "{report:?}");
+        assert!(report.dropped[0].contains("this build makes"), "{report:?}");
+        assert!(!throttled(&policy, 1, secs(110)));
+    }
+
+    #[test]
     fn a_period_no_rule_has_is_dropped_with_why() {
         let saved = flooded(MINUTE).save(secs(101));
         let other = MINUTE.replace("5/60s", "5/30s");
