@@ -117,3 +117,59 @@ pub(crate) fn shares(memory: usize, periods: &[(Duration, usize)], rules: &[Rule
     }
     shares
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    const MIB: usize = 1 << 20;
+
+    fn shares_of(text: &str) -> Vec<(Counts, u64, usize, bool)> {
+        let config = Config::parse(text).unwrap();
+        shares(config.memory, &config.periods, &config.rules)
+            .into_iter()
+            .map(|s| (s.counts, s.window.as_secs(), s.bytes, s.named))
+            .collect()
+    }
+
+    const RULES: &str = "[[rule]]\nname = \"a\"\n\
+                         limits = [{ rate = \"10/1s\" }, { rate = \"10/60s\" }]\n\
+                         penalty = \"600s\"\n\
+                         [[rule]]\nname = \"b\"\nlimits = [{ rate = \"5/1s\" }]\n";
+
+    #[test]
+    fn a_named_limit_period_takes_its_size_and_the_rest_is_split_per_sketch() {
+        let text =
+            format!("[sketch]\nmemory = \"10MiB\"\nperiods = {{ \"60s\" = \"4MiB\" }}\n{RULES}");
+        // 6 MiB left for three parts: the 1 s limits and the penalty's two sketches.
+        let plain = Counts::Penalties { shifted: false };
+        let shifted = Counts::Penalties { shifted: true };
+        assert_eq!(
+            shares_of(&text),
+            [
+                (Counts::Limits, 1, 2 * MIB, false),
+                (Counts::Limits, 60, 4 * MIB, true),
+                (plain, 600, 2 * MIB, false),
+                (shifted, 600, 2 * MIB, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_named_penalty_length_is_halved_between_its_two_sketches() {
+        let text =
+            format!("[sketch]\nmemory = \"10MiB\"\nperiods = {{ \"600s\" = \"1MiB\" }}\n{RULES}");
+        let plain = Counts::Penalties { shifted: false };
+        let shifted = Counts::Penalties { shifted: true };
+        assert_eq!(
+            shares_of(&text),
+            [
+                (Counts::Limits, 1, 9 * MIB / 2, false),
+                (Counts::Limits, 60, 9 * MIB / 2, false),
+                (plain, 600, MIB / 2, true),
+                (shifted, 600, MIB / 2, true),
+            ]
+        );
+    }
+}

@@ -580,3 +580,104 @@ impl fmt::Display for Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_of_exactly_what_the_sketches_need_is_enough_and_the_error_says_how_much() {
+        let least = budget::Share {
+            counts: Counts::Limits,
+            window: Duration::from_secs(1),
+            bytes: 0,
+            named: false,
+        }
+        .builder()
+        .min_memory_bytes();
+        let text = |memory: usize| {
+            format!(
+                "[sketch]\nmemory = \"{memory}\"\n[[rule]]\nname = \"r\"\n\
+                 limits = [{{ rate = \"10/1s\" }}, {{ rate = \"10/2s\" }}]\n"
+            )
+        };
+        assert!(Config::parse(&text(2 * least)).is_ok());
+        let errors = Config::parse(&text(2 * least - 2)).unwrap_err();
+        let short = least - 1;
+        assert_eq!(
+            errors.0[0].message,
+            format!(
+                "[sketch] memory = \"{}\" leaves {short} bytes for each of 2 sketches (of 2: one \
+                 per distinct limit period, two per penalty length), less than the {least} bytes \
+                 a sketch needs: give at least {} bytes",
+                2 * least - 2,
+                2 * least
+            )
+        );
+    }
+
+    #[test]
+    fn a_named_limit_period_too_small_is_refused_at_its_entry() {
+        let text = "[sketch]\nmemory = \"1MiB\"\nperiods = { \"1s\" = \"100\" }\n\
+                    [[rule]]\nname = \"r\"\nlimits = [{ rate = \"10/1s\" }]\n";
+        let errors = Config::parse(text).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!((errors[0].line, errors[0].column), (3, 20), "{errors:?}");
+        assert!(errors[0].message.contains("`1s` = \"100\""), "{errors:?}");
+    }
+
+    #[test]
+    fn periods_may_name_the_whole_memory_but_not_a_byte_more() {
+        let text = |size: &str| {
+            format!(
+                "[sketch]\nmemory = \"1MiB\"\nperiods = {{ \"1s\" = \"{size}\" }}\n\
+                 [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"10/1s\" }}]\n"
+            )
+        };
+        let config = Config::parse(&text("1MiB")).unwrap();
+        assert_eq!(config.periods, [(Duration::from_secs(1), 1 << 20)]);
+        let errors = Config::parse(&text("1048577")).unwrap_err();
+        assert_eq!(
+            errors.0[0].message,
+            "[sketch] periods name 1048577 bytes, more than the memory of 1048576"
+        );
+    }
+
+    #[test]
+    fn a_checker_hands_back_every_error_located_in_order() {
+        let text = "[proxy]\nworkers = \"many\"\nbacklog = -1\n";
+        let mut checker = Checker::new(text);
+        let value =
+            |start: usize, end: usize| Spanned::new(start..end, text[start..end].to_owned());
+        let workers = text.find("\"many\"").unwrap();
+        let backlog = text.find("-1").unwrap();
+        assert_eq!(
+            checker.check(&value(workers, workers + 6), |v| v
+                .parse::<u32>()
+                .map_err(|_| format!("{v} is not a number"))),
+            None
+        );
+        assert_eq!(
+            checker.check(&value(backlog, backlog + 2), |v| v
+                .parse::<i32>()
+                .map_err(|e| e.to_string())),
+            Some(-1)
+        );
+        checker.error(backlog..backlog + 2, "a backlog must be positive".into());
+        assert_eq!(
+            checker.into_errors(),
+            [
+                ConfigError {
+                    line: 2,
+                    column: 11,
+                    message: "\"many\" is not a number".into()
+                },
+                ConfigError {
+                    line: 3,
+                    column: 11,
+                    message: "a backlog must be positive".into()
+                },
+            ]
+        );
+    }
+}

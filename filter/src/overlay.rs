@@ -787,6 +787,127 @@ mod tests {
     }
 
     #[test]
+    fn the_defaults_are_the_documented_bounds_and_errors_name_them() {
+        let lists = RuntimeLists::default();
+        assert_eq!(lists.capacity(), 10_000);
+        assert_eq!(lists.max_ttl(), Duration::from_secs(7 * 24 * 3600));
+        let small = RuntimeLists::new(3, HOUR);
+        assert_eq!((small.capacity(), small.max_ttl()), (3, HOUR));
+        assert_eq!(
+            [ListKind::Allow.as_str(), ListKind::Deny.as_str()],
+            ["allow", "deny"]
+        );
+        let messages = [
+            ListError::Full { capacity: 3 }.to_string(),
+            ListError::Ttl {
+                ttl: Duration::from_millis(1500),
+                max: HOUR,
+            }
+            .to_string(),
+            ListError::Reason { len: 300 }.to_string(),
+            ListError::NotFound {
+                cidr: cidr("192.0.2.0/24"),
+                kind: ListKind::Allow,
+            }
+            .to_string(),
+        ];
+        assert_eq!(
+            messages,
+            [
+                "the run-time lists hold their cap of 3 entries: remove some or wait for them \
+                 to expire",
+                "ttl 1.5s is out of range: it must be more than 0 and at most 3600s",
+                "reason is 300 bytes long: at most 256 are kept",
+                "no run-time allow entry for 192.0.2.0/24",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_merge_takes_each_bound_up_to_its_edge_and_not_past_it() {
+        let lists = RuntimeLists::new(100, HOUR);
+        let t = Tick::ZERO + HOUR;
+        let entry = |c: &str, expires, reason: String| ListEntry {
+            cidr: cidr(c),
+            kind: ListKind::Deny,
+            expires,
+            reason,
+        };
+        let ns = Duration::from_nanos(1);
+        let merged = lists.merge(
+            vec![
+                entry("192.0.2.1", t + HOUR, String::new()),
+                entry("192.0.2.2", t + HOUR + ns, String::new()),
+                entry("192.0.2.3", t + ns, "x".repeat(MAX_REASON)),
+                entry("192.0.2.4", t + ns, "x".repeat(MAX_REASON + 1)),
+            ],
+            &[],
+            t,
+        );
+        assert_eq!(
+            merged,
+            Merged {
+                applied: 2,
+                dropped: 2
+            }
+        );
+        let held: Vec<Cidr> = lists.entries(t).into_iter().map(|e| e.cidr).collect();
+        assert_eq!(held, [cidr("192.0.2.1"), cidr("192.0.2.3")]);
+        // As `add` does.
+        let longest = "x".repeat(MAX_REASON);
+        assert!(
+            lists
+                .add(cidr("192.0.2.5"), ListKind::Deny, HOUR, longest, t)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn entries_list_allow_first_then_ipv4_before_ipv6_by_address_and_stats_count_each_list() {
+        let lists = RuntimeLists::default();
+        let t = Tick::ZERO;
+        for (c, kind) in [
+            ("2001:db8::/32", ListKind::Allow),
+            ("198.51.100.0/24", ListKind::Deny),
+            ("192.0.2.0/24", ListKind::Allow),
+            ("192.0.2.0/25", ListKind::Allow),
+            ("10.0.0.0/8", ListKind::Deny),
+        ] {
+            lists.add(cidr(c), kind, HOUR, String::new(), t).unwrap();
+        }
+        let listed: Vec<(ListKind, Cidr)> = lists
+            .entries(t)
+            .into_iter()
+            .map(|e| (e.kind, e.cidr))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (ListKind::Allow, cidr("192.0.2.0/24")),
+                (ListKind::Allow, cidr("192.0.2.0/25")),
+                (ListKind::Allow, cidr("2001:db8::/32")),
+                (ListKind::Deny, cidr("10.0.0.0/8")),
+                (ListKind::Deny, cidr("198.51.100.0/24")),
+            ]
+        );
+        let stats = lists.stats();
+        assert_eq!((stats.allow, stats.deny, stats.added), (3, 2, 5));
+    }
+
+    #[test]
+    fn a_sweep_takes_out_entries_when_every_one_has_expired() {
+        let lists = RuntimeLists::default();
+        let t = Tick::ZERO;
+        lists
+            .add(cidr("192.0.2.1"), ListKind::Deny, HOUR, String::new(), t)
+            .unwrap();
+        assert_eq!(lists.sweep(t + (HOUR - Duration::from_nanos(1))), 0);
+        assert_eq!(lists.sweep(t + HOUR), 1);
+        assert!(lists.is_empty());
+        assert_eq!(lists.stats().expired, 1);
+    }
+
+    #[test]
     fn restore_keeps_expiries_and_skips_the_expired() {
         let lists = RuntimeLists::default();
         let t = Tick::ZERO + HOUR;
@@ -813,5 +934,26 @@ mod tests {
             reason: String::new(),
         }];
         assert!(matches!(lists.restore(far, t), Err(ListError::Ttl { .. })));
+    }
+
+    #[test]
+    fn restore_takes_an_expiry_exactly_max_ttl_away_and_clears_host_bits() {
+        let lists = RuntimeLists::new(10, HOUR);
+        let t = Tick::ZERO + HOUR;
+        let saved = vec![ListEntry {
+            cidr: cidr("192.0.2.77/24"),
+            kind: ListKind::Deny,
+            expires: t + HOUR,
+            reason: "at the edge".into(),
+        }];
+        assert_eq!(lists.restore(saved, t), Ok(1));
+        assert_eq!(lists.entries(t)[0].cidr, cidr("192.0.2.0/24"));
+        // Held under its network, so the operator's remove by network finds it.
+        assert!(
+            lists
+                .remove(cidr("192.0.2.0/24"), ListKind::Deny, t)
+                .is_ok()
+        );
+        assert!(lists.is_empty());
     }
 }

@@ -137,7 +137,92 @@ fn in_force(estimate: u64, bound: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
+    use crate::budget::{Counts, Share};
+    use crate::key::{RuleId, Source};
+    use crate::prefix::Prefix;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// A penalty length's two sketches, 1 MiB each.
+    fn sketches() -> [Counter; 2] {
+        [false, true].map(|shifted| {
+            let share = Share {
+                counts: Counts::Penalties { shifted },
+                window: MINUTE,
+                bytes: 1 << 20,
+                named: false,
+            };
+            // 1 MiB is far above a sketch's least memory.
+            Counter::from_parts(share, share.builder().build().unwrap(), Vec::new())
+        })
+    }
+
+    fn key(last: u8) -> LimitKey {
+        let source = Source::from(Ipv4Addr::new(192, 0, 2, last));
+        LimitKey::penalty(RuleId::from_name("r"), MINUTE, source, Prefix::V4(32))
+    }
+
+    #[test]
+    fn a_mark_at_a_window_start_weighs_the_threshold_and_is_in_force_for_its_length() {
+        let counters = sketches();
+        let penalty = Penalty {
+            length: MINUTE,
+            sketches: [&counters[0], &counters[1]],
+        };
+        // Window 10 starts here: the mark weighs exactly THRESHOLD, read with no slack.
+        let start = Tick::ZERO + MINUTE * 10;
+        penalty.mark(&key(1), start);
+        assert_eq!(counters[0].estimate(key(1).as_bytes(), start), THRESHOLD);
+        assert!(penalty.in_force(&key(1), start));
+        assert!(penalty.in_force(&key(1), start + (MINUTE - Duration::from_nanos(1))));
+        assert!(!penalty.in_force(&key(1), start + MINUTE + MINUTE / 1000));
+        assert!(!penalty.in_force(&key(2), start));
+        let left = penalty.time_left(&key(1), start).unwrap();
+        assert!(left >= MINUTE && left <= MINUTE + MINUTE / 1000, "{left:?}");
+    }
+
+    #[test]
+    fn a_mark_late_in_a_window_goes_to_the_shifted_sketch_and_stays_light() {
+        let counters = sketches();
+        let penalty = Penalty {
+            length: MINUTE,
+            sketches: [&counters[0], &counters[1]],
+        };
+        // 1 ms before window 11 starts: the shifted sketch, read 30 s ahead, is half-way
+        // through its window, so the mark weighs about twice THRESHOLD there, not 60,000
+        // times it in the plain one (which would saturate the counters, end the penalty early
+        // and add a heavy load to the sketch's stated overcount).
+        let at = Tick::ZERO + (MINUTE * 11 - Duration::from_millis(1));
+        penalty.mark(&key(1), at);
+        assert_eq!(counters[0].estimate(key(1).as_bytes(), at), 0);
+        let weight = counters[1].estimate(key(1).as_bytes(), at + MINUTE / 2);
+        assert!(
+            (2 * THRESHOLD - THRESHOLD / 100..=2 * THRESHOLD).contains(&weight),
+            "{weight}"
+        );
+        assert!(penalty.in_force(&key(1), at + (MINUTE - Duration::from_millis(1))));
+        assert!(!penalty.in_force(&key(1), at + MINUTE + MINUTE / 1000));
+    }
+
+    #[test]
+    fn a_mark_under_one_of_the_two_keys_is_no_penalty() {
+        let counters = sketches();
+        let penalty = Penalty {
+            length: MINUTE,
+            sketches: [&counters[0], &counters[1]],
+        };
+        let now = Tick::ZERO + MINUTE * 10;
+        // What a collision in every row with another source's mark looks like: one key reads
+        // heavy, its twin does not.
+        let _ = counters[0].observe(key(1).as_bytes(), 4 * THRESHOLD, now);
+        let _ = counters[1].observe(key(2).twin().as_bytes(), 4 * THRESHOLD, now);
+        assert!(!penalty.in_force(&key(1), now));
+        assert!(!penalty.in_force(&key(2), now));
+        assert_eq!(penalty.time_left(&key(1), now), None);
+    }
 
     #[test]
     fn a_mark_weighs_what_makes_it_last_its_length() {

@@ -153,4 +153,19 @@ mod tests {
         assert_eq!(mask_u128(u128::MAX, 128), u128::MAX);
         assert_eq!(mask_u128(u128::MAX, 64), u128::MAX << 64);
     }
+
+    #[test]
+    fn only_a_zero_length_is_empty_and_the_family_is_printed() {
+        assert!(Prefix::V4(0).is_empty());
+        assert!(Prefix::V6(0).is_empty());
+        assert!(!Prefix::V4(24).is_empty());
+        assert!(!Prefix::V6(64).is_empty());
+        // Printed in rule shapes and messages: the family tells a v4 /32 from a v6 /32.
+        assert_eq!(Prefix::V4(24).to_string(), "IPv4 /24");
+        assert_eq!(Prefix::V6(32).to_string(), "IPv6 /32");
+        assert_eq!(
+            PrefixError { len: 129, max: 128 }.to_string(),
+            "prefix length /129 is longer than an IPv6 address (128 bits)"
+        );
+    }
 }

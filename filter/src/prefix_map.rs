@@ -206,4 +206,57 @@ mod tests {
             None
         );
     }
+
+    #[test]
+    fn a_prefix_of_the_other_family_is_the_whole_address() {
+        let mut map = PrefixMap::new();
+        let at = |text: &str| Source::new(text.parse().unwrap());
+        // A v6 length on a v4 address (and the reverse) means that one address, not a
+        // network of that many bits.
+        map.insert("192.0.2.7".parse().unwrap(), Prefix::V6(16), "v4");
+        map.insert("2001:db8::7".parse().unwrap(), Prefix::V4(16), "v6");
+        assert_eq!(
+            map.longest_match(at("192.0.2.7")),
+            Some((Prefix::V4(32), &"v4"))
+        );
+        assert_eq!(map.longest_match(at("192.0.2.8")), None);
+        assert_eq!(
+            map.longest_match(at("2001:db8::7")),
+            Some((Prefix::V6(128), &"v6"))
+        );
+        assert_eq!(map.longest_match(at("2001:db8::8")), None);
+        assert_eq!(
+            network("192.0.2.7".parse().unwrap(), Prefix::V6(16)),
+            ("192.0.2.7".parse().unwrap(), Prefix::V4(32))
+        );
+        assert_eq!(
+            network("2001:db8::7".parse().unwrap(), Prefix::V4(16)),
+            ("2001:db8::7".parse().unwrap(), Prefix::V6(128))
+        );
+    }
+
+    #[test]
+    fn len_counts_both_families_and_insert_returns_what_it_replaces() {
+        let mut map = PrefixMap::new();
+        assert!(map.is_empty());
+        assert_eq!(
+            map.insert("10.0.0.0".parse().unwrap(), Prefix::V4(8), 1),
+            None
+        );
+        assert_eq!(
+            map.insert("2001:db8::".parse().unwrap(), Prefix::V6(32), 2),
+            None
+        );
+        assert_eq!(
+            map.insert("2001:db8:1::".parse().unwrap(), Prefix::V6(48), 3),
+            None
+        );
+        assert_eq!((map.len(), map.is_empty()), (3, false));
+        // Host bits are ignored: the same network, its value replaced.
+        assert_eq!(
+            map.insert("10.9.9.9".parse().unwrap(), Prefix::V4(8), 4),
+            Some(1)
+        );
+        assert_eq!(map.len(), 3);
+    }
 }

@@ -278,4 +278,43 @@ mod tests {
         ));
         assert_eq!(remote.seen.lock().unwrap().last().map(|s| s.1), Some(0));
     }
+
+    #[test]
+    fn a_split_puts_the_current_window_apart_from_the_previous_share() {
+        use crate::budget::{Counts, Share};
+        let window = Duration::from_secs(10);
+        let share = Share {
+            counts: Counts::Limits,
+            window,
+            bytes: 1 << 20,
+            named: false,
+        };
+        // 1 MiB is far above a sketch's least memory.
+        let counter = Counter::from_parts(share, share.builder().build().unwrap(), Vec::new());
+        let key = b"one source";
+        let start = Tick::ZERO + window * 3;
+        for _ in 0..40 {
+            let _ = counter.observe(key, 1, start);
+        }
+        // A fifth into the next window, with 8 events in it (the last one being decided).
+        let now = start + window + window / 5;
+        let mut estimate = 0;
+        for _ in 0..8 {
+            estimate = counter.observe(key, 1, now);
+        }
+        let current = counter.current_count(key, now);
+        assert!(
+            current >= 7 && estimate > current + 20,
+            "{current} {estimate}"
+        );
+        let before = Before::new(estimate, 1, key, &counter, now);
+        assert_eq!(before.estimate(), estimate - 1);
+        assert_eq!(
+            before.split(),
+            Split {
+                current: current - 1,
+                previous: estimate - current,
+            }
+        );
+    }
 }

@@ -251,3 +251,90 @@ impl Rule {
         xxh3_64(text.as_bytes())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    fn rule(fields: &str) -> Rule {
+        let text = format!("[[rule]]\nname = \"r\"\n{fields}\n");
+        Config::parse(&text).unwrap().rules.remove(0)
+    }
+
+    #[test]
+    fn a_network_prints_as_written_with_its_length() {
+        assert_eq!(
+            Cidr::parse("192.0.2.9/24").unwrap().to_string(),
+            "192.0.2.9/24"
+        );
+        assert_eq!(
+            Cidr::parse("2001:db8::").unwrap().to_string(),
+            "2001:db8::/128"
+        );
+    }
+
+    #[test]
+    fn the_config_words_are_the_ones_it_parses() {
+        let words = [
+            ProtocolMatch::Tcp.as_str(),
+            ProtocolMatch::Udp.as_str(),
+            ProtocolMatch::Any.as_str(),
+            Weight::Events.as_str(),
+            Weight::Bytes.as_str(),
+            Action::Close.as_str(),
+            Action::Reset.as_str(),
+            Action::Delay.as_str(),
+            Action::Reply.as_str(),
+            Action::Drop.as_str(),
+        ];
+        assert_eq!(
+            words,
+            [
+                "tcp", "udp", "any", "events", "bytes", "close", "reset", "delay", "reply", "drop"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_protocol_match_takes_its_transport_only() {
+        use Transport::{Other, Tcp, Udp};
+        let takes = |m: ProtocolMatch| [Tcp, Udp, Other].map(|t| m.matches(t));
+        assert_eq!(takes(ProtocolMatch::Tcp), [true, false, false]);
+        assert_eq!(takes(ProtocolMatch::Udp), [false, true, false]);
+        assert_eq!(takes(ProtocolMatch::Any), [true, true, true]);
+    }
+
+    #[test]
+    fn the_shape_changes_with_what_is_counted_and_only_that() {
+        let base = "limits = [{ rate = \"10/1s\", ipv4_prefix = 24, ipv6_prefix = 64 }]";
+        let shape = |fields: &str| rule(fields).shape();
+        let same = shape(base);
+        assert_eq!(same, rule(base).shape(), "a pure function of the rule");
+        // What the rule does over a limit is not what it counts.
+        assert_eq!(
+            shape(&format!("{base}\naction = \"close\"\nshadow = true")),
+            same
+        );
+        let counted_apart = [
+            format!("{base}\nprotocol = \"tcp\""),
+            format!("{base}\nprotocol = \"udp\""),
+            format!("{base}\nweight = \"bytes\""),
+            format!("{base}\nsources = [\"192.0.2.0/24\"]"),
+            format!("{base}\nsources = [\"192.0.2.0/25\"]"),
+            "limits = [{ rate = \"11/1s\", ipv4_prefix = 24, ipv6_prefix = 64 }]".into(),
+            "limits = [{ rate = \"10/2s\", ipv4_prefix = 24, ipv6_prefix = 64 }]".into(),
+            "limits = [{ rate = \"10/1s\", ipv4_prefix = 16, ipv6_prefix = 64 }]".into(),
+            "limits = [{ rate = \"10/1s\", ipv4_prefix = 24, ipv6_prefix = 48 }]".into(),
+        ];
+        let mut shapes: Vec<u64> = counted_apart.iter().map(|f| shape(f)).collect();
+        shapes.push(same);
+        let count = shapes.len();
+        shapes.sort_unstable();
+        shapes.dedup();
+        assert_eq!(shapes.len(), count, "{counted_apart:?}");
+        let mut renamed = rule(base);
+        renamed.name = "s".into();
+        assert_ne!(renamed.shape(), same);
+    }
+}

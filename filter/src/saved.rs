@@ -74,7 +74,8 @@ pub struct SavedSketch {
     pub kind: SavedKind,
     /// Its period (a limit's) or length (a penalty's): its window.
     pub period: Duration,
-    /// Its share of `[sketch] memory`, in bytes.
+    /// Its share of `[sketch] memory`, in bytes (for a retired sketch, the bytes it holds: the
+    /// share it was built of may have changed since).
     pub bytes: u64,
     /// `Some(tick)` for a sketch a reload retired, read until that tick.
     pub retired_until: Option<Tick>,
@@ -182,8 +183,13 @@ fn save(share: Share, sketch: &RateSketch, until: Option<Tick>, now: Tick) -> Sa
     SavedSketch {
         kind: SavedKind::of(share.counts),
         period: share.window,
-        // A share is at most the configured memory, a usize: it fits in u64.
-        bytes: share.bytes as u64,
+        // A share is at most the configured memory, a usize: it fits in u64. A retired sketch
+        // was built of an older share: what it holds stands for it (the share of today would
+        // rebuild another shape, or be refused as far beyond its cells).
+        bytes: match until {
+            None => share.bytes as u64,
+            Some(_) => sketch.memory_bytes() as u64,
+        },
         retired_until: until,
         shape: sketch.shape(),
         windows,
@@ -408,6 +414,69 @@ mod tests {
         // New events count into the new sketch, on top of the retired one's.
         let _ = policy.decide(&event(1), secs(111));
         assert!(throttled(&policy, 1, secs(111)));
+    }
+
+    #[test]
+    fn a_retired_sketch_is_saved_until_it_is_no_longer_read() {
+        let saved = flooded(MINUTE).save(secs(101));
+        let bigger = MINUTE.replace("1MiB", "2MiB");
+        let (policy, report) = Policy::restore(config(&bigger), &saved, secs(110)).unwrap();
+        assert_eq!(report.retired, 1, "{report:?}");
+        // Read beside the new sketch for three periods from the restore.
+        let until = secs(110) + Duration::from_secs(180);
+        let resaved = policy.save(secs(111));
+        assert_eq!(
+            resaved.iter().map(|s| s.retired_until).collect::<Vec<_>>(),
+            [None, Some(until)]
+        );
+        let last = secs(110) + (Duration::from_secs(180) - Duration::from_nanos(1));
+        assert_eq!(policy.save(last).len(), 2);
+        assert_eq!(policy.save(until).len(), 1);
+    }
+
+    #[test]
+    fn a_saved_retired_sketch_comes_back_only_while_it_has_something_to_read() {
+        let saved = flooded(MINUTE).save(secs(101));
+        let bigger = MINUTE.replace("1MiB", "2MiB");
+        let (policy, _) = Policy::restore(config(&bigger), &saved, secs(110)).unwrap();
+        // The retired sketch is read until 290 s; both hold window 1 (60 s to 120 s).
+        let resaved = policy.save(secs(111));
+        let restored = |at| Policy::restore(config(&bigger), &resaved, at).unwrap();
+        // Saved under its own size, not today's share: a second restart still reads it.
+        let (again, early) = restored(secs(130));
+        assert_eq!(
+            (early.windows, early.retired, early.stale),
+            (1, 1, 0),
+            "{early:?}"
+        );
+        assert!(throttled(&again, 1, secs(130)));
+        assert!(!throttled(&again, 2, secs(130)));
+        // At 200 s window 1 is too old to count: nothing is left to read, nothing is kept.
+        let late = restored(secs(200)).1;
+        assert_eq!(
+            (late.windows, late.retired, late.stale),
+            (0, 0, 1),
+            "{late:?}"
+        );
+        // Once its end has passed, the retired sketch's windows are stale unread.
+        let over = restored(secs(290)).1;
+        assert_eq!(
+            (over.windows, over.retired, over.stale),
+            (0, 0, 1),
+            "{over:?}"
+        );
+        assert!(over.dropped.is_empty(), "{over:?}");
+    }
+
+    #[test]
+    fn a_saved_shape_this_build_does_not_make_is_dropped_with_why() {
+        let mut saved = flooded(MINUTE).save(secs(101));
+        saved[0].shape.width *= 2;
+        let (policy, report) = Policy::restore(config(MINUTE), &saved, secs(110)).unwrap();
+        assert_eq!((report.windows, report.retired), (0, 0), "{report:?}");
+        assert_eq!(report.dropped.len(), 1, "{report:?}");
+        assert!(report.dropped[0].contains("this build makes"), "{report:?}");
+        assert!(!throttled(&policy, 1, secs(110)));
     }
 
     #[test]

@@ -288,6 +288,32 @@ mod tests {
     }
 
     #[test]
+    fn add_returns_the_weight_since_the_last_drain_and_keys_spread_by_their_hash() {
+        let table = SuspectTable::new(64);
+        assert_eq!(table.add(&key(1), 3, 1000, 9, || split(10), 2), 2);
+        assert_eq!(table.add(&key(1), 3, 1000, 9, || split(10), 3), 5);
+        table.drain(&mut Vec::new());
+        table.drain(&mut Vec::new());
+        assert_eq!(table.add(&key(1), 3, 1000, 9, || split(10), 3), 3);
+        // Hashes with distinct bits above the low 7 have distinct homes: 40 keys fit 64 slots.
+        let table = SuspectTable::new(64);
+        for i in 0..40u64 {
+            table.add(&key(i as u8), (i << 7) | 1, 1000, 9, Split::default, 1);
+        }
+        assert_eq!(table.take_overflow(), 0);
+    }
+
+    #[test]
+    fn capacity_rounds_up_to_a_power_of_two_and_memory_is_two_tables_of_it() {
+        assert_eq!(SuspectTable::new(0).capacity(), PROBES);
+        assert_eq!(SuspectTable::new(100).capacity(), 128);
+        assert_eq!(SuspectTable::new(128).capacity(), 128);
+        // Two cache lines a slot, as the module docs say.
+        assert_eq!(std::mem::size_of::<Slot>(), 128);
+        assert_eq!(SuspectTable::new(100).memory_bytes(), 2 * 128 * 128);
+    }
+
+    #[test]
     fn a_full_neighbourhood_counts_overflow_instead_of_growing() {
         let table = SuspectTable::new(8);
         for i in 0..PROBES as u64 + 3 {

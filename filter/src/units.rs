@@ -164,6 +164,24 @@ mod tests {
     }
 
     #[test]
+    fn durations_print_in_their_largest_whole_unit() {
+        let text = |ms: u64| DurationText(Duration::from_millis(ms)).to_string();
+        let printed = [
+            0, 250, 1_500, 1_000, 90_000, 60_000, 5_400_000, 3_600_000, 7_200_000,
+        ]
+        .map(text);
+        assert_eq!(
+            printed,
+            [
+                "0s", "250ms", "1500ms", "1s", "90s", "1m", "90m", "1h", "2h"
+            ]
+        );
+        for ms in [1, 999, 1_001, 59_999, 61_000, 3_599_999, 3_660_000] {
+            assert_eq!(parse_duration(&text(ms)), Ok(Duration::from_millis(ms)));
+        }
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("64MiB"), Ok(64 << 20));
         assert_eq!(parse_size("512 KiB"), Ok(512 << 10));
@@ -171,6 +189,10 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("3TiB").is_err());
+        // Units are powers of two and case matters: `1k` is refused, not read as 1000 or 1.
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert!(parse_size("1k").unwrap_err().contains("unknown unit `k`"));
+        assert!(parse_size("1mb").unwrap_err().contains("unknown unit `mb`"));
     }
 
     #[test]
