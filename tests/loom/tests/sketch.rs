@@ -19,20 +19,28 @@ const KEY: &[u8] = b"203.0.113.7";
 #[test]
 fn observe_observe_one_key() {
     check(|| {
-        let sketch = Arc::new(tiny(2, 0.0));
-        let now = Tick::from_nanos(10);
-        let other = Arc::clone(&sketch);
-        let racer = thread::spawn(move || other.observe(KEY, 1, now));
-        let mine = sketch.observe(KEY, 2, now);
-        let theirs = racer.join().expect("no panic");
-        assert!(mine >= 2 && theirs >= 1, "returned {mine} and {theirs}");
-        assert!(
-            mine.max(theirs) >= 3,
-            "the later observe saw both: {mine}, {theirs}"
-        );
-        assert!(sketch.estimate(KEY, now) >= 3, "lost a count");
+        let (sketch, now) = race_one_key(2);
         assert_eq!(sketch.stats(now).events_current, 3);
     });
+}
+
+/// Two threads observe one key at once on a sketch of `depth` rows (weights 2 and 1); checks
+/// that each saw its own count, the later one both, and that no count was lost.
+fn race_one_key(depth: usize) -> (Arc<RateSketch>, Tick) {
+    let sketch = Arc::new(tiny(depth, 0.0));
+    assert_eq!(sketch.depth(), depth);
+    let now = Tick::from_nanos(10);
+    let other = Arc::clone(&sketch);
+    let racer = thread::spawn(move || other.observe(KEY, 1, now));
+    let mine = sketch.observe(KEY, 2, now);
+    let theirs = racer.join().expect("no panic");
+    assert!(mine >= 2 && theirs >= 1, "returned {mine} and {theirs}");
+    assert!(
+        mine.max(theirs) >= 3,
+        "the later observe saw both: {mine}, {theirs}"
+    );
+    assert!(sketch.estimate(KEY, now) >= 3, "lost a count");
+    (sketch, now)
 }
 
 /// The same race on a sketch of four rows, the default depth, which takes the path specialised
@@ -41,19 +49,7 @@ fn observe_observe_one_key() {
 #[test]
 fn observe_observe_one_key_default_depth() {
     check(|| {
-        let sketch = Arc::new(tiny(4, 0.0));
-        assert_eq!(sketch.depth(), 4);
-        let now = Tick::from_nanos(10);
-        let other = Arc::clone(&sketch);
-        let racer = thread::spawn(move || other.observe(KEY, 1, now));
-        let mine = sketch.observe(KEY, 2, now);
-        let theirs = racer.join().expect("no panic");
-        assert!(mine >= 2 && theirs >= 1, "returned {mine} and {theirs}");
-        assert!(
-            mine.max(theirs) >= 3,
-            "the later observe saw both: {mine}, {theirs}"
-        );
-        assert!(sketch.estimate(KEY, now) >= 3, "lost a count");
+        race_one_key(4);
     });
 }
 
