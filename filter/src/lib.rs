@@ -51,7 +51,7 @@ pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use overlay::{ListEntry, ListError, ListKind, ListStats, MAX_REASON, Merged, RuntimeLists};
-pub use packet::{Malformed, PacketInfo, Protocol, parse_frame};
+pub use packet::{Malformed, PacketInfo, Protocol, decision_reads, parse_frame};
 pub use policy::{
     EXACT_MULTIPLE, Event, Explanation, FRAME_BATCH, LimitEstimate, LimitExplanation, Listed,
     PenaltyState, Policy, PolicyError, RuleExplanation,

@@ -4,7 +4,7 @@
 //! The rules the parser follows are on [`parse_frame`].
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use etherparse::{
     EtherType, Ethernet2Slice, IpAuthHeaderSlice, IpNumber, Ipv4HeaderSlice,
@@ -201,12 +201,102 @@ pub fn parse_frame(frame: &[u8]) -> Result<PacketInfo, Malformed> {
 /// What a decision reads of a frame: [`parse_frame`]'s source and protocol, without the
 /// destination and the ports, which no rule reads. It errs exactly where [`parse_frame`] does
 /// (the ports never make that err).
+///
+/// Most frames on the wire are untagged IPv4 without options or IPv6 without extension
+/// headers: those are read straight from their header bytes ([`plain_source`]), every other
+/// frame through etherparse's slices ([`sliced_source`]), with the same result.
 #[inline]
 pub(crate) fn parse_source(frame: &[u8]) -> Result<(Source, Protocol), Malformed> {
+    match plain_source(frame) {
+        Some(read) => Ok(read),
+        None => sliced_source(frame),
+    }
+}
+
+/// For the fuzz harness: the decision's read of `frame` ([`parse_source`], fast path first)
+/// and the read of the etherparse slices alone. The two must be equal for every input.
+#[doc(hidden)]
+pub fn decision_reads(frame: &[u8]) -> [Result<(Source, Protocol), Malformed>; 2] {
+    [parse_source(frame), sliced_source(frame)]
+}
+
+/// [`parse_source`] by etherparse's header slices, one layer at a time: every frame.
+fn sliced_source(frame: &[u8]) -> Result<(Source, Protocol), Malformed> {
     let network = network(frame)?;
     Ok((
         Source::new(network.source),
         Protocol::from_number(network.protocol.0),
+    ))
+}
+
+/// The length of an Ethernet II header: two addresses and the EtherType.
+const ETHERNET_LEN: usize = 14;
+/// An untagged frame up to the end of an IPv4 header without options.
+const PLAIN_IPV4_LEN: usize = ETHERNET_LEN + 20;
+/// An untagged frame up to the end of an IPv6 header.
+const PLAIN_IPV6_LEN: usize = ETHERNET_LEN + 40;
+
+/// [`sliced_source`]'s read of a frame that is untagged IPv4 without options or IPv6
+/// without extension headers, straight from its header bytes; `None` for every other frame
+/// (it then takes the sliced path). It answers only where the sliced path reads `Ok`, and
+/// only from the fields that path decides on:
+///
+/// - IPv4: version 4 with a header length of 5 words (first byte `0x45`), a total length
+///   of at least the header's 20 bytes (less is [`Malformed::Invalid`]), and a protocol that
+///   is not an IP authentication header (which the sliced path reads past). The fragment
+///   offset then changes only the ports, never the source or protocol.
+/// - IPv6: version 6 and a next header that [`ipv6`] does not read past (hop-by-hop,
+///   routing, fragment, authentication, destination options). The payload length then
+///   changes only the ports.
+#[inline]
+fn plain_source(frame: &[u8]) -> Option<(Source, Protocol)> {
+    let head: &[u8; PLAIN_IPV4_LEN] = frame.first_chunk()?;
+    match EtherType(u16::from_be_bytes([head[12], head[13]])) {
+        EtherType::IPV4 => plain_ipv4(head),
+        EtherType::IPV6 => plain_ipv6(frame.first_chunk()?),
+        _ => None,
+    }
+}
+
+/// [`plain_source`] of an untagged IPv4 frame.
+#[inline]
+fn plain_ipv4(frame: &[u8; PLAIN_IPV4_LEN]) -> Option<(Source, Protocol)> {
+    const IP: usize = ETHERNET_LEN;
+    let total_len = u16::from_be_bytes([frame[IP + 2], frame[IP + 3]]);
+    let protocol = frame[IP + 9];
+    if frame[IP] != 0x45 || total_len < 20 || IpNumber(protocol) == ip_number::AUTH {
+        return None;
+    }
+    // A fixed range of a fixed-size array: always 4 bytes.
+    let source = <[u8; 4]>::try_from(&frame[IP + 12..IP + 16]).ok()?;
+    Some((
+        Source::from(Ipv4Addr::from(source)),
+        Protocol::from_number(protocol),
+    ))
+}
+
+/// [`plain_source`] of an untagged IPv6 frame.
+#[inline]
+fn plain_ipv6(frame: &[u8; PLAIN_IPV6_LEN]) -> Option<(Source, Protocol)> {
+    const IP: usize = ETHERNET_LEN;
+    let next_header = IpNumber(frame[IP + 6]);
+    if frame[IP] >> 4 != 6
+        || matches!(
+            next_header,
+            ip_number::IPV6_HOP_BY_HOP
+                | ip_number::IPV6_ROUTE
+                | ip_number::IPV6_FRAG
+                | ip_number::AUTH
+                | ip_number::IPV6_DEST_OPTIONS
+        )
+    {
+        return None;
+    }
+    // A fixed range of a fixed-size array: always 16 bytes.
+    let source = <[u8; 16]>::try_from(&frame[IP + 8..IP + 24]).ok()?;
+    Some((
+        Source::new(IpAddr::V6(Ipv6Addr::from(source))),
+        Protocol::from_number(next_header.0),
     ))
 }
 
@@ -383,6 +473,76 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// Untagged TCP and UDP frames over IPv4 without options and IPv6 without extension
+    /// headers (one with an IPv4-mapped source), as a sender writes them.
+    fn plain_frames() -> Vec<Vec<u8>> {
+        let eth = || PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let v4 = || eth().ipv4([198, 51, 100, 7], [192, 0, 2, 1], 64);
+        let v6 = |source| {
+            eth().ipv6(
+                source,
+                [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                64,
+            )
+        };
+        let global = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 9];
+        let mapped = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 51, 100, 7];
+        let mut frames = vec![Vec::new(); 5];
+        let written = [
+            v4().tcp(40_000, 443, 1, 64_240)
+                .syn()
+                .write(&mut frames[0], &[]),
+            v4().udp(40_000, 53).write(&mut frames[1], &[0; 8]),
+            v6(global)
+                .tcp(40_000, 443, 1, 64_240)
+                .syn()
+                .write(&mut frames[2], &[]),
+            v6(global).udp(40_000, 53).write(&mut frames[3], &[0; 8]),
+            v6(mapped).udp(40_000, 53).write(&mut frames[4], &[0; 8]),
+        ];
+        assert!(written.iter().all(Result::is_ok), "{written:?}");
+        frames
+    }
+
+    /// The header-bytes path reads what the etherparse slices read, and errs where they err:
+    /// on plain frames with each byte of their link and IP headers (EtherType, version and
+    /// header length, total or payload length, fragment fields, protocol or next header,
+    /// addresses) set to each of its 256 values, each cut at every length.
+    #[test]
+    fn plain_frames_read_as_the_header_slices_read_them() {
+        let mut fast = 0;
+        for frame in plain_frames() {
+            // Else this would only test the sliced path against itself.
+            assert!(
+                plain_source(&frame).is_some(),
+                "no fast read of {frame:02x?}"
+            );
+            let headers = if frame.len() >= PLAIN_IPV6_LEN && frame[12] == 0x86 {
+                PLAIN_IPV6_LEN
+            } else {
+                PLAIN_IPV4_LEN
+            };
+            for at in 0..headers {
+                for byte in 0..=u8::MAX {
+                    let mut changed = frame.clone();
+                    changed[at] = byte;
+                    for cut in 0..=changed.len() {
+                        let cut = &changed[..cut];
+                        let read = parse_source(cut);
+                        assert_eq!(
+                            read,
+                            sliced_source(cut),
+                            "byte {at} = {byte:#04x} of {cut:02x?}"
+                        );
+                        fast += usize::from(plain_source(cut).is_some());
+                    }
+                }
+            }
+        }
+        // The changed frames went down both paths.
+        assert!(fast > 0);
+    }
 
     proptest! {
         /// The decision's parse reads what `parse_frame` reads, and errs where it errs, on

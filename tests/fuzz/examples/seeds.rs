@@ -35,7 +35,8 @@ fn write(target: &str, name: &str, bytes: &[u8]) {
     std::fs::write(dir.join(format!("seed-{name}")), bytes).expect("a seed file");
 }
 
-/// Frames the synthetic builder does not make: VLAN tags, an ARP frame, a cut one.
+/// Frames the synthetic builder does not make: VLAN tags, an ARP frame, a cut one, and
+/// [`past_the_fast_path`].
 fn hand_built() -> Vec<(&'static str, Vec<u8>)> {
     let mut vlan = Vec::new();
     PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
@@ -61,7 +62,44 @@ fn hand_built() -> Vec<(&'static str, Vec<u8>)> {
         .expect("a QinQ frame");
     let arp = [[0xff; 12].as_slice(), &[0x08, 0x06], &[0; 28]].concat();
     let cut = workload::synthetic_frame(0)[..30].to_vec();
-    vec![("vlan", vlan), ("qinq", qinq), ("arp", arp), ("cut", cut)]
+    let mut frames = vec![("vlan", vlan), ("qinq", qinq), ("arp", arp), ("cut", cut)];
+    frames.extend(past_the_fast_path());
+    frames
+}
+
+/// Untagged frames one byte away from what the decision reads from header bytes alone
+/// (`plain_source` in the filter's `packet.rs`), which it hands to etherparse's slices: IPv4
+/// whose protocol is an authentication header (51), IPv4 whose total length (19) is shorter
+/// than its header, IPv6 whose next header is destination options (60).
+fn past_the_fast_path() -> Vec<(&'static str, Vec<u8>)> {
+    let eth = || PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let mut v4 = Vec::new();
+    eth()
+        .ipv4([198, 51, 100, 7], [192, 0, 2, 1], 64)
+        .tcp(40_000, 443, 1, 64_240)
+        .syn()
+        .write(&mut v4, &[])
+        .expect("an IPv4 frame");
+    let mut v6 = Vec::new();
+    eth()
+        .ipv6(
+            [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9],
+            [0xfe; 16],
+            64,
+        )
+        .udp(5353, 53)
+        .write(&mut v6, b"query")
+        .expect("an IPv6 frame");
+    let with = |frame: &[u8], at: usize, byte: u8| {
+        let mut changed = frame.to_vec();
+        changed[at] = byte;
+        changed
+    };
+    vec![
+        ("ipv4-auth", with(&v4, 14 + 9, 51)),
+        ("ipv4-total-19", with(&v4, 14 + 3, 19)),
+        ("ipv6-destination-options", with(&v6, 14 + 6, 60)),
+    ]
 }
 
 /// A saved sketch of `kind` and window 10 s with a fixed seed, `keys` keys counted in its

@@ -1,10 +1,11 @@
-//! Frames: [`parse_frame`] and [`Policy::decide_frame`] on any bytes.
+//! Frames: [`parse_frame`], the decision's own read ([`decision_reads`]) and
+//! [`Policy::decide_frame`] on any bytes.
 
 use std::net::IpAddr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tollgate_filter::{Config, DenyReason, Policy, Protocol, Verdict, parse_frame};
+use tollgate_filter::{Config, DenyReason, Policy, Protocol, Verdict, decision_reads, parse_frame};
 use tollgate_sketch::Tick;
 
 /// A policy that sends frames down every branch of the decision: lists, a per-address and
@@ -61,11 +62,23 @@ fn now() -> Tick {
 /// # Panics
 /// When an invariant breaks: `frame_len` is not the frame's length, a protocol number 6 or 17
 /// is reported as `Other`, ports are given for a protocol without them or only one of the
-/// two, an IPv4-mapped source is not folded, or the decision disagrees with the parse (a
-/// malformed frame must be exactly `Deny(Malformed)` with the parser's reason, and a frame
-/// that parses must never be).
+/// two, an IPv4-mapped source is not folded, the decision's read (header bytes first for
+/// plain frames) differs from the etherparse slices' read or from [`parse_frame`]'s source
+/// and protocol (or errs differently), or the decision disagrees with the parse (a malformed
+/// frame must be exactly `Deny(Malformed)` with the parser's reason, and a frame that parses
+/// must never be).
 pub fn check(data: &[u8]) {
     let parsed = parse_frame(data);
+    let [decided, sliced] = decision_reads(data);
+    assert_eq!(
+        decided, sliced,
+        "the fast read differs from the sliced read"
+    );
+    assert_eq!(
+        sliced,
+        parsed.map(|info| (info.source, info.protocol)),
+        "the sliced read differs from parse_frame"
+    );
     if let Ok(info) = &parsed {
         assert_eq!(info.frame_len, data.len(), "frame_len of {info:?}");
         match info.protocol {
