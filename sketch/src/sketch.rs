@@ -311,7 +311,12 @@ impl RateSketch {
                 .slide(at, u64::from(read.current), u64::from(read.previous))
                 .max(cap);
         }
-        let (counts, presence) = self.count(hash, register, snapshot, read, weight, at);
+        let (counts, presence) = match looked {
+            // One event (`observe_hashed_capped`): counted in this frame.
+            Looked::Up => self.count(hash, register, snapshot, read, weight, at),
+            // A batch's (`observe_prepared`): see `count_in_batch`.
+            Looked::Not => self.count_in_batch(hash, register, snapshot, read, weight, at),
+        };
         saturated(self.slide(at, counts, presence), counts, cap)
     }
 
@@ -486,6 +491,23 @@ impl RateSketch {
         };
         self.events.add(at.index, u64::from(weight));
         (counts, presence)
+    }
+
+    /// [`RateSketch::count`] for an event of a batch, left to the compiler to inline or not
+    /// (as `count` was for every path before it was forced inline): forced into
+    /// `observe_prepared` too, the batch of 16 at 2 MiB ran about 9% slower (pinned runs,
+    /// medians 721 against 662 us per 2^14 events).
+    #[inline]
+    fn count_in_batch<const D: usize>(
+        &self,
+        hash: KeyHash,
+        register: Option<&AtomicU64>,
+        snapshot: Snapshot<'_, D>,
+        read: Halves,
+        weight: u64,
+        at: Position,
+    ) -> (Halves, Presence) {
+        self.count(hash, register, snapshot, read, weight, at)
     }
 
     /// The key's sliding-window estimate at `now`, counting nothing.
