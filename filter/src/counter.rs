@@ -225,3 +225,98 @@ impl Counter {
             .fold(0, u64::saturating_add)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn secs(s: u64) -> Tick {
+        Tick::from_nanos(s * 1_000_000_000)
+    }
+
+    fn share(bytes: usize) -> Share {
+        Share {
+            counts: Counts::Limits,
+            window: MINUTE,
+            bytes,
+            named: false,
+        }
+    }
+
+    /// A counter of 1 MiB reading a retired sketch of 2 MiB (until `until`) in which `key`
+    /// saw 20 events at 100 s, in its window 1.
+    fn retiring(key: &[u8], until: Tick) -> Counter {
+        let old = share(2 << 20).builder().build().unwrap();
+        for _ in 0..20 {
+            let _ = old.observe(key, 1, secs(100));
+        }
+        let retired = Retired {
+            sketch: Arc::new(old),
+            until,
+        };
+        let new = share(1 << 20).builder().build().unwrap();
+        Counter::from_parts(share(1 << 20), new, vec![retired])
+    }
+
+    /// Every read adds a retired sketch until its end and not at it, even while its windows
+    /// would still be read (a restored sketch's end is the saved one).
+    #[test]
+    fn a_retired_sketch_is_read_until_its_end_and_not_at_it() {
+        let key = b"key";
+        let end = secs(110);
+        let counter = retiring(key, end);
+        let last = Tick::from_nanos(110 * 1_000_000_000 - 1);
+        let alone = share(1 << 20).builder().build().unwrap();
+        assert_eq!(counter.estimate(key, last), 20);
+        assert_eq!(counter.current_count(key, last), 20);
+        assert!(counter.overcount_bound(last) > alone.overcount_bound(last));
+        assert_eq!(counter.estimate(key, end), 0);
+        assert_eq!(counter.current_count(key, end), 0);
+        assert_eq!(counter.overcount_bound(end), alone.overcount_bound(end));
+        // Counting reads it too, with the same end.
+        let counting = retiring(key, end);
+        assert_eq!(counting.observe(key, 1, last), 21);
+        let counting = retiring(key, end);
+        assert_eq!(counting.observe(key, 1, end), 1);
+    }
+
+    /// A successor of the same share counts on into the same sketch; one of another share
+    /// gets a sketch of that share and reads the old one beside it for three windows.
+    #[test]
+    fn a_successor_keeps_the_sketch_of_an_unchanged_share_and_retires_another() {
+        let now = secs(100);
+        let first = Counter::succeed(share(1 << 20), None).unwrap();
+        let same = Counter::succeed(share(1 << 20), Some((std::slice::from_ref(&first), now)));
+        let same = same.unwrap();
+        assert!(Arc::ptr_eq(same.shared_sketch(), first.shared_sketch()));
+        assert!(same.retired().is_empty());
+        let bigger = Counter::succeed(share(2 << 20), Some((std::slice::from_ref(&first), now)));
+        let bigger = bigger.unwrap();
+        assert!(!Arc::ptr_eq(bigger.shared_sketch(), first.shared_sketch()));
+        assert!(bigger.sketch().memory_bytes() > first.sketch().memory_bytes());
+        assert_eq!(bigger.retired().len(), 1);
+        assert!(Arc::ptr_eq(
+            &bigger.retired()[0].sketch,
+            first.shared_sketch()
+        ));
+        assert_eq!(bigger.retired()[0].until, now + MINUTE * 3);
+    }
+
+    /// A successor keeps a retired sketch until its end, and drops it (and its memory) there.
+    #[test]
+    fn a_successor_drops_a_retired_sketch_at_its_end() {
+        let end = secs(110);
+        let counter = retiring(b"key", end);
+        let last = Tick::from_nanos(110 * 1_000_000_000 - 1);
+        let before = Counter::succeed(share(1 << 20), Some((std::slice::from_ref(&counter), last)));
+        assert_eq!(before.unwrap().retired().len(), 1);
+        let at = Counter::succeed(share(1 << 20), Some((std::slice::from_ref(&counter), end)));
+        let at = at.unwrap();
+        assert!(at.retired().is_empty());
+        assert_eq!(at.memory_bytes(), counter.sketch().memory_bytes());
+    }
+}

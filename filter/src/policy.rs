@@ -956,9 +956,149 @@ fn ceil(x: f64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use proptest::prelude::*;
 
-    use super::ceil;
+    use super::*;
+
+    /// A config whose memory cannot hold its sketches (one not checked by `Config::parse`) is
+    /// refused with how many sketches were to share it and the sketch's own refusal.
+    #[test]
+    fn memory_too_small_is_refused_with_the_sketches_it_was_split_between() {
+        let mut config = Config::parse(
+            "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"1/1s\" }, { rate = \"1/1m\" }]\n",
+        )
+        .unwrap();
+        config.memory = 1 << 10;
+        let error = Policy::compile(config, None).unwrap_err();
+        let PolicyError::Memory {
+            sketches,
+            error: refusal,
+        } = &error;
+        assert_eq!(*sketches, 2);
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "[sketch] memory split between 2 sketches (one per distinct period and penalty) \
+                 is too small: {refusal}"
+            )
+        );
+    }
+
+    /// The limits' stats are those of their sketch at `now`; of a penalty's two sketches the
+    /// second is read half a length ahead, and so are its stats.
+    #[test]
+    fn penalty_stats_read_the_shifted_sketch_half_a_length_ahead() {
+        let config = Config::parse(
+            "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"r\"\n\
+             limits = [{ rate = \"1/10s\" }]\npenalty = \"600s\"\n",
+        )
+        .unwrap();
+        let policy = Policy::compile(config, None).unwrap();
+        let now = Tick::from_nanos(400_000_000_000);
+        let windows = |stats: Vec<Stats>| -> Vec<(u64, u64)> {
+            stats
+                .iter()
+                .map(|s| (s.window.as_secs(), s.window_index))
+                .collect()
+        };
+        assert_eq!(windows(policy.sketch_stats(now)), [(10, 40)]);
+        // 400 s is in window 0 of 600 s; 400 + 300 s in window 1.
+        assert_eq!(windows(policy.penalty_stats(now)), [(600, 0), (600, 1)]);
+    }
+
+    /// Below the cap the sliding count fades linearly over a period: 4 against 3 per 10 s is
+    /// back under in a quarter of it. A capped key is promised the rest of its window and one
+    /// period more.
+    #[test]
+    fn retry_after_is_the_fade_below_the_cap_and_the_window_left_plus_a_period_at_it() {
+        let per = Duration::from_secs(10);
+        assert_eq!(retry_after(4, 3, per, None), Duration::from_millis(2_500));
+        // 3 s into window 2.
+        let now = Tick::from_nanos(23_000_000_000);
+        assert_eq!(retry_after(81, 10, per, Some(now)), Duration::from_secs(17));
+    }
+
+    /// The rest of a cluster predicts `ahead` events for every suspect, and counted none.
+    #[derive(Debug)]
+    struct Ahead(u64);
+
+    impl Remote for Ahead {
+        fn threshold(&self) -> f64 {
+            0.5
+        }
+
+        fn suspect(&self, _: &Suspect<'_>) -> Rest {
+            Rest {
+                counted: 0,
+                ahead: self.0,
+            }
+        }
+    }
+
+    /// A prediction throttles but a penalty starts only on counts over the limit: not at the
+    /// limit, from one event past it.
+    #[test]
+    fn a_penalty_starts_one_counted_event_past_the_limit_whatever_is_predicted() {
+        let config = Config::parse(
+            "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"r\"\n\
+             limits = [{ rate = \"4/10s\" }]\npenalty = \"60s\"\n",
+        )
+        .unwrap();
+        let policy = Policy::compile(config, None)
+            .unwrap()
+            .with_remote(Arc::new(Ahead(100)));
+        let source = Source::from(Ipv4Addr::new(192, 0, 2, 1));
+        let event = Event {
+            source,
+            transport: Transport::Tcp,
+            bytes: 60,
+        };
+        for _ in 0..4 {
+            let _ = policy.decide(&event, Tick::ZERO);
+        }
+        assert!(matches!(
+            policy.recheck(&event, Tick::ZERO).verdict,
+            Verdict::Throttle(_)
+        ));
+        assert_eq!(policy.penalties(source, Tick::ZERO), []);
+        let _ = policy.decide(&event, Tick::ZERO);
+        assert_eq!(policy.penalties(source, Tick::ZERO), [0]);
+    }
+
+    /// The touch pass prepares one key per leading step of the rules of the event's protocol,
+    /// and says how many: `judge_into` counts with exactly those (a count of none would only
+    /// send every key back to be hashed again, which no decision shows).
+    #[test]
+    fn touch_prepares_one_key_per_leading_step_of_the_events_rules() {
+        let config = Config::parse(
+            "[sketch]\nmemory = \"1MiB\"\n\
+             [[rule]]\nname = \"tcp\"\nprotocol = \"tcp\"\n\
+             limits = [{ rate = \"10/1s\" }, { rate = \"20/1s\" }, { rate = \"100/60s\" }]\n\
+             [[rule]]\nname = \"udp\"\nprotocol = \"udp\"\nlimits = [{ rate = \"10/1s\" }]\n",
+        )
+        .unwrap();
+        let policy = Policy::compile(config, None).unwrap();
+        let event = |transport| Event {
+            source: Source::from(Ipv4Addr::new(192, 0, 2, 1)),
+            transport,
+            bytes: 60,
+        };
+        let mut prepared: FramePrepared = [None; KEYS_PER_FRAME];
+        // The two 1 s limits share one key: two keys for TCP.
+        assert_eq!(
+            policy.touch(&event(Transport::Tcp), Tick::ZERO, &mut prepared),
+            2
+        );
+        assert!(prepared[..2].iter().all(Option::is_some) && prepared[2].is_none());
+        let mut prepared: FramePrepared = [None; KEYS_PER_FRAME];
+        assert_eq!(
+            policy.touch(&event(Transport::Udp), Tick::ZERO, &mut prepared),
+            1
+        );
+        assert!(prepared[0].is_some() && prepared[1].is_none());
+    }
 
     #[test]
     fn ceil_rounds_up_as_the_library_does_at_the_edges() {

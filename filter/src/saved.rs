@@ -362,8 +362,15 @@ mod tests {
     fn a_throttled_source_stays_throttled_and_another_is_allowed() {
         let saved = flooded(MINUTE).save(secs(101));
         let (policy, report) = Policy::restore(config(MINUTE), &saved, secs(110)).unwrap();
-        assert_eq!(report.windows, 1, "{report:?}");
+        // Saved with the share it has again: it is counted into, not retired beside a new one.
+        assert_eq!(
+            (report.windows, report.retired, report.stale),
+            (1, 0, 0),
+            "{report:?}"
+        );
         assert!(report.dropped.is_empty(), "{report:?}");
+        let fresh = Policy::compile(config(MINUTE), None).unwrap();
+        assert_eq!(policy.memory_bytes(), fresh.memory_bytes());
         assert!(throttled(&policy, 1, secs(110)));
         assert!(!throttled(&policy, 2, secs(110)));
         // The restored window slides like a live one: 21 events at 100 s read 5 or less at 156 s
@@ -468,6 +475,33 @@ mod tests {
         assert!(over.dropped.is_empty(), "{over:?}");
     }
 
+    /// A retired sketch is read until its end and not at it: restored at exactly its
+    /// `retired_until` it is stale, even with a window that would still be read then.
+    #[test]
+    fn a_retired_sketch_restored_at_its_end_is_stale() {
+        let saved = flooded(MINUTE).save(secs(101));
+        let bigger = MINUTE.replace("1MiB", "2MiB");
+        let (policy, _) = Policy::restore(config(&bigger), &saved, secs(110)).unwrap();
+        let mut resaved = policy.save(secs(111));
+        // Its end brought forward to a tick at which its window 1 (60 s to 120 s) is the
+        // previous window, still read.
+        assert_eq!(resaved[1].retired_until, Some(secs(290)));
+        resaved[1].retired_until = Some(secs(130));
+        let restored = |at| Policy::restore(config(&bigger), &resaved, at).unwrap().1;
+        let before = restored(Tick::from_nanos(130 * 1_000_000_000 - 1));
+        assert_eq!(
+            (before.windows, before.retired, before.stale),
+            (1, 1, 0),
+            "{before:?}"
+        );
+        let at_end = restored(secs(130));
+        assert_eq!(
+            (at_end.windows, at_end.retired, at_end.stale),
+            (0, 0, 1),
+            "{at_end:?}"
+        );
+    }
+
     #[test]
     fn a_saved_shape_this_build_does_not_make_is_dropped_with_why() {
         let mut saved = flooded(MINUTE).save(secs(101));
@@ -504,5 +538,37 @@ mod tests {
             "{report:?}"
         );
         assert!(policy.memory_bytes() < 2 << 20);
+    }
+
+    /// The bound on a claimed share is inclusive: eight bytes a cell, register and row plus
+    /// 64 KiB of bookkeeping is still built (here it makes another shape, dropped as such);
+    /// one byte more is refused before any allocation.
+    #[test]
+    fn a_share_of_exactly_its_cells_and_bookkeeping_is_looked_at_and_one_byte_more_is_not() {
+        let saved = flooded(MINUTE).save(secs(101));
+        let shape = saved[0].shape;
+        let cells = shape.depth * shape.width + shape.registers + shape.depth;
+        let most = (cells * 8 + (64 << 10)) as u64;
+        let restored = |bytes: u64| {
+            let mut claimed = saved.clone();
+            claimed[0].bytes = bytes;
+            Policy::restore(config(MINUTE), &claimed, secs(110))
+                .unwrap()
+                .1
+        };
+        let at_most = restored(most);
+        assert_eq!(at_most.dropped.len(), 1, "{at_most:?}");
+        assert!(
+            at_most.dropped[0].contains("this build makes"),
+            "{at_most:?}"
+        );
+        let over = restored(most + 1);
+        assert_eq!(
+            over.dropped,
+            [format!(
+                "the limits sketch of 60s: a memory share of {} bytes for {cells} cells",
+                most + 1
+            )]
+        );
     }
 }

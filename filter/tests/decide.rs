@@ -134,6 +134,44 @@ fn shadow_rules_report_and_never_enforce() {
     assert_eq!(decision.shadow.map(|t| t.estimate), Some(2));
 }
 
+/// The verdict and the shadow verdict name the first rule over a limit, and of its limits
+/// the first in file order, whichever order the periods are counted in.
+#[test]
+fn the_first_rule_and_limit_in_file_order_are_the_ones_reported() {
+    let rule = |name: &str, shadow: bool, limits: &str| {
+        format!("[[rule]]\nname = \"{name}\"\nshadow = {shadow}\nlimits = [{limits}]\n")
+    };
+    let now = Tick::from_nanos(1);
+    let reported = |text: String| {
+        let f = filter(&format!("[sketch]\nmemory = \"1MiB\"\n{text}"));
+        let _ = f.decide(&event("203.0.113.1"), now);
+        let decision = f.decide(&event("203.0.113.1"), now);
+        let at = |verdict: Verdict| match verdict {
+            Verdict::Throttle(t) => Some((t.at.rule, t.at.limit)),
+            _ => None,
+        };
+        (
+            at(decision.verdict),
+            decision.shadow.map(|t| (t.at.rule, t.at.limit)),
+            decision.shadow_count,
+        )
+    };
+    let both = [
+        "{ rate = \"1/60s\" }, { rate = \"1/1s\" }",
+        "{ rate = \"1/1s\" }, { rate = \"1/60s\" }",
+    ];
+    for limits in both {
+        assert_eq!(reported(rule("r", false, limits)), (Some((0, 0)), None, 0));
+        assert_eq!(reported(rule("r", true, limits)), (None, Some((0, 0)), 2));
+    }
+    // Rule 0 is over its second limit only; rule 1 is over too, later in the file.
+    let second_only = "{ rate = \"100/60s\" }, { rate = \"1/1s\" }";
+    let one = "{ rate = \"1/1s\" }";
+    let rules = |shadow| rule("a", shadow, second_only) + &rule("b", shadow, one);
+    assert_eq!(reported(rules(false)), (Some((0, 1)), None, 0));
+    assert_eq!(reported(rules(true)), (None, Some((0, 1)), 2));
+}
+
 #[test]
 fn a_penalty_outlasts_the_limit() {
     let f = filter("[[rule]]\nname = \"p\"\npenalty = \"60s\"\nlimits = [{ rate = \"2/1s\" }]\n");
@@ -147,6 +185,26 @@ fn a_penalty_outlasts_the_limit() {
         f.decide(&event("203.0.113.1"), at(61)).verdict,
         Verdict::Allow
     );
+}
+
+/// The point query names a penalty only where it is served: the rule and the prefix of the
+/// limit that started it, and nothing for a source that serves none.
+#[test]
+fn penalties_are_named_only_where_they_are_served() {
+    let f = filter(
+        "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"p\"\npenalty = \"60s\"\n\
+         limits = [{ rate = \"2/1s\" }, { rate = \"100/1s\", ipv4_prefix = 24 }]\n",
+    );
+    let now = Tick::from_nanos(1);
+    assert_eq!(throttled(&f, "203.0.113.1", 3, now), 1);
+    let policy = f.policy();
+    let serving = Source::new("203.0.113.1".parse().expect("an address"));
+    let other = Source::new("203.0.113.2".parse().expect("an address"));
+    let slash32 = tollgate_filter::Prefix::v4(32).expect("a prefix");
+    assert_eq!(policy.penalty_networks(serving, now), [(0, slash32)]);
+    assert_eq!(policy.penalties(serving, now), [0]);
+    assert_eq!(policy.penalty_networks(other, now), []);
+    assert_eq!(policy.penalties(other, now), []);
 }
 
 #[test]

@@ -278,6 +278,62 @@ mod tests {
     }
 
     #[test]
+    fn a_source_at_its_limit_is_not_over_it() {
+        let filter = filter();
+        let now = Tick::ZERO;
+        for _ in 0..3 {
+            assert_eq!(tcp(&filter, "192.0.2.7", now), Verdict::Allow);
+        }
+        let why = filter
+            .policy()
+            .explain(source("192.0.2.7"), Transport::Tcp, now);
+        let limit = why.rules[0].limits[0];
+        assert_eq!((limit.estimate, limit.limit.rate.count), (3, 3));
+        assert!(!limit.over && limit.retry_after.is_none(), "{limit:?}");
+        assert_eq!(why.decision.verdict, Verdict::Allow);
+    }
+
+    /// A limit is read with the cap of its key for the source's family: two limits of one
+    /// period share an IPv4 source's /32 key, so both count it up to the larger cap (81),
+    /// though an IPv6 source's /64 and /48 keys are counted apart (caps 17 and 81).
+    #[test]
+    fn a_limit_is_read_with_the_cap_of_its_key_for_the_sources_family() {
+        let filter = Filter::new(
+            Config::parse(
+                "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"r\"\nlimits = [\
+                 { rate = \"2/10s\", ipv6_prefix = 64 }, { rate = \"10/10s\", ipv6_prefix = 48 }]\n",
+            )
+            .expect("valid"),
+        )
+        .expect("fits");
+        let now = Tick::ZERO;
+        for _ in 0..20 {
+            let _ = tcp(&filter, "192.0.2.7", now);
+        }
+        let why = filter
+            .policy()
+            .explain(source("192.0.2.7"), Transport::Tcp, now);
+        let strict = why.rules[0].limits[0];
+        assert_eq!(strict.estimate, 20, "{strict:?}");
+        assert!(strict.over && !strict.capped, "{strict:?}");
+        // The point query reads it with the same cap.
+        let estimate = filter.policy().estimates(source("192.0.2.7"), now)[0];
+        assert_eq!((estimate.estimate, estimate.capped), (20, false));
+    }
+
+    #[test]
+    fn a_reload_keeps_the_cluster() {
+        let config = || Config::parse(CONFIG).expect("valid");
+        let filter = Filter::with_remote(config(), Arc::new(Rest::default())).expect("fits");
+        filter.reload(config(), Tick::ZERO).expect("reloads");
+        let why = filter
+            .policy()
+            .explain(source("192.0.2.1"), Transport::Tcp, Tick::ZERO);
+        assert!(why.cluster);
+        assert_eq!(why.rules[0].limits[0].cluster, Some(0));
+    }
+
+    #[test]
     fn a_throttled_ipv6_source_is_explained_by_its_64() {
         let filter = filter();
         let now = Tick::ZERO;
