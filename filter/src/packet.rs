@@ -544,6 +544,17 @@ mod tests {
         assert!(fast > 0);
     }
 
+    /// An IPv4 header whose total length is exactly its own 20 bytes (no payload) is valid,
+    /// so the header-bytes path reads it rather than leaving it to the slices.
+    #[test]
+    fn an_ipv4_packet_of_its_header_alone_takes_the_fast_path() {
+        let mut frame = plain_frames().swap_remove(0);
+        frame[ETHERNET_LEN + 2..ETHERNET_LEN + 4].copy_from_slice(&20u16.to_be_bytes());
+        let read = (Source::from(Ipv4Addr::new(198, 51, 100, 7)), Protocol::Tcp);
+        assert_eq!(plain_source(&frame), Some(read));
+        assert_eq!(sliced_source(&frame), Ok(read));
+    }
+
     proptest! {
         /// The decision's parse reads what `parse_frame` reads, and errs where it errs, on
         /// frames of either family and transport, cut anywhere and with any one byte changed.
