@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate_sketch::{RateSketch, Shape, Tick, WindowSnapshot};
+use tollgate_sketch::{MergeError, RateSketch, Shape, Tick, WindowSnapshot};
 
 fn sketch() -> RateSketch {
     let builder = RateSketch::builder()
@@ -58,4 +58,27 @@ proptest! {
         }
         let _ = sketch.stats(now);
     }
+}
+
+/// A sketch reports the window it was built with, and a snapshot of another window length is
+/// refused by name (its counts would slide at the wrong rate).
+#[test]
+fn a_snapshot_of_another_window_length_is_refused() {
+    let sketch = sketch();
+    assert_eq!(sketch.window(), Duration::from_nanos(1_000));
+    assert_eq!(sketch.shape().window_nanos, 1_000);
+    let builder = RateSketch::builder()
+        .window(Duration::from_nanos(2_000))
+        .depth(2)
+        .seed(9);
+    let memory = builder.min_memory_bytes() + 2_000;
+    let other = builder.memory_bytes(memory).build().expect("valid shape");
+    assert_eq!(
+        sketch.merge_window(&other.export_window(0), Tick::from_nanos(500)),
+        Err(MergeError::ShapeMismatch {
+            field: "window length (ns)",
+            ours: 1_000,
+            theirs: 2_000,
+        })
+    );
 }
