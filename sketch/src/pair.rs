@@ -627,6 +627,27 @@ mod tests {
     }
 
     #[test]
+    fn merging_tells_newer_from_older_windows_at_half_the_epoch_range() {
+        // 2^15 epochs: a window up to 16,382 past the word's is newer and rolls it forward;
+        // from 16,383 on the epoch reads as an older window, which the word no longer holds.
+        let word = raise(0, 5, 2);
+        let add = |c: u32| c + 3;
+        let newest = 5 + COUNTER.epoch_mask() / 2 - 1;
+        let rolled = COUNTER.update_window(word, newest, Fold::NONE, add);
+        assert_eq!(
+            rolled.map(|w| COUNTER.halves(w, newest)),
+            Some(Halves {
+                current: 3,
+                previous: 0
+            })
+        );
+        assert_eq!(
+            COUNTER.update_window(word, newest + 1, Fold::NONE, add),
+            None
+        );
+    }
+
+    #[test]
     fn value_of_is_exact() {
         let word = raise(0, 5, 2);
         assert_eq!(COUNTER.value_of(word, 5), 2);
