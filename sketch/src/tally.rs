@@ -139,6 +139,25 @@ mod tests {
         assert_eq!((tally.get(4), tally.get(5), tally.get(12)), (0, 7, 2));
     }
 
+    /// A thread counts on the stripe of its number, so threads numbered below
+    /// [`Stripes::COUNT`] never share one. Two threads in turn: at most one of them can have a
+    /// number whose stripe any other mapping (such as number / COUNT) happens to give.
+    #[test]
+    fn each_thread_counts_on_its_own_stripe() {
+        let stripes = Stripes::new();
+        for amount in [5, 7] {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let own = thread_stripe() % Stripes::COUNT;
+                    let before = stripes.stripes[own].get(9);
+                    stripes.add(9, amount);
+                    assert_eq!(stripes.stripes[own].get(9), before + amount);
+                });
+            });
+        }
+        assert_eq!(stripes.get(9), 12);
+    }
+
     #[test]
     fn stripes_sum_across_threads() {
         let stripes = Stripes::new();
