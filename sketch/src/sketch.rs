@@ -774,6 +774,16 @@ mod tests {
     }
 
     #[test]
+    fn weights_clamp_to_a_count_without_wrapping() {
+        assert_eq!(clamp(0), 0);
+        assert_eq!(clamp(u64::from(COUNT_MAX)), COUNT_MAX);
+        // Each would wrap to a small count if cut to 32 bits first.
+        for weight in [u64::from(COUNT_MAX) + 1, 1 << 32, (1 << 32) + 5, u64::MAX] {
+            assert_eq!(clamp(weight), COUNT_MAX, "{weight}");
+        }
+    }
+
+    #[test]
     fn huge_weights_saturate() {
         let s = sketch();
         assert_eq!(

@@ -139,6 +139,28 @@ mod tests {
         assert_eq!((tally.get(4), tally.get(5), tally.get(12)), (0, 7, 2));
     }
 
+    /// A total stops at the largest value its bits hold and never carries into the epoch above
+    /// it, even in a window whose epoch bits are all ones (where a carry would wrap the word).
+    #[test]
+    fn totals_saturate_below_their_epoch() {
+        let tally = Tally::new();
+        for window in [5, EPOCH_MASK, 3 * (EPOCH_MASK + 1) + EPOCH_MASK] {
+            tally.add(window, TOTAL_MAX - 2);
+            tally.add_owned(window, 2);
+            assert_eq!(tally.get(window), TOTAL_MAX, "window {window}");
+            tally.add(window, 1);
+            tally.add_owned(window, u64::MAX);
+            assert_eq!(tally.get(window), TOTAL_MAX, "window {window}");
+            assert_eq!(tally.get(window + 1), 0, "window {window}");
+            tally.add(window + 8, 3);
+            assert_eq!(
+                tally.get(window + 8),
+                3,
+                "window {window}: a later window starts over"
+            );
+        }
+    }
+
     /// A thread counts on the stripe of its number, so threads numbered below
     /// [`Stripes::COUNT`] never share one. Two threads in turn: at most one of them can have a
     /// number whose stripe any other mapping (such as number / COUNT) happens to give.
