@@ -16,8 +16,8 @@
 //! hashes every key once and prefetches its cache lines before deciding any (with those
 //! hashes), so their misses overlap. `sketch_only_batched` is the floor under that: the same
 //! frames' two keys per frame, built beforehand, through a sketch of the policy's shape with
-//! `RateSketch::prepare` / `observe_prepared` in batches of `FRAME_BATCH` frames (what the
-//! sketch's `observe_batch` does): no parse, no rules, no verdicts.
+//! `RateSketch::prepare_at` / `observe_prepared` in batches of `FRAME_BATCH` frames (what the
+//! sketch's `observe_batch` does: the batch's tick worked out once, `RateSketch::moment`): no parse, no rules, no verdicts.
 //! `TOLLGATE_BENCH_CLOCK=cpu` times by this thread's time on a CPU instead of wall time.
 //!
 //! For counting instructions (callgrind), `TOLLGATE_FRAMES_PASSES=N` skips criterion and runs
@@ -43,7 +43,7 @@ use criterion::{Criterion, Throughput, criterion_group};
 use tollgate_filter::{
     Config, Decision, FRAME_BATCH, Filter, LimitKey, Prefix, RuleId, Verdict, parse_frame,
 };
-use tollgate_sketch::{Prepared, RateSketch, Tick};
+use tollgate_sketch::{RateSketch, Tick};
 
 const FRAMES: usize = 1 << 16;
 
@@ -143,17 +143,21 @@ fn sketch_only_in<const BATCH: usize>(
     estimates: &mut Vec<u64>,
 ) {
     estimates.clear();
-    let mut prepared = [[None::<Prepared>; 2]; BATCH];
-    for chunk in keys.chunks(BATCH) {
-        *now += 100 * chunk.len() as u64;
-        let tick = Tick::from_nanos(*now);
-        let slots = prepared.as_flattened_mut();
-        for (slot, (key, cap)) in slots.iter_mut().zip(chunk.iter().flatten()) {
-            *slot = Some(sketch.prepare(sketch.hash(key.as_bytes()), *cap, tick));
-        }
-        let ready = prepared.as_flattened();
-        for slot in ready.iter().take(2 * chunk.len()).flatten() {
-            estimates.push(sketch.observe_prepared(*slot, 1));
+    // One batch's prepared keys at a time, in a buffer allocated once a pass.
+    let mut prepared = Vec::with_capacity(2 * BATCH);
+    for batch in keys.chunks(BATCH) {
+        *now += 100 * batch.len() as u64;
+        // The batch's tick worked out once for all its keys.
+        let moment = sketch.moment(Tick::from_nanos(*now));
+        prepared.clear();
+        prepared.extend(
+            batch
+                .as_flattened()
+                .iter()
+                .map(|(key, cap)| sketch.prepare_at(sketch.hash(key.as_bytes()), *cap, &moment)),
+        );
+        for key in &prepared {
+            estimates.push(sketch.observe_prepared(*key, 1));
         }
     }
     black_box(&estimates);

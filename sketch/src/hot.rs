@@ -108,9 +108,9 @@ impl HotKeys {
     /// the same window, gives the same high 56 bits for the same key), and the window's tag in
     /// the low byte.
     #[inline]
-    fn note(hash: KeyHash, window: u64, cap: u64) -> u64 {
-        let mixed = hash.as_u64() ^ mix(window) ^ mix(cap.rotate_left(32) ^ 0x6361_7070_6564_2121);
-        (mixed & !TAG_MASK) | tag(window)
+    fn note(hash: KeyHash, window: Stamp, cap: u64) -> u64 {
+        let mixed = hash.as_u64() ^ window.mixed ^ mix(cap.rotate_left(32) ^ 0x6361_7070_6564_2121);
+        (mixed & !TAG_MASK) | window.tag
     }
 
     /// Whether `word` is a note of `window` (or, once in 255 windows, of one 255 windows
@@ -141,6 +141,12 @@ impl HotKeys {
     /// Whether the key of `hash` was noted at `cap` in `window`.
     #[inline]
     pub(crate) fn holds(&self, hash: KeyHash, window: u64, cap: u64) -> bool {
+        self.holds_in(hash, Stamp::of(window), cap)
+    }
+
+    /// [`HotKeys::holds`] in the window of `window`'s stamp: for keys that share one.
+    #[inline]
+    pub(crate) fn holds_in(&self, hash: KeyHash, window: Stamp, cap: u64) -> bool {
         let Some(place) = self.place(hash) else {
             return false;
         };
@@ -160,7 +166,7 @@ impl HotKeys {
         let Some(place) = self.place(hash) else {
             return;
         };
-        let note = Self::note(hash, window, cap);
+        let note = Self::note(hash, Stamp::of(window), cap);
         let line = &self.lines[place.line].0;
         let (preferred, other) = if coin & 1 == 0 {
             (place.first, place.second)
@@ -179,6 +185,25 @@ impl HotKeys {
             return;
         };
         line[slot].store(note, Ordering::Relaxed);
+    }
+}
+
+/// What every note of one window shares: the window's mix and its tag, worked out once for a
+/// batch of keys observed in that window (see `RateSketch::moment`) instead of once per key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    mixed: u64,
+    tag: u64,
+}
+
+impl Stamp {
+    /// The stamp of `window`.
+    #[inline]
+    pub(crate) fn of(window: u64) -> Stamp {
+        Stamp {
+            mixed: mix(window),
+            tag: tag(window),
+        }
     }
 }
 
@@ -244,21 +269,21 @@ mod tests {
         let place = hot.place(key).unwrap();
         let line = &hot.lines[place.line].0;
         // Both of the key's slots hold other keys' notes of window 5.
-        line[place.first].store(HotKeys::note(hash(2), 5, 801), Ordering::Relaxed);
-        line[place.second].store(HotKeys::note(hash(3), 5, 801), Ordering::Relaxed);
+        line[place.first].store(HotKeys::note(hash(2), Stamp::of(5), 801), Ordering::Relaxed);
+        line[place.second].store(HotKeys::note(hash(3), Stamp::of(5), 801), Ordering::Relaxed);
         hot.note_capped(key, 5, 801, 0);
         hot.note_capped(key, 5, 801, 1);
         assert!(!hot.holds(key, 5, 801), "no room in window 5");
         assert_eq!(
             line[place.first].load(Ordering::Relaxed),
-            HotKeys::note(hash(2), 5, 801)
+            HotKeys::note(hash(2), Stamp::of(5), 801)
         );
         // In window 6 both are another window's notes: the key takes the slot its coin picks.
         hot.note_capped(key, 6, 801, 1);
         assert!(hot.holds(key, 6, 801));
         assert_eq!(
             line[place.first].load(Ordering::Relaxed),
-            HotKeys::note(hash(2), 5, 801),
+            HotKeys::note(hash(2), Stamp::of(5), 801),
             "the other slot is left alone"
         );
     }
@@ -268,11 +293,11 @@ mod tests {
         for window in [0, 1, 254, 255, 256, u64::MAX - 1] {
             assert_ne!(tag(window), 0);
             assert!(HotKeys::of_window(
-                HotKeys::note(hash(9), window, 3),
+                HotKeys::note(hash(9), Stamp::of(window), 3),
                 window
             ));
             assert!(!HotKeys::of_window(
-                HotKeys::note(hash(9), window, 3),
+                HotKeys::note(hash(9), Stamp::of(window), 3),
                 window + 1
             ));
         }

@@ -169,6 +169,6 @@ pub use clock::{Clock, ManualClock, MonotonicClock, Tick};
 pub use concurrency::ConcurrencySketch;
 pub use error::{BuildError, MergeError};
 pub use hash::KeyHash;
-pub use sketch::{Prepared, RateSketch};
+pub use sketch::{Moment, Prepared, RateSketch};
 pub use snapshot::{Shape, WindowSnapshot};
 pub use stats::Stats;
