@@ -46,11 +46,16 @@ pub struct Prepared {
 
 /// A tick as every key prepared at it shares it (see [`RateSketch::moment`]): its window
 /// position and its window's stamp in the hot keys' table (see `crate::hot`), worked out once
-/// for a batch instead of once per key. Valid for the sketch that made it only.
+/// for a batch instead of once per key. Made for one sketch; another sketch with windows of
+/// another length works the tick out again (see [`RateSketch::prepare_at`]), so a moment
+/// handed to the wrong sketch costs time, never a count.
 #[derive(Clone, Copy, Debug)]
 pub struct Moment {
     at: Position,
     stamp: Stamp,
+    /// The tick and the window length `at` was worked out from.
+    now: Tick,
+    window_nanos: u64,
 }
 
 /// Whether an observe has consulted the hot keys' table for its key yet.
@@ -363,11 +368,25 @@ impl RateSketch {
         Moment {
             at,
             stamp: Stamp::of(at.index),
+            now,
+            window_nanos: self.windows.len_nanos(),
+        }
+    }
+
+    /// `moment` if it was worked out for windows of this sketch's length (a position depends
+    /// on nothing else), or its tick worked out again for this sketch.
+    #[inline(always)]
+    fn own(&self, moment: &Moment) -> Moment {
+        if moment.window_nanos == self.windows.len_nanos() {
+            *moment
+        } else {
+            self.moment(moment.now)
         }
     }
 
     /// [`RateSketch::prepare`] at a tick worked out once for a batch: `moment`, from
-    /// [`RateSketch::moment`] of this sketch. The same key prepared at the same tick either way
+    /// [`RateSketch::moment`] of this sketch (one of a sketch with windows of another length
+    /// is worked out again here, one compare a key otherwise). The same key prepared at the same tick either way
     /// counts the same; this way the window's division and the hot keys' window mix are done
     /// once per batch instead of once per key.
     ///
@@ -386,6 +405,7 @@ impl RateSketch {
     // floor 31 instructions a frame (callgrind); `touch` forced in too cost 2.5 more.
     #[inline(always)]
     pub fn prepare_at(&self, hash: KeyHash, cap: u64, moment: &Moment) -> Prepared {
+        let moment = self.own(moment);
         let noted = Self::notable(cap) && self.hot.holds_in(hash, moment.stamp, cap);
         if !noted {
             self.touch(hash);
@@ -942,6 +962,47 @@ mod tests {
         let next = s.prepare_at(hash, cap, &s.moment(t(120)));
         assert!(!next.noted && !s.prepare(hash, cap, t(120)).noted);
         assert!(!s.prepare_at(hash, cap + 1, &s.moment(t(20))).noted);
+    }
+
+    #[test]
+    fn a_moment_of_another_window_length_counts_as_the_tick_does() {
+        // Two sketches alike but for their windows (10 s and 1 s); at 2.5 s a key's events of
+        // 0.5 s before fall in this window for the first and in the previous one for the
+        // second. A moment of the first handed to the second must count as its own tick.
+        let build = |window| {
+            RateSketch::builder()
+                .window(window)
+                .memory_bytes(1 << 16)
+                .front_share(0.0)
+                .seed(1)
+                .build()
+                .unwrap()
+        };
+        let (long, short) = (
+            build(Duration::from_secs(10)),
+            build(Duration::from_secs(1)),
+        );
+        let by_tick = build(Duration::from_secs(1));
+        let (t, hash) = (Tick::from_nanos, short.hash(b"key"));
+        for sketch in [&short, &by_tick] {
+            let _ = sketch.observe_hashed(hash, 4, t(1_900_000_000));
+        }
+        let later = t(2_500_000_000);
+        let foreign = short.prepare_at(hash, u64::MAX, &long.moment(later));
+        let own = by_tick.prepare(hash, u64::MAX, later);
+        assert_eq!(
+            short.observe_prepared(foreign, 1),
+            by_tick.observe_prepared(own, 1)
+        );
+        assert_eq!(
+            short.estimate(b"key", later),
+            by_tick.estimate(b"key", later)
+        );
+        assert_eq!(
+            short.current_count(b"key", later),
+            1,
+            "counted in the 1 s window of 2.5 s"
+        );
     }
 
     #[test]
