@@ -729,14 +729,8 @@ impl Policy {
                     let sketches = [&self.counters[at[0]], &self.counters[at[1]]];
                     (key, Penalty { length, sketches })
                 });
-                // In force here, or set by another node of the cluster.
-                let serving = penalty.is_some_and(|(key, penalty)| {
-                    penalty.in_force(&key, now)
-                        || self
-                            .remote
-                            .as_ref()
-                            .is_some_and(|shared| shared.remote.penalised(&key, now))
-                });
+                let serving =
+                    penalty.is_some_and(|(key, penalty)| self.serving(&key, penalty, now));
                 if serving && decision.verdict == Verdict::Allow {
                     decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
                 }
@@ -760,19 +754,10 @@ impl Policy {
                 // Without what the others are predicted to have added: a penalty starts only
                 // on counts.
                 let mut counted_estimate = local;
-                if let Some(shared) = &self.remote {
-                    let key = step.head.key(source);
+                if self.remote.is_some() {
                     // The event is reported to the cluster once per key, by the first limit.
                     let counted = if count && first { weight } else { 0 };
-                    let counter = &self.counters[bound.counter];
-                    let rest = shared.with_rest(limit, estimate, || Suspect {
-                        key: &key,
-                        per: limit.rate.per,
-                        shape: compiled.shape,
-                        before: Before::new(estimate, counted, key.as_bytes(), counter, now),
-                        weight: counted,
-                        now,
-                    });
+                    let rest = self.rest(compiled, step, source, local, counted, now);
                     counted_estimate = local.saturating_add(rest.counted);
                     estimate = counted_estimate.saturating_add(rest.ahead);
                 }
@@ -818,14 +803,65 @@ impl Policy {
                 if let Some((key, penalty)) =
                     penalty.filter(|_| count && !serving && counted_estimate > limit.rate.count)
                 {
-                    // A mark is read back at once: the rule's other limits at this prefix then
-                    // see the penalty in force and do not mark again.
-                    penalty.mark(&key, now);
-                    if let Some(shared) = &self.remote {
-                        shared.remote.penalty_started(&key, penalty.length, now);
-                    }
+                    self.start_penalty(&key, penalty, now);
                 }
             }
+        }
+    }
+
+    /// Whether the source whose penalty key is `key` serves `penalty` at `now`: in force here,
+    /// or set by another node of the cluster. Out of line, as are [`Policy::rest`] and
+    /// [`Policy::start_penalty`]: inlined, their sketch reads and the cluster's calls made
+    /// `judge_into` larger and cost every frame instructions, rules with no penalty and
+    /// policies with no cluster too (see the README's filter speed).
+    #[inline(never)]
+    fn serving(&self, key: &LimitKey, penalty: Penalty<'_>, now: Tick) -> bool {
+        penalty.in_force(key, now)
+            || self
+                .remote
+                .as_ref()
+                .is_some_and(|shared| shared.remote.penalised(key, now))
+    }
+
+    /// The rest of the cluster's count for `source` under `step` of the rule `compiled`, whose
+    /// local estimate is `local`, `counted` of it from this event (see [`Shared::with_rest`]);
+    /// nothing outside a cluster. Out of line (see [`Policy::serving`]).
+    #[inline(never)]
+    fn rest(
+        &self,
+        compiled: &Compiled,
+        step: &Step,
+        source: Source,
+        local: u64,
+        counted: u64,
+        now: Tick,
+    ) -> Rest {
+        let Some(shared) = &self.remote else {
+            return Rest::default();
+        };
+        let bound = &compiled.limits[step.limit];
+        let limit = &bound.limit;
+        let counter = &self.counters[bound.counter];
+        let key = step.head.key(source);
+        shared.with_rest(limit, local, || Suspect {
+            key: &key,
+            per: limit.rate.per,
+            shape: compiled.shape,
+            before: Before::new(local, counted, key.as_bytes(), counter, now),
+            weight: counted,
+            now,
+        })
+    }
+
+    /// Marks `key` as serving `penalty` from `now` and tells the cluster.
+    #[cold]
+    #[inline(never)]
+    fn start_penalty(&self, key: &LimitKey, penalty: Penalty<'_>, now: Tick) {
+        // A mark is read back at once: the rule's other limits at this prefix then see the
+        // penalty in force and do not mark again.
+        penalty.mark(key, now);
+        if let Some(shared) = &self.remote {
+            shared.remote.penalty_started(key, penalty.length, now);
         }
     }
 }
