@@ -164,9 +164,9 @@ struct Compiled {
     /// Its limits ordered by period and prefix length, for IPv4 sources then IPv6 ones:
     /// limits that count the same events are adjacent and share one observe.
     steps: [Vec<Step>; 2],
-    /// The leading ones of `steps` (see [`Step::leads`]) as the touch pass of
-    /// [`Policy::decide_frames`] reads them, per family: the keys it hashes for this rule.
-    touches: [Vec<Touch>; 2],
+    /// How many of `steps` lead (see [`Step::leads`]), per family: the keys the touch pass of
+    /// [`Policy::decide_frames`] prepares for this rule (see [`Policy::touches`]).
+    leads: [usize; 2],
     /// The penalty's length and its two sketches' indices, if the rule has a penalty.
     penalty: Option<(Duration, [usize; 2])>,
     /// [`Rule::shape`], for a cluster's keys.
@@ -206,6 +206,11 @@ pub struct Policy {
     /// The run-time entries, shared with every policy built from this one.
     runtime: Arc<RuntimeLists>,
     rules: Vec<Compiled>,
+    /// What the touch pass of [`Policy::decide_frames`] prepares for an event, by its
+    /// transport ([`transport`]) and its source's family ([`family`]): the leading steps of
+    /// every rule of that transport, rule by rule, each rule's in order (the order
+    /// [`Policy::judge_into`] visits them in), at most [`KEYS_PER_FRAME`].
+    touches: [[Vec<Touch>; 2]; 3],
     counters: Vec<Counter>,
     /// The rest of a cluster, if this node is part of one.
     remote: Option<Shared>,
@@ -266,7 +271,7 @@ impl Policy {
                 .iter()
                 .position(|s| s.counts == counts && s.window == window)
         };
-        let rules = config
+        let rules: Vec<Compiled> = config
             .rules
             .iter()
             .map(|rule| {
@@ -310,20 +315,7 @@ impl Policy {
                         l.ipv6_prefix
                     }),
                 ];
-                let touches = |family: usize| -> Vec<Touch> {
-                    steps[family]
-                        .iter()
-                        .filter(|step| step.leads)
-                        .map(|step| {
-                            let bound = &limits[step.limit];
-                            Touch {
-                                head: step.head,
-                                sketch: Arc::clone(counters[bound.counter].shared_sketch()),
-                                cap: bound.cap[family],
-                            }
-                        })
-                        .collect()
-                };
+                let leads = |family: usize| steps[family].iter().filter(|s| s.leads).count();
                 Compiled {
                     id: rule.id,
                     protocol: rule.protocol,
@@ -333,7 +325,7 @@ impl Policy {
                     every_source: rule.sources.is_empty(),
                     shape: rule.shape(),
                     sources: networks(rule.sources.iter().map(|c| (*c, ()))),
-                    touches: [touches(0), touches(1)],
+                    leads: [leads(0), leads(1)],
                     steps,
                     limits,
                     penalty: rule.penalty.and_then(|length| {
@@ -352,12 +344,15 @@ impl Policy {
                 .map(|c| (*c, (false, *c)))
                 .chain(config.deny.iter().map(|c| (*c, (true, *c)))),
         );
+        let touches = [Transport::Tcp, Transport::Udp, Transport::Other]
+            .map(|transport| [0, 1].map(|family| touches(&rules, &counters, transport, family)));
         Policy {
             config,
             no_lists: lists.is_empty(),
             lists,
             runtime: Arc::default(),
             rules,
+            touches,
             counters,
             remote: None,
         }
@@ -632,26 +627,14 @@ impl Policy {
     /// once. Returns how many keys it prepared.
     fn touch(&self, event: &Event, now: Tick, prepared: &mut FramePrepared) -> usize {
         let source = event.source;
-        let family = family(source);
-        let mut set = 0;
-        for compiled in &self.rules {
-            if !compiled.protocol.matches(event.transport) {
-                continue;
-            }
-            // Only leading steps: `judge_into` observes a group of steps that count one key
-            // once, with the key of its first.
-            for touch in &compiled.touches[family] {
-                let Some(slot) = prepared.get_mut(set) else {
-                    return set;
-                };
-                let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
-                // The cap `judge_into` observes this step with (see `Compiled::touches`);
-                // nothing is fetched for a key already at its cap in this window.
-                *slot = Some(touch.sketch.prepare(hash, touch.cap, now));
-                set += 1;
-            }
+        let touches = &self.touches[transport(event.transport)][family(source)];
+        for (slot, touch) in prepared.iter_mut().zip(touches) {
+            let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
+            // The cap `judge_into` observes this step with; nothing is fetched for a key
+            // already at its cap in this window.
+            *slot = Some(touch.sketch.prepare(hash, touch.cap, now));
         }
-        set
+        touches.len()
     }
 
     /// Decides on `event` at `now`, counting it against every limit of every rule it matches
@@ -708,7 +691,7 @@ impl Policy {
                 continue;
             }
             let mut next_lead = lead;
-            lead += compiled.touches[family].len();
+            lead += compiled.leads[family];
             if !compiled.every_source && compiled.sources.longest_match(source).is_none() {
                 continue;
             }
@@ -924,6 +907,46 @@ fn pick<T>(
 #[inline]
 fn family(source: Source) -> usize {
     usize::from(!source.addr().is_ipv4())
+}
+
+/// The index of `transport` in [`Policy::touches`].
+#[inline]
+fn transport(transport: Transport) -> usize {
+    match transport {
+        Transport::Tcp => 0,
+        Transport::Udp => 1,
+        Transport::Other => 2,
+    }
+}
+
+/// [`Policy::touches`] for events over `transport` from sources of `family`: the leading
+/// steps (see [`Step::leads`]) of the `rules` of that transport, rule by rule, at most
+/// [`KEYS_PER_FRAME`]. `judge_into` observes a group of steps that count one key once, with
+/// the key of its first, so only those are prepared; past the last one prepared it hashes.
+fn touches(
+    rules: &[Compiled],
+    counters: &[Counter],
+    transport: Transport,
+    family: usize,
+) -> Vec<Touch> {
+    rules
+        .iter()
+        .filter(|compiled| compiled.protocol.matches(transport))
+        .flat_map(|compiled| {
+            compiled.steps[family]
+                .iter()
+                .filter(|step| step.leads)
+                .map(move |step| {
+                    let bound = &compiled.limits[step.limit];
+                    Touch {
+                        head: step.head,
+                        sketch: Arc::clone(counters[bound.counter].shared_sketch()),
+                        cap: bound.cap[family],
+                    }
+                })
+        })
+        .take(KEYS_PER_FRAME)
+        .collect()
 }
 
 /// The steps of a rule's `limits` in `order` for sources of `family`, counted at `prefix`.
