@@ -552,7 +552,7 @@ impl Policy {
         };
         let mut decision = Decision::of(Verdict::Allow);
         let event = Event::of_frame(frame, source, protocol);
-        self.judge_into(&event, now, true, &[], &mut decision);
+        self.judge_into::<true>(&event, now, &[], &mut decision);
         decision
     }
 
@@ -613,7 +613,7 @@ impl Policy {
             {
                 if let Some(event) = event {
                     let prepared = prepared.get(..keys).unwrap_or_default();
-                    self.judge_into(event, now, true, prepared, decision);
+                    self.judge_into::<true>(event, now, prepared, decision);
                 }
             }
         }
@@ -659,18 +659,22 @@ impl Policy {
 
     fn judge(&self, event: &Event, now: Tick, count: bool) -> Decision {
         let mut decision = Decision::of(Verdict::Allow);
-        self.judge_into(event, now, count, &[], &mut decision);
+        if count {
+            self.judge_into::<true>(event, now, &[], &mut decision);
+        } else {
+            self.judge_into::<false>(event, now, &[], &mut decision);
+        }
         decision
     }
 
     /// [`Policy::judge`] into `decision` (which holds `Allow` and no shadow verdict), with the
     /// event's first leading keys as [`Policy::touch`] prepared them at `now` (past
-    /// `prepared`: hash here).
-    fn judge_into(
+    /// `prepared`: hash here). `COUNT` is `judge`'s `count`: a constant, so that deciding
+    /// carries no code for reading alone and rechecking none for counting.
+    fn judge_into<const COUNT: bool>(
         &self,
         event: &Event,
         now: Tick,
-        count: bool,
         prepared: &[Option<Prepared>],
         decision: &mut Decision,
     ) {
@@ -722,7 +726,7 @@ impl Policy {
                 let (local, first) = if step.leads {
                     let counter = &self.counters[bound.counter];
                     let cap = bound.cap[family];
-                    group = if count {
+                    group = if COUNT {
                         let ready = prepared.get(next_lead).copied().flatten();
                         counter.observe_step(|| step.head.key(source), ready, weight, cap, now)
                     } else {
@@ -739,7 +743,7 @@ impl Policy {
                 let mut counted_estimate = local;
                 if self.remote.is_some() {
                     // The event is reported to the cluster once per key, by the first limit.
-                    let counted = if count && first { weight } else { 0 };
+                    let counted = if COUNT && first { weight } else { 0 };
                     let rest = self.rest(compiled, step, source, local, counted, now);
                     counted_estimate = local.saturating_add(rest.counted);
                     estimate = counted_estimate.saturating_add(rest.ahead);
@@ -784,7 +788,7 @@ impl Policy {
                     decision.verdict = Verdict::Throttle(throttle);
                 }
                 if let Some((key, penalty)) =
-                    penalty.filter(|_| count && !serving && counted_estimate > limit.rate.count)
+                    penalty.filter(|_| COUNT && !serving && counted_estimate > limit.rate.count)
                 {
                     self.start_penalty(&key, penalty, now);
                 }
