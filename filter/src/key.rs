@@ -27,7 +27,17 @@ impl Source {
     #[must_use]
     pub fn new(addr: IpAddr) -> Source {
         match addr {
-            IpAddr::V6(v6) => Source(v6.to_ipv4_mapped().map_or(addr, IpAddr::V4)),
+            // `Ipv6Addr::to_ipv4_mapped` on the address as one integer: the std one matches
+            // its sixteen bytes one by one, which leaves them in sixteen places for the
+            // caller to gather (a byte copy per parsed frame).
+            IpAddr::V6(v6) => {
+                let bits = v6.to_bits();
+                if bits >> 32 == 0xffff {
+                    Source(IpAddr::V4(Ipv4Addr::from_bits(bits as u32)))
+                } else {
+                    Source(addr)
+                }
+            }
             IpAddr::V4(_) => Source(addr),
         }
     }
@@ -295,6 +305,18 @@ mod tests {
     }
 
     proptest! {
+        /// The fold is std's `to_ipv4_mapped`: for any address, for every mapped one, and for
+        /// each address one bit away from a mapped one in its 96-bit prefix.
+        #[test]
+        fn the_fold_is_the_std_one(bits in any::<u128>(), low in any::<u32>(), flip in 32u32..128) {
+            let mapped = (0xffff_u128 << 32) | u128::from(low);
+            for bits in [bits, mapped, mapped ^ (1 << flip)] {
+                let v6 = Ipv6Addr::from_bits(bits);
+                let std = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+                prop_assert_eq!(Source::new(IpAddr::V6(v6)).addr(), std);
+            }
+        }
+
         /// A key from a head is the key `LimitKey::limit` builds, for every source of the
         /// head's family and every prefix (of either family) and period.
         #[test]

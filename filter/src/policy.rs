@@ -164,9 +164,9 @@ struct Compiled {
     /// Its limits ordered by period and prefix length, for IPv4 sources then IPv6 ones:
     /// limits that count the same events are adjacent and share one observe.
     steps: [Vec<Step>; 2],
-    /// The leading ones of `steps` (see [`Step::leads`]) as the touch pass of
-    /// [`Policy::decide_frames`] reads them, per family: the keys it hashes for this rule.
-    touches: [Vec<Touch>; 2],
+    /// How many of `steps` lead (see [`Step::leads`]), per family: the keys the touch pass of
+    /// [`Policy::decide_frames`] prepares for this rule (see [`Policy::touches`]).
+    leads: [usize; 2],
     /// The penalty's length and its two sketches' indices, if the rule has a penalty.
     penalty: Option<(Duration, [usize; 2])>,
     /// [`Rule::shape`], for a cluster's keys.
@@ -206,6 +206,11 @@ pub struct Policy {
     /// The run-time entries, shared with every policy built from this one.
     runtime: Arc<RuntimeLists>,
     rules: Vec<Compiled>,
+    /// What the touch pass of [`Policy::decide_frames`] prepares for an event, by its
+    /// transport ([`transport`]) and its source's family ([`family`]): the leading steps of
+    /// every rule of that transport, rule by rule, each rule's in order (the order
+    /// [`Policy::judge_into`] visits them in), at most [`KEYS_PER_FRAME`].
+    touches: [[Vec<Touch>; 2]; 3],
     counters: Vec<Counter>,
     /// The rest of a cluster, if this node is part of one.
     remote: Option<Shared>,
@@ -266,7 +271,7 @@ impl Policy {
                 .iter()
                 .position(|s| s.counts == counts && s.window == window)
         };
-        let rules = config
+        let rules: Vec<Compiled> = config
             .rules
             .iter()
             .map(|rule| {
@@ -310,20 +315,7 @@ impl Policy {
                         l.ipv6_prefix
                     }),
                 ];
-                let touches = |family: usize| -> Vec<Touch> {
-                    steps[family]
-                        .iter()
-                        .filter(|step| step.leads)
-                        .map(|step| {
-                            let bound = &limits[step.limit];
-                            Touch {
-                                head: step.head,
-                                sketch: Arc::clone(counters[bound.counter].shared_sketch()),
-                                cap: bound.cap[family],
-                            }
-                        })
-                        .collect()
-                };
+                let leads = |family: usize| steps[family].iter().filter(|s| s.leads).count();
                 Compiled {
                     id: rule.id,
                     protocol: rule.protocol,
@@ -333,7 +325,7 @@ impl Policy {
                     every_source: rule.sources.is_empty(),
                     shape: rule.shape(),
                     sources: networks(rule.sources.iter().map(|c| (*c, ()))),
-                    touches: [touches(0), touches(1)],
+                    leads: [leads(0), leads(1)],
                     steps,
                     limits,
                     penalty: rule.penalty.and_then(|length| {
@@ -352,12 +344,15 @@ impl Policy {
                 .map(|c| (*c, (false, *c)))
                 .chain(config.deny.iter().map(|c| (*c, (true, *c)))),
         );
+        let touches = [Transport::Tcp, Transport::Udp, Transport::Other]
+            .map(|transport| [0, 1].map(|family| touches(&rules, &counters, transport, family)));
         Policy {
             config,
             no_lists: lists.is_empty(),
             lists,
             runtime: Arc::default(),
             rules,
+            touches,
             counters,
             remote: None,
         }
@@ -557,7 +552,7 @@ impl Policy {
         };
         let mut decision = Decision::of(Verdict::Allow);
         let event = Event::of_frame(frame, source, protocol);
-        self.judge_into(&event, now, true, &[], &mut decision);
+        self.judge_into::<true>(&event, now, &[], &mut decision);
         decision
     }
 
@@ -618,7 +613,7 @@ impl Policy {
             {
                 if let Some(event) = event {
                     let prepared = prepared.get(..keys).unwrap_or_default();
-                    self.judge_into(event, now, true, prepared, decision);
+                    self.judge_into::<true>(event, now, prepared, decision);
                 }
             }
         }
@@ -632,26 +627,14 @@ impl Policy {
     /// once. Returns how many keys it prepared.
     fn touch(&self, event: &Event, now: Tick, prepared: &mut FramePrepared) -> usize {
         let source = event.source;
-        let family = family(source);
-        let mut set = 0;
-        for compiled in &self.rules {
-            if !compiled.protocol.matches(event.transport) {
-                continue;
-            }
-            // Only leading steps: `judge_into` observes a group of steps that count one key
-            // once, with the key of its first.
-            for touch in &compiled.touches[family] {
-                let Some(slot) = prepared.get_mut(set) else {
-                    return set;
-                };
-                let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
-                // The cap `judge_into` observes this step with (see `Compiled::touches`);
-                // nothing is fetched for a key already at its cap in this window.
-                *slot = Some(touch.sketch.prepare(hash, touch.cap, now));
-                set += 1;
-            }
+        let touches = &self.touches[transport(event.transport)][family(source)];
+        for (slot, touch) in prepared.iter_mut().zip(touches) {
+            let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
+            // The cap `judge_into` observes this step with; nothing is fetched for a key
+            // already at its cap in this window.
+            *slot = Some(touch.sketch.prepare(hash, touch.cap, now));
         }
-        set
+        touches.len()
     }
 
     /// Decides on `event` at `now`, counting it against every limit of every rule it matches
@@ -676,18 +659,22 @@ impl Policy {
 
     fn judge(&self, event: &Event, now: Tick, count: bool) -> Decision {
         let mut decision = Decision::of(Verdict::Allow);
-        self.judge_into(event, now, count, &[], &mut decision);
+        if count {
+            self.judge_into::<true>(event, now, &[], &mut decision);
+        } else {
+            self.judge_into::<false>(event, now, &[], &mut decision);
+        }
         decision
     }
 
     /// [`Policy::judge`] into `decision` (which holds `Allow` and no shadow verdict), with the
     /// event's first leading keys as [`Policy::touch`] prepared them at `now` (past
-    /// `prepared`: hash here).
-    fn judge_into(
+    /// `prepared`: hash here). `COUNT` is `judge`'s `count`: a constant, so that deciding
+    /// carries no code for reading alone and rechecking none for counting.
+    fn judge_into<const COUNT: bool>(
         &self,
         event: &Event,
         now: Tick,
-        count: bool,
         prepared: &[Option<Prepared>],
         decision: &mut Decision,
     ) {
@@ -708,7 +695,7 @@ impl Policy {
                 continue;
             }
             let mut next_lead = lead;
-            lead += compiled.touches[family].len();
+            lead += compiled.leads[family];
             if !compiled.every_source && compiled.sources.longest_match(source).is_none() {
                 continue;
             }
@@ -729,14 +716,8 @@ impl Policy {
                     let sketches = [&self.counters[at[0]], &self.counters[at[1]]];
                     (key, Penalty { length, sketches })
                 });
-                // In force here, or set by another node of the cluster.
-                let serving = penalty.is_some_and(|(key, penalty)| {
-                    penalty.in_force(&key, now)
-                        || self
-                            .remote
-                            .as_ref()
-                            .is_some_and(|shared| shared.remote.penalised(&key, now))
-                });
+                let serving =
+                    penalty.is_some_and(|(key, penalty)| self.serving(&key, penalty, now));
                 if serving && decision.verdict == Verdict::Allow {
                     decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
                 }
@@ -745,7 +726,7 @@ impl Policy {
                 let (local, first) = if step.leads {
                     let counter = &self.counters[bound.counter];
                     let cap = bound.cap[family];
-                    group = if count {
+                    group = if COUNT {
                         let ready = prepared.get(next_lead).copied().flatten();
                         counter.observe_step(|| step.head.key(source), ready, weight, cap, now)
                     } else {
@@ -760,19 +741,10 @@ impl Policy {
                 // Without what the others are predicted to have added: a penalty starts only
                 // on counts.
                 let mut counted_estimate = local;
-                if let Some(shared) = &self.remote {
-                    let key = step.head.key(source);
+                if self.remote.is_some() {
                     // The event is reported to the cluster once per key, by the first limit.
-                    let counted = if count && first { weight } else { 0 };
-                    let counter = &self.counters[bound.counter];
-                    let rest = shared.with_rest(limit, estimate, || Suspect {
-                        key: &key,
-                        per: limit.rate.per,
-                        shape: compiled.shape,
-                        before: Before::new(estimate, counted, key.as_bytes(), counter, now),
-                        weight: counted,
-                        now,
-                    });
+                    let counted = if COUNT && first { weight } else { 0 };
+                    let rest = self.rest(compiled, step, source, local, counted, now);
                     counted_estimate = local.saturating_add(rest.counted);
                     estimate = counted_estimate.saturating_add(rest.ahead);
                 }
@@ -816,16 +788,67 @@ impl Policy {
                     decision.verdict = Verdict::Throttle(throttle);
                 }
                 if let Some((key, penalty)) =
-                    penalty.filter(|_| count && !serving && counted_estimate > limit.rate.count)
+                    penalty.filter(|_| COUNT && !serving && counted_estimate > limit.rate.count)
                 {
-                    // A mark is read back at once: the rule's other limits at this prefix then
-                    // see the penalty in force and do not mark again.
-                    penalty.mark(&key, now);
-                    if let Some(shared) = &self.remote {
-                        shared.remote.penalty_started(&key, penalty.length, now);
-                    }
+                    self.start_penalty(&key, penalty, now);
                 }
             }
+        }
+    }
+
+    /// Whether the source whose penalty key is `key` serves `penalty` at `now`: in force here,
+    /// or set by another node of the cluster. Out of line, as are [`Policy::rest`] and
+    /// [`Policy::start_penalty`]: inlined, their sketch reads and the cluster's calls made
+    /// `judge_into` larger and cost every frame instructions, rules with no penalty and
+    /// policies with no cluster too (see the README's filter speed).
+    #[inline(never)]
+    fn serving(&self, key: &LimitKey, penalty: Penalty<'_>, now: Tick) -> bool {
+        penalty.in_force(key, now)
+            || self
+                .remote
+                .as_ref()
+                .is_some_and(|shared| shared.remote.penalised(key, now))
+    }
+
+    /// The rest of the cluster's count for `source` under `step` of the rule `compiled`, whose
+    /// local estimate is `local`, `counted` of it from this event (see [`Shared::with_rest`]);
+    /// nothing outside a cluster. Out of line (see [`Policy::serving`]).
+    #[inline(never)]
+    fn rest(
+        &self,
+        compiled: &Compiled,
+        step: &Step,
+        source: Source,
+        local: u64,
+        counted: u64,
+        now: Tick,
+    ) -> Rest {
+        let Some(shared) = &self.remote else {
+            return Rest::default();
+        };
+        let bound = &compiled.limits[step.limit];
+        let limit = &bound.limit;
+        let counter = &self.counters[bound.counter];
+        let key = step.head.key(source);
+        shared.with_rest(limit, local, || Suspect {
+            key: &key,
+            per: limit.rate.per,
+            shape: compiled.shape,
+            before: Before::new(local, counted, key.as_bytes(), counter, now),
+            weight: counted,
+            now,
+        })
+    }
+
+    /// Marks `key` as serving `penalty` from `now` and tells the cluster.
+    #[cold]
+    #[inline(never)]
+    fn start_penalty(&self, key: &LimitKey, penalty: Penalty<'_>, now: Tick) {
+        // A mark is read back at once: the rule's other limits at this prefix then see the
+        // penalty in force and do not mark again.
+        penalty.mark(key, now);
+        if let Some(shared) = &self.remote {
+            shared.remote.penalty_started(key, penalty.length, now);
         }
     }
 }
@@ -888,6 +911,46 @@ fn pick<T>(
 #[inline]
 fn family(source: Source) -> usize {
     usize::from(!source.addr().is_ipv4())
+}
+
+/// The index of `transport` in [`Policy::touches`].
+#[inline]
+fn transport(transport: Transport) -> usize {
+    match transport {
+        Transport::Tcp => 0,
+        Transport::Udp => 1,
+        Transport::Other => 2,
+    }
+}
+
+/// [`Policy::touches`] for events over `transport` from sources of `family`: the leading
+/// steps (see [`Step::leads`]) of the `rules` of that transport, rule by rule, at most
+/// [`KEYS_PER_FRAME`]. `judge_into` observes a group of steps that count one key once, with
+/// the key of its first, so only those are prepared; past the last one prepared it hashes.
+fn touches(
+    rules: &[Compiled],
+    counters: &[Counter],
+    transport: Transport,
+    family: usize,
+) -> Vec<Touch> {
+    rules
+        .iter()
+        .filter(|compiled| compiled.protocol.matches(transport))
+        .flat_map(|compiled| {
+            compiled.steps[family]
+                .iter()
+                .filter(|step| step.leads)
+                .map(move |step| {
+                    let bound = &compiled.limits[step.limit];
+                    Touch {
+                        head: step.head,
+                        sketch: Arc::clone(counters[bound.counter].shared_sketch()),
+                        cap: bound.cap[family],
+                    }
+                })
+        })
+        .take(KEYS_PER_FRAME)
+        .collect()
 }
 
 /// The steps of a rule's `limits` in `order` for sources of `family`, counted at `prefix`.
