@@ -295,4 +295,14 @@ mod tests {
         let left = penalty.time_left(&key(1), start).unwrap();
         assert!(left >= length && left <= length + length / 1000, "{left:?}");
     }
+
+    #[test]
+    fn a_mark_weight_past_its_window_is_the_heaviest_not_a_division_by_zero() {
+        // `offset` never gives `into >= length`; the weight is still defined there (the
+        // divisor clamped to 1 ns), not a panic on the decide path.
+        let length = Duration::from_secs(60);
+        let heaviest = u64::try_from(length.as_nanos()).unwrap() * THRESHOLD;
+        assert_eq!(mark_weight(length, length.as_nanos()), heaviest);
+        assert_eq!(mark_weight(length, u128::MAX), heaviest);
+    }
 }
