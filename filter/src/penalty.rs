@@ -148,16 +148,7 @@ mod tests {
 
     /// A penalty length's two sketches, 1 MiB each.
     fn sketches() -> [Counter; 2] {
-        [false, true].map(|shifted| {
-            let share = Share {
-                counts: Counts::Penalties { shifted },
-                window: MINUTE,
-                bytes: 1 << 20,
-                named: false,
-            };
-            // 1 MiB is far above a sketch's least memory.
-            Counter::from_parts(share, share.builder().build().unwrap(), Vec::new())
-        })
+        sketches_of(MINUTE)
     }
 
     fn key(last: u8) -> LimitKey {
@@ -250,5 +241,68 @@ mod tests {
         assert!(in_force(MARGIN * THRESHOLD + 1, THRESHOLD));
         assert!(!in_force(MARGIN * THRESHOLD, THRESHOLD));
         assert!(!in_force(u64::MAX, u64::MAX));
+    }
+
+    /// A penalty of `length` reading `counters`.
+    fn penalty_of(length: Duration, counters: &[Counter; 2]) -> Penalty<'_> {
+        Penalty {
+            length,
+            sketches: [&counters[0], &counters[1]],
+        }
+    }
+
+    /// The two sketches of a penalty of `length`, 1 MiB each.
+    fn sketches_of(length: Duration) -> [Counter; 2] {
+        [false, true].map(|shifted| {
+            let share = Share {
+                counts: Counts::Penalties { shifted },
+                window: length,
+                bytes: 1 << 20,
+                named: false,
+            };
+            // 1 MiB is far above a sketch's least memory.
+            Counter::from_parts(share, share.builder().build().unwrap(), Vec::new())
+        })
+    }
+
+    #[test]
+    fn time_left_is_found_to_within_a_millionth_of_the_length() {
+        // A length whose millionth (1,999 ns) is far below its remainder by a million
+        // (500,000 ns): a search that stopped at the coarser step would end up to 0.5 ms late.
+        let length = Duration::from_nanos(1_999_500_000);
+        let counters = sketches_of(length);
+        let penalty = penalty_of(length, &counters);
+        let start = Tick::ZERO + length * 10;
+        penalty.mark(&key(1), start);
+        let left = penalty.time_left(&key(1), start).unwrap();
+        // Over at `left`, still in force a millionth of the length before it.
+        assert!(!penalty.in_force(&key(1), start + left), "{left:?}");
+        assert!(
+            penalty.in_force(&key(1), start + (left - length / 1_000_000)),
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn time_left_of_a_penalty_under_two_milliseconds_ends() {
+        // A millionth of 1 ms is 1 ns, the least step: the search must stop when its
+        // bounds are 1 ns apart (no midpoint between them), not loop there.
+        let length = Duration::from_millis(1);
+        let counters = sketches_of(length);
+        let penalty = penalty_of(length, &counters);
+        let start = Tick::ZERO + length * 10;
+        penalty.mark(&key(1), start);
+        let left = penalty.time_left(&key(1), start).unwrap();
+        assert!(left >= length && left <= length + length / 1000, "{left:?}");
+    }
+
+    #[test]
+    fn a_mark_weight_past_its_window_is_the_heaviest_not_a_division_by_zero() {
+        // `offset` never gives `into >= length`; the weight is still defined there (the
+        // divisor clamped to 1 ns), not a panic on the decide path.
+        let length = Duration::from_secs(60);
+        let heaviest = u64::try_from(length.as_nanos()).unwrap() * THRESHOLD;
+        assert_eq!(mark_weight(length, length.as_nanos()), heaviest);
+        assert_eq!(mark_weight(length, u128::MAX), heaviest);
     }
 }
