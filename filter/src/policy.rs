@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_sketch::{BuildError, Prepared, RateSketch, Stats, Tick};
+use tollgate_sketch::{BuildError, Moment, Prepared, RateSketch, Stats, Tick};
 
 use crate::budget::{self, Counts};
 use crate::config::Config;
@@ -134,6 +134,12 @@ const KEYS_PER_FRAME: usize = 8;
 /// cells fetched), in the order [`Policy::judge_into`] visits them: rule by rule (those of the
 /// event's protocol), each rule's steps in order. Only as many as `touch` returns are set.
 type FramePrepared = [Option<Prepared>; KEYS_PER_FRAME];
+
+/// The [`RateSketch::moment`] of each entry of [`Policy::touches`] at a call's tick, from the
+/// entry's own sketch, worked out on the first key that needs it: a call of
+/// [`Policy::decide_frames`] has one tick, so a window position and a hot keys' stamp per
+/// entry per call instead of per key.
+type CallMoments = [[[Option<Moment>; KEYS_PER_FRAME]; 2]; 3];
 
 /// The cap a limit of `count` passes to the sketch (`RateSketch::observe_capped`):
 /// [`EXACT_MULTIPLE`] times the count, plus one. A key is counted exactly up to it, so every
@@ -562,7 +568,8 @@ impl Policy {
     /// keys requested first, then each is decided, so the batch's memory misses overlap
     /// instead of coming one frame after another; each key is prepared once, in the first pass
     /// (hashed, its window position and the hot keys' answer worked out: see
-    /// [`RateSketch::prepare`]), and counted with that in the second (see the README's filter
+    /// [`RateSketch::prepare_at`], at a [`Moment`] worked out once a call for each sketch key
+    /// of the touch pass), and counted with that in the second (see the README's filter
     /// speed for what it gains).
     ///
     /// # Examples
@@ -582,6 +589,7 @@ impl Policy {
         let mut events = [None; FRAME_BATCH];
         let mut prepared = [[None; KEYS_PER_FRAME]; FRAME_BATCH];
         let mut keys = [0; FRAME_BATCH];
+        let mut moments: CallMoments = Default::default();
         for batch in frames.chunks(FRAME_BATCH) {
             // The batch's decisions are pushed in this pass, in order: a malformed frame's is
             // final, a parsed one's is `Allow` until the decide pass below sets it.
@@ -595,7 +603,7 @@ impl Policy {
                 match parse_source(frame) {
                     Ok((source, protocol)) => {
                         let parsed = Event::of_frame(frame, source, protocol);
-                        *keys = self.touch(&parsed, now, prepared);
+                        *keys = self.touch(&parsed, now, &mut moments, prepared);
                         *event = Some(parsed);
                         decisions.push(Decision::of(Verdict::Allow));
                     }
@@ -624,15 +632,28 @@ impl Policy {
     /// at its cap at `now`, see [`RateSketch::prepare`]): the sketch cells of every limit of
     /// every rule of its protocol (a rule its source does not match costs a wasted prefetch
     /// and hash, not a wrong decision). A key shared by adjacent limits is hashed and fetched
-    /// once. Returns how many keys it prepared.
-    fn touch(&self, event: &Event, now: Tick, prepared: &mut FramePrepared) -> usize {
+    /// once. Each key is prepared at its entry's moment in `moments` (worked out here for
+    /// `now` if it has none yet). Returns how many keys it prepared.
+    fn touch(
+        &self,
+        event: &Event,
+        now: Tick,
+        moments: &mut CallMoments,
+        prepared: &mut FramePrepared,
+    ) -> usize {
         let source = event.source;
-        let touches = &self.touches[transport(event.transport)][family(source)];
-        for (slot, touch) in prepared.iter_mut().zip(touches) {
+        let (transport, family) = (transport(event.transport), family(source));
+        let touches = &self.touches[transport][family];
+        for ((slot, touch), moment) in prepared
+            .iter_mut()
+            .zip(touches)
+            .zip(&mut moments[transport][family])
+        {
+            let moment = moment.get_or_insert_with(|| touch.sketch.moment(now));
             let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
             // The cap `judge_into` observes this step with; nothing is fetched for a key
             // already at its cap in this window.
-            *slot = Some(touch.sketch.prepare(hash, touch.cap, now));
+            *slot = Some(touch.sketch.prepare_at(hash, touch.cap, moment));
         }
         touches.len()
     }
@@ -1151,13 +1172,23 @@ mod tests {
         let mut prepared: FramePrepared = [None; KEYS_PER_FRAME];
         // The two 1 s limits share one key: two keys for TCP.
         assert_eq!(
-            policy.touch(&event(Transport::Tcp), Tick::ZERO, &mut prepared),
+            policy.touch(
+                &event(Transport::Tcp),
+                Tick::ZERO,
+                &mut Default::default(),
+                &mut prepared
+            ),
             2
         );
         assert!(prepared[..2].iter().all(Option::is_some) && prepared[2].is_none());
         let mut prepared: FramePrepared = [None; KEYS_PER_FRAME];
         assert_eq!(
-            policy.touch(&event(Transport::Udp), Tick::ZERO, &mut prepared),
+            policy.touch(
+                &event(Transport::Udp),
+                Tick::ZERO,
+                &mut Default::default(),
+                &mut prepared
+            ),
             1
         );
         assert!(prepared[0].is_some() && prepared[1].is_none());
