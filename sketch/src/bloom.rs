@@ -269,4 +269,41 @@ mod tests {
         assert_eq!(front.sight(KeyHash::of(1, b"k"), 0).0, Sighting::Again);
         assert_eq!(front.bits_set(0), 0);
     }
+
+    /// What a window exports of a register is the bits its keys set in that window, and only
+    /// those: a key sighted in window 3 is there for window 3, not for window 4 or 2.
+    #[test]
+    fn a_register_exports_the_bits_of_its_window() {
+        let front = Front::new(zeroed_atomics(1));
+        let h = KeyHash::of(1, b"k");
+        let _ = front.sight(h, 3);
+        assert_eq!(front.register_bits(0, 3), mask(h));
+        assert_eq!(front.register_bits(0, 4), 0);
+        assert_eq!(front.register_bits(0, 2), 0);
+    }
+
+    /// The fill statistic's denominator: 28 bits a window in each register.
+    #[test]
+    fn capacity_is_28_bits_per_register() {
+        assert_eq!(Front::new(zeroed_atomics(5)).capacity_bits(), 140);
+        assert_eq!(Front::new(zeroed_atomics(0)).capacity_bits(), 0);
+    }
+
+    /// Merging another sketch's window sets its bits beside the ones already there, in that
+    /// window only: a key the other sketch saw is seen here, and a key seen here stays seen.
+    #[test]
+    fn merged_bits_join_the_window_s_own() {
+        let front = Front::new(zeroed_atomics(1));
+        let (here, there) = (KeyHash::of(1, b"k"), KeyHash::of(1, b"j"));
+        assert_ne!(
+            mask(there) & !mask(here),
+            0,
+            "the keys need bits of their own"
+        );
+        let _ = front.sight(here, 3);
+        front.merge_register(0, mask(there), 3);
+        assert_eq!(front.register_bits(0, 3), mask(here) | mask(there));
+        assert_eq!(front.sight(there, 3).0, Sighting::Again);
+        assert_eq!(front.sight(here, 3).0, Sighting::Again);
+    }
 }

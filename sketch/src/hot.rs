@@ -323,4 +323,100 @@ mod tests {
         assert_eq!(HotKeys::new(0).bytes(), 0);
         assert!(!HotKeys::new(0).holds(hash(1), 0, 1));
     }
+
+    /// The module docs' "one word per note": a note is the key's hash XOR a mix of window and
+    /// cap, so two keys' notes of one window and cap differ exactly where their hashes do
+    /// (above the tag byte), and keys with distinct hashes never share a note.
+    #[test]
+    fn notes_of_one_window_and_cap_differ_exactly_where_the_hashes_do() {
+        let above_tag = !TAG_MASK;
+        let first = hash(0);
+        for n in 1..200 {
+            let other = hash(n);
+            for (window, cap) in [(0, 1), (5, 801), (300, 1 << 20), (u64::MAX - 1, 3)] {
+                let notes = HotKeys::note(first, Stamp::of(window), cap)
+                    ^ HotKeys::note(other, Stamp::of(window), cap);
+                let hashes = first.as_u64() ^ other.as_u64();
+                assert_eq!(
+                    notes & above_tag,
+                    hashes & above_tag,
+                    "key {n}, window {window}"
+                );
+            }
+        }
+    }
+
+    /// The mixes are bijective: no two windows (at one cap) nor two caps (in one window) give
+    /// one key the same note, not even caps that differ only in bits the cap's constant sets.
+    #[test]
+    fn no_two_windows_or_caps_give_a_key_the_same_note() {
+        let key = hash(1);
+        let high = |note: u64| note & !TAG_MASK;
+        let by_window: std::collections::HashSet<u64> = (0..1_000)
+            .map(|window| high(HotKeys::note(key, Stamp::of(window), 801)))
+            .collect();
+        assert_eq!(by_window.len(), 1_000);
+        let by_cap: std::collections::HashSet<u64> = (0..1_000)
+            .map(|cap| high(HotKeys::note(key, Stamp::of(5), cap)))
+            .collect();
+        assert_eq!(by_cap.len(), 1_000);
+    }
+
+    /// Each mix reaches every bit above the tag: over a few windows (at one cap), and over a
+    /// few caps (in one window), each of a key's 56 note bits takes both values.
+    #[test]
+    fn every_note_bit_moves_with_the_window_and_with_the_cap() {
+        let key = hash(1);
+        let moved = |notes: &mut dyn Iterator<Item = u64>| {
+            let first = notes.next().unwrap();
+            notes.fold(0, |moved, note| moved | (note ^ first))
+        };
+        let by_window =
+            moved(&mut (0..64).map(|window| HotKeys::note(key, Stamp::of(window), 801)));
+        let by_cap = moved(&mut (1..65).map(|cap| HotKeys::note(key, Stamp::of(5), cap)));
+        assert_eq!(by_window & !TAG_MASK, !TAG_MASK);
+        assert_eq!(by_cap & !TAG_MASK, !TAG_MASK);
+    }
+
+    /// `mix` is splitmix64's output function: the generator seeded with 0 gives these three
+    /// first values (Vigna's reference `splitmix64.c`), the state advancing by the constant.
+    #[test]
+    fn mix_gives_splitmix64_s_reference_values() {
+        let gamma = 0x9E37_79B9_7F4A_7C15_u64;
+        assert_eq!(mix(0), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(mix(gamma), 0x6E78_9E6A_A1B9_65F4);
+        assert_eq!(mix(gamma.wrapping_mul(2)), 0x06C4_5D18_8009_454F);
+    }
+
+    /// A key's two slots are always two (so one other key cannot push its note out), and the
+    /// hash's low six bits spread keys over all 56 ordered pairs of a line's eight slots.
+    #[test]
+    fn a_key_has_two_distinct_slots_and_keys_use_every_pair() {
+        let hot = HotKeys::new(4_096);
+        let mut pairs = std::collections::HashSet::new();
+        for n in 0..2_000 {
+            let place = hot.place(hash(n)).unwrap();
+            assert_ne!(place.first, place.second, "key {n}");
+            pairs.insert((place.first, place.second));
+        }
+        assert_eq!(pairs.len(), SLOTS * (SLOTS - 1));
+    }
+
+    /// With both slots free, an even coin writes the first slot and an odd one the second.
+    #[test]
+    fn a_free_key_takes_the_slot_its_coin_picks() {
+        for (coin, picks_first) in [(0, true), (1, false), (2, true), (3, false)] {
+            let hot = HotKeys::new(4_096);
+            let key = hash(1);
+            let place = hot.place(key).unwrap();
+            hot.note_capped(key, 5, 801, coin);
+            let line = &hot.lines[place.line].0;
+            let written = |slot: usize| line[slot].load(Ordering::Relaxed) != 0;
+            assert_eq!(
+                (written(place.first), written(place.second)),
+                (picks_first, !picks_first),
+                "coin {coin}"
+            );
+        }
+    }
 }

@@ -655,4 +655,37 @@ mod tests {
         assert_eq!(COUNTER.value_of(raise(word, 7, 1), 5), 0);
         assert_eq!(COUNTER.value_of(word, 4), 0);
     }
+
+    /// On a word that holds its window, `update` sets the current half to exactly what it
+    /// returns, lower or higher, as `with_current` does, and leaves the previous half alone.
+    /// (The sketch's own updates only raise; the contract does not depend on that.)
+    #[test]
+    fn updating_a_held_word_sets_its_current_half_exactly() {
+        let word = COUNTER.update_current(raise(0, 8, 4), 9, Fold::NONE, |_| 5);
+        for value in [2, 6, 0] {
+            let updated = COUNTER.update_current(word, 9, Fold::NONE, |_| value);
+            assert_eq!(updated, COUNTER.with_current(word, value));
+            assert_eq!(
+                COUNTER.halves(updated, 9),
+                Halves {
+                    current: value,
+                    previous: 4
+                }
+            );
+        }
+    }
+
+    /// A word's previous half answers for the window just before its own only: not for one
+    /// two back, nor for any window after the word's.
+    #[test]
+    fn the_previous_half_is_the_value_of_one_window_only() {
+        let word = raise(raise(0, 5, 2), 6, 1);
+        assert_eq!(
+            (COUNTER.value_of(word, 6), COUNTER.value_of(word, 5)),
+            (1, 2)
+        );
+        assert_eq!(COUNTER.value_of(word, 4), 0);
+        assert_eq!(COUNTER.value_of(word, 7), 0);
+        assert_eq!(COUNTER.value_of(word, 8), 0);
+    }
 }
