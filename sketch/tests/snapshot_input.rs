@@ -82,3 +82,40 @@ fn a_snapshot_of_another_window_length_is_refused() {
         })
     );
 }
+
+/// A snapshot carries the front's bits of its window: merged into another sketch, a key the
+/// first sketch had seen is no first sighting there (the front absorbs a key's first event
+/// once, cluster-wide), and the merged sketch exports the same bits again.
+#[test]
+fn front_bits_travel_with_a_snapshot() {
+    let (seen_there, merged, fresh) = (sketch(), sketch(), sketch());
+    let now = Tick::from_nanos(100);
+    let _ = seen_there.observe(b"key", 1, now);
+    let window = seen_there.window_index(now);
+    let snapshot = seen_there.export_window(window);
+    assert!(snapshot.front_bits().iter().any(|&bits| bits != 0));
+    merged
+        .merge_window(&snapshot, now)
+        .expect("same shape, current window");
+    assert_eq!(
+        merged.export_window(window).front_bits(),
+        snapshot.front_bits()
+    );
+    assert!(
+        fresh
+            .export_window(window)
+            .front_bits()
+            .iter()
+            .all(|&bits| bits == 0)
+    );
+    // Here the key's next event reads at least its second there (2: the first absorbed by
+    // that front, this one counted; here 3, each of two fronts owed a first event), not as
+    // a first sighting (1, in a sketch that never heard of the key).
+    let second = seen_there.observe(b"key", 1, now);
+    let (merged, fresh) = (
+        merged.observe(b"key", 1, now),
+        fresh.observe(b"key", 1, now),
+    );
+    assert_eq!((second, fresh), (2, 1));
+    assert!(merged >= second, "{merged} under {second}");
+}
