@@ -386,9 +386,9 @@ impl RateSketch {
 
     /// [`RateSketch::prepare`] at a tick worked out once for a batch: `moment`, from
     /// [`RateSketch::moment`] of this sketch (one of a sketch with windows of another length
-    /// is worked out again here, one compare a key otherwise). The same key prepared at the same tick either way
-    /// counts the same; this way the window's division and the hot keys' window mix are done
-    /// once per batch instead of once per key.
+    /// is worked out again here, one compare a key otherwise). The same key prepared at the
+    /// same tick either way counts the same; this way the window's division and the hot keys'
+    /// window mix are done once per batch instead of once per key.
     ///
     /// # Examples
     /// ```
@@ -406,7 +406,7 @@ impl RateSketch {
     #[inline(always)]
     pub fn prepare_at(&self, hash: KeyHash, cap: u64, moment: &Moment) -> Prepared {
         let moment = self.own(moment);
-        let noted = Self::notable(cap) && self.hot.holds_in(hash, moment.stamp, cap);
+        let noted = self.noted(hash, moment.stamp, cap);
         if !noted {
             self.touch(hash);
         }
@@ -463,7 +463,7 @@ impl RateSketch {
     /// already seen at its cap in that window (its next observe reads one word, in cache).
     #[inline]
     pub fn touch_capped(&self, hash: KeyHash, cap: u64, now: Tick) {
-        if !self.noted(hash, self.windows.position(now).index, cap) {
+        if !self.noted(hash, Stamp::of(self.windows.position(now).index), cap) {
             self.touch(hash);
         }
     }
@@ -475,10 +475,11 @@ impl RateSketch {
         (1..=u64::from(COUNT_MAX)).contains(&cap)
     }
 
-    /// Whether the key of `hash` was seen at `cap` in `window` (see [`crate::hot`]).
+    /// Whether the key of `hash` was seen at `cap` in the window of `window`'s stamp (see
+    /// [`crate::hot`]).
     #[inline]
-    fn noted(&self, hash: KeyHash, window: u64, cap: u64) -> bool {
-        Self::notable(cap) && self.hot.holds(hash, window, cap)
+    fn noted(&self, hash: KeyHash, window: Stamp, cap: u64) -> bool {
+        Self::notable(cap) && self.hot.holds_in(hash, window, cap)
     }
 
     /// Counts one event of `weight` for each of `keys` at `now`, capped at `cap` (`u64::MAX`:
