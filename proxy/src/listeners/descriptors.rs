@@ -203,4 +203,39 @@ upstreams = ["127.0.0.1:1"]
         assert_eq!(budget.default_sessions, 125);
         assert_eq!(budget.excess(&listeners), Some(250));
     }
+
+    /// The soft limit `raise` aims for under hard limit `hard` (as its docs say).
+    fn ceiling(hard: u64) -> u64 {
+        if hard == rlimit::INFINITY {
+            let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").unwrap();
+            nr_open.trim().parse().unwrap()
+        } else {
+            hard
+        }
+    }
+
+    #[test]
+    fn raise_lifts_the_soft_limit_to_the_ceiling_and_limit_reads_it() {
+        let (_, hard) = rlimit::Resource::NOFILE.get().unwrap();
+        let ceiling = ceiling(hard);
+        // One below the ceiling, so the raise has something to do (the test process may
+        // start at it) without taking descriptors from tests running alongside. No other
+        // unit test sets the limit (`Server::start` raises it, and no unit test starts one).
+        rlimit::Resource::NOFILE.set(ceiling - 1, hard).unwrap();
+        assert_eq!(limit(), ceiling - 1);
+        let raised = raise().unwrap();
+        let expected = FileLimit {
+            before: ceiling - 1,
+            after: ceiling,
+            hard,
+        };
+        assert_eq!(raised, expected);
+        assert_eq!(limit(), ceiling);
+        // At the ceiling already, raising again changes nothing.
+        let again = FileLimit {
+            before: ceiling,
+            ..expected
+        };
+        assert_eq!(raise().unwrap(), again);
+    }
 }

@@ -450,4 +450,17 @@ mod tests {
             assert!(!token.matches(other), "{other:?}");
         }
     }
+
+    #[test]
+    fn debug_output_names_the_token_without_showing_it() {
+        let access = Access {
+            token: Some(Token(b"s3cret".as_slice().into())),
+            everything: false,
+        };
+        let shown = format!("{access:?}");
+        assert!(
+            shown.contains("token: Some(Token(..))") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+    }
 }
