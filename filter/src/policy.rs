@@ -17,7 +17,7 @@ use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
 use crate::remote::{Before, Remote, Rest, Suspect};
-use crate::rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Transport, Weight};
+use crate::rules::{Action, Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
 
 mod explanation;
@@ -162,10 +162,14 @@ fn cap(count: u64) -> u64 {
 /// A rule made ready to decide with.
 #[derive(Debug)]
 struct Compiled {
-    /// [`Rule::id`], [`Rule::protocol`], [`Rule::weight`], [`Rule::action`] and
-    /// [`Rule::shadow`], next to what the decision path reads with them.
+    /// [`Rule::id`], [`Rule::weight`], [`Rule::action`] and [`Rule::shadow`], next to what
+    /// the decision path reads with them.
     id: RuleId,
-    protocol: ProtocolMatch,
+    /// The transports [`Rule::protocol`] matches, as bits (see [`transport_bit`]): one bit
+    /// test per rule, where matching the rule's protocol against the event's transport let
+    /// the compiler split `judge_into`'s rules loop into a copy per transport, picked per
+    /// event by a branch that mixed traffic takes at random (see the README's filter speed).
+    transports: u8,
     weight: Weight,
     action: Action,
     shadow: bool,
@@ -336,7 +340,10 @@ impl Policy {
                 let leads = |family: usize| steps[family].iter().filter(|s| s.leads).count();
                 Compiled {
                     id: rule.id,
-                    protocol: rule.protocol,
+                    transports: [Transport::Tcp, Transport::Udp, Transport::Other]
+                        .into_iter()
+                        .filter(|&t| rule.protocol.matches(t))
+                        .fold(0, |bits, t| bits | transport_bit(t)),
                     weight: rule.weight,
                     action: rule.action,
                     shadow: rule.shadow,
@@ -734,8 +741,9 @@ impl Policy {
         // The place in `prepared` of the next leading step: rules of the event's protocol, in
         // order, as `touch` set them.
         let mut lead = 0;
+        let bit = transport_bit(event.transport);
         for (index, compiled) in self.rules.iter().enumerate() {
-            if !compiled.protocol.matches(event.transport) {
+            if compiled.transports & bit == 0 {
                 continue;
             }
             let mut next_lead = lead;
@@ -967,6 +975,12 @@ fn transport(transport: Transport) -> usize {
     }
 }
 
+/// The bit of `transport` in [`Compiled::transports`].
+#[inline]
+fn transport_bit(transport: Transport) -> u8 {
+    1 << self::transport(transport)
+}
+
 /// [`Policy::touches`] for events over `transport` from sources of `family`: the leading
 /// steps (see [`Step::leads`]) of the `rules` of that transport, rule by rule, at most
 /// [`KEYS_PER_FRAME`]. `judge_into` observes a group of steps that count one key once, with
@@ -982,7 +996,7 @@ fn touches(
 ) -> Vec<Touch> {
     let leads = rules
         .iter()
-        .filter(|compiled| compiled.protocol.matches(transport))
+        .filter(|compiled| compiled.transports & transport_bit(transport) != 0)
         .flat_map(|compiled| {
             compiled.steps[family]
                 .iter()
