@@ -17,7 +17,7 @@ use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::prefix_map::PrefixMap;
 use crate::remote::{Before, Remote, Rest, Suspect};
-use crate::rules::{Action, Cidr, Limit, ProtocolMatch, Rule, Transport, Weight};
+use crate::rules::{Action, Cidr, Limit, Rule, Transport, Weight};
 use crate::verdict::{Decision, DenyReason, LimitRef, Throttle, Verdict};
 
 mod explanation;
@@ -135,11 +135,18 @@ const KEYS_PER_FRAME: usize = 8;
 /// event's protocol), each rule's steps in order. Only as many as `touch` returns are set.
 type FramePrepared = [Option<Prepared>; KEYS_PER_FRAME];
 
-/// The [`RateSketch::moment`] of each entry of [`Policy::touches`] at a call's tick, from the
-/// entry's own sketch, worked out on the first key that needs it: a call of
-/// [`Policy::decide_frames`] has one tick, so a window position and a hot keys' stamp per
-/// entry per call instead of per key.
-type CallMoments = [[[Option<Moment>; KEYS_PER_FRAME]; 2]; 3];
+/// How many of [`Policy::touched`]'s sketches get their [`Moment`] worked out once a call of
+/// [`Policy::decide_frames`]; a key of a sketch past these (a policy whose touch lists reach
+/// more limit periods) is prepared with its tick worked out for it alone.
+const CALL_MOMENTS: usize = 4;
+
+/// The [`RateSketch::moment`] of each of the first [`CALL_MOMENTS`] sketches of
+/// [`Policy::touched`] at a call's tick (see [`Policy::moments`]), `None` past the last: a
+/// call of [`Policy::decide_frames`] has one tick, so a window position and a hot keys' stamp
+/// per sketch per call instead of per key. All worked out before the first frame, not on a
+/// sketch's first use: the first-use check was a branch per key that the lists' first uses,
+/// falling at random in a call, made hard to predict (see the README's filter speed).
+type CallMoments = [Option<Moment>; CALL_MOMENTS];
 
 /// The cap a limit of `count` passes to the sketch (`RateSketch::observe_capped`):
 /// [`EXACT_MULTIPLE`] times the count, plus one. A key is counted exactly up to it, so every
@@ -155,10 +162,14 @@ fn cap(count: u64) -> u64 {
 /// A rule made ready to decide with.
 #[derive(Debug)]
 struct Compiled {
-    /// [`Rule::id`], [`Rule::protocol`], [`Rule::weight`], [`Rule::action`] and
-    /// [`Rule::shadow`], next to what the decision path reads with them.
+    /// [`Rule::id`], [`Rule::weight`], [`Rule::action`] and [`Rule::shadow`], next to what
+    /// the decision path reads with them.
     id: RuleId,
-    protocol: ProtocolMatch,
+    /// The transports [`Rule::protocol`] matches, as bits (see [`transport_bit`]): one bit
+    /// test per rule, where matching the rule's protocol against the event's transport let
+    /// the compiler split `judge_into`'s rules loop into a copy per transport, picked per
+    /// event by a branch that mixed traffic takes at random (see the README's filter speed).
+    transports: u8,
     weight: Weight,
     action: Action,
     shadow: bool,
@@ -192,13 +203,15 @@ struct Step {
     leads: bool,
 }
 
-/// A leading step of a rule as [`Policy::touch`] reads it: its key's head, its sketch and its
-/// cap for the step's family.
+/// A leading step of a rule as [`Policy::touch`] reads it: its key's head, its sketch, its
+/// cap for the step's family, and its sketch's place in [`Policy::touched`] (so in a call's
+/// [`CallMoments`]).
 #[derive(Debug)]
 struct Touch {
     head: KeyHead,
     sketch: Arc<RateSketch>,
     cap: u64,
+    moment: usize,
 }
 
 /// An immutable policy: swap a new one in to reload (see [`crate::Filter`]).
@@ -217,6 +230,9 @@ pub struct Policy {
     /// every rule of that transport, rule by rule, each rule's in order (the order
     /// [`Policy::judge_into`] visits them in), at most [`KEYS_PER_FRAME`].
     touches: [[Vec<Touch>; 2]; 3],
+    /// The sketches of `touches`' entries, each once, in order of first use (see
+    /// [`Touch::moment`]).
+    touched: Vec<Arc<RateSketch>>,
     counters: Vec<Counter>,
     /// The rest of a cluster, if this node is part of one.
     remote: Option<Shared>,
@@ -324,7 +340,10 @@ impl Policy {
                 let leads = |family: usize| steps[family].iter().filter(|s| s.leads).count();
                 Compiled {
                     id: rule.id,
-                    protocol: rule.protocol,
+                    transports: [Transport::Tcp, Transport::Udp, Transport::Other]
+                        .into_iter()
+                        .filter(|&t| rule.protocol.matches(t))
+                        .fold(0, |bits, t| bits | transport_bit(t)),
                     weight: rule.weight,
                     action: rule.action,
                     shadow: rule.shadow,
@@ -350,8 +369,15 @@ impl Policy {
                 .map(|c| (*c, (false, *c)))
                 .chain(config.deny.iter().map(|c| (*c, (true, *c)))),
         );
-        let touches = [Transport::Tcp, Transport::Udp, Transport::Other]
-            .map(|transport| [0, 1].map(|family| touches(&rules, &counters, transport, family)));
+        // The counters the touch lists count into, each once, in order of first use.
+        let mut touched = Vec::new();
+        let touches = [Transport::Tcp, Transport::Udp, Transport::Other].map(|transport| {
+            [0, 1].map(|family| touches(&rules, &counters, transport, family, &mut touched))
+        });
+        let touched = touched
+            .iter()
+            .map(|&counter| Arc::clone(counters[counter].shared_sketch()))
+            .collect();
         Policy {
             config,
             no_lists: lists.is_empty(),
@@ -359,6 +385,7 @@ impl Policy {
             runtime: Arc::default(),
             rules,
             touches,
+            touched,
             counters,
             remote: None,
         }
@@ -568,8 +595,8 @@ impl Policy {
     /// keys requested first, then each is decided, so the batch's memory misses overlap
     /// instead of coming one frame after another; each key is prepared once, in the first pass
     /// (hashed, its window position and the hot keys' answer worked out: see
-    /// [`RateSketch::prepare_at`], at a [`Moment`] worked out once a call for each sketch key
-    /// of the touch pass), and counted with that in the second (see the README's filter
+    /// [`RateSketch::prepare_at`], at a [`Moment`] worked out once a call for each sketch the
+    /// touch pass counts into), and counted with that in the second (see the README's filter
     /// speed for what it gains).
     ///
     /// # Examples
@@ -589,7 +616,7 @@ impl Policy {
         let mut events = [None; FRAME_BATCH];
         let mut prepared = [[None; KEYS_PER_FRAME]; FRAME_BATCH];
         let mut keys = [0; FRAME_BATCH];
-        let mut moments: CallMoments = Default::default();
+        let moments = self.moments(now);
         for batch in frames.chunks(FRAME_BATCH) {
             // The batch's decisions are pushed in this pass, in order: a malformed frame's is
             // final, a parsed one's is `Allow` until the decide pass below sets it.
@@ -603,7 +630,7 @@ impl Policy {
                 match parse_source(frame) {
                     Ok((source, protocol)) => {
                         let parsed = Event::of_frame(frame, source, protocol);
-                        *keys = self.touch(&parsed, now, &mut moments, prepared);
+                        *keys = self.touch(&parsed, now, &moments, prepared);
                         *event = Some(parsed);
                         decisions.push(Decision::of(Verdict::Allow));
                     }
@@ -627,33 +654,36 @@ impl Policy {
         }
     }
 
+    /// The moments of the sketches a call of [`Policy::decide_frames`] at `now` prepares keys
+    /// for (see [`CallMoments`]).
+    fn moments(&self, now: Tick) -> CallMoments {
+        std::array::from_fn(|i| self.touched.get(i).map(|sketch| sketch.moment(now)))
+    }
+
     /// Prepares the sketch keys deciding `event` counts into `prepared` (see
     /// [`FramePrepared`]): hashes them and requests their cache lines (none for a key already
     /// at its cap at `now`, see [`RateSketch::prepare`]): the sketch cells of every limit of
     /// every rule of its protocol (a rule its source does not match costs a wasted prefetch
     /// and hash, not a wrong decision). A key shared by adjacent limits is hashed and fetched
-    /// once. Each key is prepared at its entry's moment in `moments` (worked out here for
-    /// `now` if it has none yet). Returns how many keys it prepared.
+    /// once. Each key is prepared at its sketch's moment in `moments`, `Self::moments(now)`
+    /// (or at `now`, past them). Returns how many keys it prepared.
     fn touch(
         &self,
         event: &Event,
         now: Tick,
-        moments: &mut CallMoments,
+        moments: &CallMoments,
         prepared: &mut FramePrepared,
     ) -> usize {
         let source = event.source;
-        let (transport, family) = (transport(event.transport), family(source));
-        let touches = &self.touches[transport][family];
-        for ((slot, touch), moment) in prepared
-            .iter_mut()
-            .zip(touches)
-            .zip(&mut moments[transport][family])
-        {
-            let moment = moment.get_or_insert_with(|| touch.sketch.moment(now));
+        let touches = &self.touches[transport(event.transport)][family(source)];
+        for (slot, touch) in prepared.iter_mut().zip(touches) {
             let hash = touch.sketch.hash(touch.head.key(source).as_bytes());
             // The cap `judge_into` observes this step with; nothing is fetched for a key
             // already at its cap in this window.
-            *slot = Some(touch.sketch.prepare_at(hash, touch.cap, moment));
+            *slot = Some(match moments.get(touch.moment) {
+                Some(Some(moment)) => touch.sketch.prepare_at(hash, touch.cap, moment),
+                _ => touch.sketch.prepare(hash, touch.cap, now),
+            });
         }
         touches.len()
     }
@@ -711,8 +741,9 @@ impl Policy {
         // The place in `prepared` of the next leading step: rules of the event's protocol, in
         // order, as `touch` set them.
         let mut lead = 0;
+        let bit = transport_bit(event.transport);
         for (index, compiled) in self.rules.iter().enumerate() {
-            if !compiled.protocol.matches(event.transport) {
+            if compiled.transports & bit == 0 {
                 continue;
             }
             let mut next_lead = lead;
@@ -944,34 +975,52 @@ fn transport(transport: Transport) -> usize {
     }
 }
 
+/// The bit of `transport` in [`Compiled::transports`].
+#[inline]
+fn transport_bit(transport: Transport) -> u8 {
+    1 << self::transport(transport)
+}
+
 /// [`Policy::touches`] for events over `transport` from sources of `family`: the leading
 /// steps (see [`Step::leads`]) of the `rules` of that transport, rule by rule, at most
 /// [`KEYS_PER_FRAME`]. `judge_into` observes a group of steps that count one key once, with
 /// the key of its first, so only those are prepared; past the last one prepared it hashes.
+/// Each entry's counter is found in `touched` (the counters of the lists built so far, each
+/// once), or added to it, and the entry's [`Touch::moment`] is its place there.
 fn touches(
     rules: &[Compiled],
     counters: &[Counter],
     transport: Transport,
     family: usize,
+    touched: &mut Vec<usize>,
 ) -> Vec<Touch> {
-    rules
+    let leads = rules
         .iter()
-        .filter(|compiled| compiled.protocol.matches(transport))
+        .filter(|compiled| compiled.transports & transport_bit(transport) != 0)
         .flat_map(|compiled| {
             compiled.steps[family]
                 .iter()
                 .filter(|step| step.leads)
-                .map(move |step| {
-                    let bound = &compiled.limits[step.limit];
-                    Touch {
-                        head: step.head,
-                        sketch: Arc::clone(counters[bound.counter].shared_sketch()),
-                        cap: bound.cap[family],
-                    }
-                })
+                .map(move |step| (step, &compiled.limits[step.limit]))
         })
-        .take(KEYS_PER_FRAME)
-        .collect()
+        .take(KEYS_PER_FRAME);
+    let mut list = Vec::new();
+    for (step, bound) in leads {
+        let moment = touched
+            .iter()
+            .position(|&counter| counter == bound.counter)
+            .unwrap_or_else(|| {
+                touched.push(bound.counter);
+                touched.len() - 1
+            });
+        list.push(Touch {
+            head: step.head,
+            sketch: Arc::clone(counters[bound.counter].shared_sketch()),
+            cap: bound.cap[family],
+            moment,
+        });
+    }
+    list
 }
 
 /// The steps of a rule's `limits` in `order` for sources of `family`, counted at `prefix`.
@@ -1175,7 +1224,7 @@ mod tests {
             policy.touch(
                 &event(Transport::Tcp),
                 Tick::ZERO,
-                &mut Default::default(),
+                &policy.moments(Tick::ZERO),
                 &mut prepared
             ),
             2
@@ -1186,12 +1235,37 @@ mod tests {
             policy.touch(
                 &event(Transport::Udp),
                 Tick::ZERO,
-                &mut Default::default(),
+                &policy.moments(Tick::ZERO),
                 &mut prepared
             ),
             1
         );
         assert!(prepared[0].is_some() && prepared[1].is_none());
+    }
+
+    /// Every touch list's entry finds its own sketch at its moment's place, and the sketches
+    /// a call works moments out for are the touch lists' ones, each once: two periods, two
+    /// sketches, whichever lists reach them.
+    #[test]
+    fn each_touch_reads_the_moment_of_its_own_sketch() {
+        let config = Config::parse(
+            "[sketch]\nmemory = \"1MiB\"\n\
+             [[rule]]\nname = \"tcp\"\nprotocol = \"tcp\"\n\
+             limits = [{ rate = \"10/1s\" }, { rate = \"100/60s\" }]\n\
+             [[rule]]\nname = \"udp\"\nprotocol = \"udp\"\n\
+             limits = [{ rate = \"100/60s\" }, { rate = \"10/1s\" }]\n",
+        )
+        .unwrap();
+        let policy = Policy::compile(config, None).unwrap();
+        assert_eq!(policy.touched.len(), 2);
+        assert!(!Arc::ptr_eq(&policy.touched[0], &policy.touched[1]));
+        let entries: Vec<&Touch> = policy.touches.iter().flatten().flatten().collect();
+        assert_eq!(entries.len(), 8);
+        for touch in entries {
+            assert!(Arc::ptr_eq(&policy.touched[touch.moment], &touch.sketch));
+        }
+        let moments = policy.moments(Tick::ZERO);
+        assert!(moments[..2].iter().all(Option::is_some) && moments[2].is_none());
     }
 
     #[test]
