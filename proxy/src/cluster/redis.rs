@@ -693,8 +693,11 @@ mod tests {
         role: &'static [u8],
         /// The dataset id a round's `GET` finds (the connect reads `ID`).
         held: Option<&'static str>,
-        /// Whether `EVALSHA` refuses as the script does in another dataset.
-        refuse: bool,
+        /// The error `EVALSHA` answers with, if any (the script's refusal to write into
+        /// another dataset, say).
+        refuse: Option<&'static [u8]>,
+        /// `SENTINEL get-master-addr-by-name`'s reply.
+        sentinel: &'static [u8],
         /// The counters `EVALSHA` finds, by key (absent ones hold 0).
         counters: Vec<(Vec<u8>, i64)>,
         /// What `ZRANGEBYSCORE` holds: (member, score).
@@ -708,7 +711,8 @@ mod tests {
             Answers {
                 role: b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n",
                 held: Some(ID),
-                refuse: false,
+                refuse: None,
+                sentinel: b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n",
                 counters: Vec::new(),
                 live: Vec::new(),
             }
@@ -739,6 +743,7 @@ mod tests {
             let reply = match &args[0][..] {
                 b"SCRIPT" => bulk(&[b'a'; 40]),
                 b"ROLE" => self.role.to_vec(),
+                b"SENTINEL" => self.sentinel.to_vec(),
                 b"INFO" => bulk(b"# Server\r\nredis_version:7.0.15\r\nrun_id:r1\r\n"),
                 b"TIME" => array(&[bulk(b"1700000000"), bulk(b"012345")]),
                 b"GET" if args[1].ends_with(b":dataset") => match (in_round, self.held) {
@@ -767,9 +772,8 @@ mod tests {
         /// `SCRIPT` as Redis runs it: `EVALSHA sha numkeys dataset-key (current previous)...
         /// dataset (ttl add-current add-previous)...`.
         fn push(&mut self, args: &[Vec<u8>]) -> (Vec<u8>, u64) {
-            if self.refuse {
-                let text = b"-TOLLGATE_DATASET the dataset id changed: Redis lost its data\r\n";
-                return (text.to_vec(), 2);
+            if let Some(error) = self.refuse {
+                return (error.to_vec(), 2);
             }
             let keys = usize::try_from(number(&args[2])).unwrap();
             let (counters, argv) = (&args[4..3 + keys], &args[3 + keys..]);
@@ -848,6 +852,23 @@ mod tests {
         (address, serve)
     }
 
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// A link to a scripted Redis with `answers` (cluster `c`), and what the Redis will have
+    /// exchanged once the link is dropped.
+    async fn connect(
+        answers: Answers,
+    ) -> (
+        Result<Link, LinkError>,
+        tokio::task::JoinHandle<Vec<Exchange>>,
+    ) {
+        let (address, serve) = scripted(answers).await;
+        let target = Target { address, tls: None };
+        let dataset = dataset_key("c");
+        let link = Link::connect(target, None, "node", &dataset, TIMEOUT).await;
+        (link, serve)
+    }
+
     /// Connects to a scripted Redis with `answers` and runs one round of `pushes` and
     /// `add` (penalties started here, also added back as if Redis had lost them).
     async fn round_with(
@@ -855,13 +876,8 @@ mod tests {
         pushes: &[Push],
         add: &[([u8; tollgate_filter::LimitKey::LEN], u64)],
     ) -> (Result<Round, LinkError>, Vec<Exchange>) {
-        let (address, serve) = scripted(answers).await;
-        let target = Target { address, tls: None };
-        let timeout = Duration::from_secs(5);
-        let dataset = dataset_key("c");
-        let mut link = Link::connect(target, None, "node", &dataset, timeout)
-            .await
-            .expect("a master");
+        let (link, serve) = connect(answers).await;
+        let mut link = link.expect("a master");
         assert_eq!((link.run_id.as_str(), link.dataset.as_str()), ("r1", ID));
         let set = penalty_set("c");
         let penalties = Penalties {
@@ -877,7 +893,7 @@ mod tests {
             now_ms: penalties.now_ms,
             token: "t",
         };
-        let round = link.round(pushes, &penalties, &lists, timeout).await;
+        let round = link.round(pushes, &penalties, &lists, TIMEOUT).await;
         drop(link);
         (round, serve.await.unwrap())
     }
@@ -899,18 +915,27 @@ mod tests {
     async fn a_round_reads_what_redis_answers_and_costs_what_crossed_the_wire() {
         // 513 suspects: two EVALSHA, of 512 and 1.
         let pushes = pushes(BATCH as u64 + 1);
-        let live_key = [9u8; tollgate_filter::LimitKey::LEN];
+        // Five penalties in force (ten items in the reply: two digits in its length).
+        let live: Vec<_> = (0..5u8)
+            .map(|i| {
+                (
+                    [i; tollgate_filter::LimitKey::LEN],
+                    1_700_000_060_000 + u64::from(i),
+                )
+            })
+            .collect();
         let answers = Answers {
             // The previous window of suspect 1 (nothing added to it) holds 40 already.
             counters: vec![(pushes[1].previous.clone(), 40)],
             // A member of another length than a penalty key's is no penalty key.
-            live: vec![
-                (live_key.to_vec(), 1_700_000_060_000),
-                (b"short".to_vec(), 1_700_000_070_000),
-            ],
+            live: live
+                .iter()
+                .map(|(key, until)| (key.to_vec(), *until))
+                .chain([(b"short".to_vec(), 1_700_000_070_000)])
+                .collect(),
             ..Answers::default()
         };
-        let (round, exchanges) = round_with(answers, &pushes, &[(live_key, 9)]).await;
+        let (round, exchanges) = round_with(answers, &pushes, &live[..1]).await;
         let round = round.expect("a round");
         let mut expected: Vec<Totals> = pushes
             .iter()
@@ -919,26 +944,145 @@ mod tests {
         expected[1].1 = 40;
         assert_eq!(round.totals, expected);
         assert_eq!(round.redis_ns, 1_700_000_000_012_345_000);
-        assert_eq!(round.live, [(live_key, 1_700_000_060_000)]);
+        assert_eq!(round.live, live);
         assert_eq!(round.lists_version.as_deref(), Some("v7"));
         let evalsha = exchanges.iter().filter(|e| e.args[0] == b"EVALSHA");
         assert_eq!(
             evalsha.map(|e| e.args.len()).collect::<Vec<_>>(),
             [4 + 5 * BATCH + 1, 4 + 5 + 1]
         );
-        // Every byte sent is counted, and every byte of the replies read (not those ignored).
+        assert_eq!(round.cost, on_the_wire(&exchanges));
+        // Without penalties to add, no expiry to set.
+        let (round, exchanges) = round_with(Answers::default(), &pushes[..1], &[]).await;
+        assert!(exchanges.iter().all(|e| e.args[0] != b"PEXPIRE"));
+        assert_eq!(round.expect("a round").cost, on_the_wire(&exchanges));
+    }
+
+    /// What a round's exchanges cost: every byte sent, every byte of the replies read (not
+    /// those ignored), and the commands Redis ran.
+    fn on_the_wire(exchanges: &[Exchange]) -> Cost {
         let read = [&b"TIME"[..], b"GET", b"EVALSHA", b"ZRANGEBYSCORE"];
+        Cost {
+            sent: exchanges.iter().map(|e| e.request as u64).sum(),
+            received: exchanges
+                .iter()
+                .filter(|e| read.contains(&&e.args[0][..]))
+                .map(|e| e.reply as u64)
+                .sum(),
+            commands: exchanges.iter().map(|e| e.ran).sum(),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_master_is_written_to() {
+        let roles: [(&[u8], Option<&str>); 5] = [
+            (b"*3\r\n+master\r\n:0\r\n*0\r\n", None),
+            (
+                b"*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6379\r\n$9\r\nconnected\r\n:0\r\n",
+                Some("slave"),
+            ),
+            (b"*3\r\n+slave\r\n$1\r\nx\r\n:0\r\n", Some("slave")),
+            (b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n", None),
+            (b"*0\r\n", Some("None")),
+        ];
+        for (role, refused) in roles {
+            let (link, _) = connect(Answers {
+                role,
+                ..Answers::default()
+            })
+            .await;
+            let refusal = link.err().map(|error| {
+                let refusal = error.downcast_ref::<Refusal>().expect("a refusal").clone();
+                assert!(
+                    refusal
+                        .to_string()
+                        .starts_with("not a master (ROLE answered ")
+                );
+                refusal
+            });
+            let expected = refused.map(|role| Refusal::NotMaster(role.to_owned()));
+            assert_eq!(refusal, expected, "{}", String::from_utf8_lossy(role));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_round_into_another_dataset_is_refused_as_such_and_other_errors_are_not() {
+        let pushes = pushes(2);
+        let lost = |held: Option<&str>| Refusal::DatasetChanged {
+            read: ID.to_owned(),
+            held: held.map(str::to_owned),
+        };
+        let cases = [
+            (
+                Some("18f2a9c3b4d5f-fedcba9876543210"),
+                None,
+                Some(lost(Some("18f2a9c3b4d5f-fedcba9876543210"))),
+            ),
+            (None, None, Some(lost(None))),
+            (
+                Some(ID),
+                Some(&b"-TOLLGATE_DATASET the dataset id changed: Redis lost its data\r\n"[..]),
+                Some(lost(None)),
+            ),
+            (
+                Some(ID),
+                Some(&b"-NOSCRIPT No matching script\r\n"[..]),
+                None,
+            ),
+        ];
+        for (held, refuse, expected) in cases {
+            let answers = Answers {
+                held,
+                refuse,
+                ..Answers::default()
+            };
+            let (round, _) = round_with(answers, &pushes, &[]).await;
+            let error = round.expect_err("no round");
+            assert_eq!(
+                error.downcast_ref::<Refusal>(),
+                expected.as_ref(),
+                "{error}"
+            );
+        }
         assert_eq!(
-            round.cost,
-            Cost {
-                sent: exchanges.iter().map(|e| e.request as u64).sum(),
-                received: exchanges
-                    .iter()
-                    .filter(|e| read.contains(&&e.args[0][..]))
-                    .map(|e| e.reply as u64)
-                    .sum(),
-                commands: exchanges.iter().map(|e| e.ran).sum(),
-            }
+            lost(None).to_string(),
+            format!("the dataset id {ID:?} read at connect is gone (FLUSHALL, eviction)")
         );
+    }
+
+    #[tokio::test]
+    async fn redis_time_and_the_sentinels_master_are_read_as_answered() {
+        let (link, _) = connect(Answers::default()).await;
+        let time = link.expect("a master").time(TIMEOUT).await.expect("a time");
+        assert_eq!(time, 1_700_000_000_012_345_000);
+        let sentinel = |reply: &'static [u8]| async move {
+            let (address, _) = scripted(Answers {
+                sentinel: reply,
+                ..Answers::default()
+            })
+            .await;
+            master_of(Target { address, tls: None }, "m", TIMEOUT).await
+        };
+        let (address, host) = sentinel(b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n")
+            .await
+            .expect("a master");
+        assert_eq!(
+            (address, host.as_str()),
+            (SocketAddr::from(([127, 0, 0, 1], 6380)), "127.0.0.1")
+        );
+        let unknown = sentinel(b"*-1\r\n").await.expect_err("no master");
+        assert!(
+            unknown.to_string().contains("does not know master `m`"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn the_cluster_keys_are_named_as_documented_and_dataset_ids_never_repeat() {
+        assert_eq!(dataset_key("c"), b"tollgate:c:dataset");
+        assert_eq!(penalty_set("c"), b"tollgate:c:penalties");
+        let (one, two) = (new_dataset_id(), new_dataset_id());
+        assert_ne!(one, two);
+        assert!(one.len() > 17 && one.contains('-'), "{one}");
     }
 }
