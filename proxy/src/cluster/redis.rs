@@ -1085,4 +1085,19 @@ mod tests {
         assert_ne!(one, two);
         assert!(one.len() > 17 && one.contains('-'), "{one}");
     }
+
+    #[test]
+    fn a_password_file_is_read_trimmed_and_an_empty_one_refused() {
+        let path =
+            std::env::temp_dir().join(format!("tollgate-redis-password-{}", std::process::id()));
+        let source = TokenSource::File(path.clone());
+        std::fs::write(&path, "  s3cret \n").unwrap();
+        assert_eq!(read_password(&source).as_deref(), Ok("s3cret"));
+        std::fs::write(&path, " \n").unwrap();
+        let empty = read_password(&source).expect_err("no password");
+        assert!(empty.ends_with("holds no password"), "{empty}");
+        std::fs::remove_file(&path).unwrap();
+        let missing = read_password(&source).expect_err("no file");
+        assert!(missing.starts_with("[cluster] password_file "), "{missing}");
+    }
 }
