@@ -116,4 +116,14 @@ mod tests {
         assert_eq!(reading.error, Duration::from_secs(1));
         assert_eq!(clock.origin_ns(), 999 * SECOND);
     }
+
+    #[test]
+    fn a_shift_moves_the_windows_by_as_much_until_the_next_reading() {
+        let clock = RedisClock::new(1000 * SECOND);
+        clock.shift(-2 * SECOND as i64);
+        assert_eq!(clock.origin_ns(), 998 * SECOND);
+        assert_eq!(clock.ms(Tick::ZERO), 998_000);
+        clock.shift(5 * SECOND as i64);
+        assert_eq!(clock.ms(Tick::ZERO), 1_003_000);
+    }
 }

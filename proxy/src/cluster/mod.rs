@@ -173,11 +173,12 @@
 //!   expires 2 periods after its last write; Redis reclaims expired keys lazily, so `DBSIZE`
 //!   may lag). So `3 x (107 + c) x` the distinct suspects of the last two periods. Measured:
 //!   1,000 sources all over their limit, 3,003 counters, 312 kB.
-//! - **Bytes per node per second:** about `k x (166 + 2c) / s` sent and `k x 14 / s`
+//! - **Bytes per node per second:** about `k x (166 + 2c) / s` sent and `k x 12 / s`
 //!   received (the RESP sizes, counted exactly by `tollgate_cluster_sent_bytes_total` and
 //!   `_received_bytes_total`), plus per round the dataset id's `GET` (`37 + c` bytes sent,
 //!   37 received) and per `EVALSHA` its key and value (`61 + c` bytes). Measured (before the
-//!   8-byte tag, 16 bytes less per suspect, and before the dataset id):
+//!   8-byte tag, 16 bytes less per suspect, before the dataset id, and received counting 2
+//!   bytes a suspect too many):
 //!   271 kB/s sent and 23 kB/s received with 401 suspects (1k sources, Zipf 1.1); 734 kB/s
 //!   and 64 kB/s with 922 (1k sources, all over the limit); 196 kB/s with 273 (10M sources,
 //!   Zipf); 1.2 kB/s when only one source is near its limit (100k or 10M sources, uniform).

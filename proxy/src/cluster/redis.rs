@@ -488,7 +488,8 @@ impl Link {
             cost.received += 3 + digits(reply.len() as u64) as u64;
             for pair in reply.chunks(2) {
                 let count = |i: usize| pair.get(i).copied().unwrap_or(0).max(0) as u64;
-                cost.received += (4 + digits(count(0)) + 4 + digits(count(1))) as u64;
+                // An integer reply each: `:`, the digits, `\r\n`.
+                cost.received += (3 + digits(count(0)) + 3 + digits(count(1))) as u64;
                 totals.push((count(0), count(1)));
             }
         }
@@ -672,5 +673,431 @@ mod tests {
         assert_eq!(digits(0), 1);
         assert_eq!(digits(10), 2);
         assert_eq!(Script::new(SCRIPT).get_hash().len(), 40);
+    }
+
+    /// One command as a scripted Redis read it, and its reply.
+    #[derive(Debug)]
+    struct Exchange {
+        args: Vec<Vec<u8>>,
+        /// Bytes of the command and of the reply, as they crossed the wire.
+        request: usize,
+        reply: usize,
+        /// Commands Redis would have run for it (the script's own inside `EVALSHA`).
+        ran: u64,
+    }
+
+    /// How the scripted Redis answers.
+    #[derive(Clone, Debug)]
+    struct Answers {
+        /// `ROLE`'s reply.
+        role: &'static [u8],
+        /// The dataset id a round's `GET` finds (the connect reads `ID`).
+        held: Option<&'static str>,
+        /// The error `EVALSHA` answers with, if any (the script's refusal to write into
+        /// another dataset, say).
+        refuse: Option<&'static [u8]>,
+        /// `SENTINEL get-master-addr-by-name`'s reply.
+        sentinel: &'static [u8],
+        /// The counters `EVALSHA` finds, by key (absent ones hold 0).
+        counters: Vec<(Vec<u8>, i64)>,
+        /// What `ZRANGEBYSCORE` holds: (member, score).
+        live: Vec<(Vec<u8>, u64)>,
+    }
+
+    const ID: &str = "18f2a9c3b4d5e-0123456789abcdef";
+
+    impl Default for Answers {
+        fn default() -> Answers {
+            Answers {
+                role: b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n",
+                held: Some(ID),
+                refuse: None,
+                sentinel: b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n",
+                counters: Vec::new(),
+                live: Vec::new(),
+            }
+        }
+    }
+
+    fn bulk(text: &[u8]) -> Vec<u8> {
+        let mut out = format!("${}\r\n", text.len()).into_bytes();
+        out.extend_from_slice(text);
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    fn array(items: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", items.len()).into_bytes();
+        items.iter().for_each(|item| out.extend_from_slice(item));
+        out
+    }
+
+    fn number(text: &[u8]) -> u64 {
+        std::str::from_utf8(text).unwrap().parse().unwrap()
+    }
+
+    impl Answers {
+        /// The reply to `args` (the push script emulated on `counters`), and the commands
+        /// Redis ran for it.
+        fn reply(&mut self, args: &[Vec<u8>], in_round: bool) -> (Vec<u8>, u64) {
+            let reply = match &args[0][..] {
+                b"SCRIPT" => bulk(&[b'a'; 40]),
+                b"ROLE" => self.role.to_vec(),
+                b"SENTINEL" => self.sentinel.to_vec(),
+                b"INFO" => bulk(b"# Server\r\nredis_version:7.0.15\r\nrun_id:r1\r\n"),
+                b"TIME" => array(&[bulk(b"1700000000"), bulk(b"012345")]),
+                b"GET" if args[1].ends_with(b":dataset") => match (in_round, self.held) {
+                    (false, _) => bulk(ID.as_bytes()),
+                    (true, Some(held)) => bulk(held.as_bytes()),
+                    (true, None) => b"$-1\r\n".to_vec(),
+                },
+                b"GET" => bulk(b"v7"),
+                b"EVALSHA" => return self.push(args),
+                b"ZRANGEBYSCORE" => array(
+                    &self
+                        .live
+                        .iter()
+                        .flat_map(|(member, until)| {
+                            [bulk(member), bulk(until.to_string().as_bytes())]
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                b"ZADD" | b"PEXPIRE" => b":1\r\n".to_vec(),
+                b"ZREMRANGEBYSCORE" => b":0\r\n".to_vec(),
+                _ => b"+OK\r\n".to_vec(),
+            };
+            (reply, 1)
+        }
+
+        /// `SCRIPT` as Redis runs it: `EVALSHA sha numkeys dataset-key (current previous)...
+        /// dataset (ttl add-current add-previous)...`.
+        fn push(&mut self, args: &[Vec<u8>]) -> (Vec<u8>, u64) {
+            if let Some(error) = self.refuse {
+                return (error.to_vec(), 2);
+            }
+            let keys = usize::try_from(number(&args[2])).unwrap();
+            let (counters, argv) = (&args[4..3 + keys], &args[3 + keys..]);
+            assert_eq!(argv[0], ID.as_bytes());
+            assert_eq!(argv.len(), 1 + counters.len() / 2 * 3, "ARGV per suspect");
+            let (mut out, mut ran) = (Vec::new(), 2);
+            for (i, key) in counters.iter().enumerate() {
+                let delta = number(&argv[1 + i / 2 * 3 + 1 + i % 2]);
+                let held = match self.counters.iter_mut().find(|(k, _)| k == key) {
+                    Some((_, count)) => count,
+                    None => {
+                        self.counters.push((key.clone(), 0));
+                        &mut self.counters.last_mut().unwrap().1
+                    }
+                };
+                *held += i64::try_from(delta).unwrap();
+                ran += if delta > 0 { 2 } else { 1 };
+                out.push(format!(":{held}\r\n").into_bytes());
+            }
+            (array(&out), ran)
+        }
+    }
+
+    /// Reads one command (an array of bulk strings) and its size; `None` at the end.
+    async fn command<R>(reader: &mut R) -> Option<(Vec<Vec<u8>>, usize)>
+    where
+        R: tokio::io::AsyncBufRead + Unpin,
+    {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+        let mut line = Vec::new();
+        let mut size = reader.read_until(b'\n', &mut line).await.ok()?;
+        if size == 0 {
+            return None;
+        }
+        let count = number(&line[1..line.len() - 2]);
+        let mut args = Vec::new();
+        for _ in 0..count {
+            line.clear();
+            size += reader.read_until(b'\n', &mut line).await.ok()?;
+            let mut arg = vec![0; usize::try_from(number(&line[1..line.len() - 2])).unwrap() + 2];
+            size += reader.read_exact(&mut arg).await.ok()?;
+            arg.truncate(arg.len() - 2);
+            args.push(arg);
+        }
+        Some((args, size))
+    }
+
+    /// A Redis on a loopback port answering one connection with `answers`; what it
+    /// exchanged from the round's `TIME` on.
+    async fn scripted(
+        mut answers: Answers,
+    ) -> (SocketAddr, tokio::task::JoinHandle<Vec<Exchange>>) {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let serve = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (reader, mut writer) = stream.into_split();
+            let mut reader = tokio::io::BufReader::new(reader);
+            let mut round = Vec::new();
+            while let Some((args, request)) = command(&mut reader).await {
+                let in_round = !round.is_empty() || args[0] == b"TIME";
+                let (reply, ran) = answers.reply(&args, in_round);
+                writer.write_all(&reply).await.unwrap();
+                if in_round {
+                    round.push(Exchange {
+                        args,
+                        request,
+                        reply: reply.len(),
+                        ran,
+                    });
+                }
+            }
+            round
+        });
+        (address, serve)
+    }
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// A link to a scripted Redis with `answers` (cluster `c`), and what the Redis will have
+    /// exchanged once the link is dropped.
+    async fn connect(
+        answers: Answers,
+    ) -> (
+        Result<Link, LinkError>,
+        tokio::task::JoinHandle<Vec<Exchange>>,
+    ) {
+        let (address, serve) = scripted(answers).await;
+        let target = Target { address, tls: None };
+        let dataset = dataset_key("c");
+        let link = Link::connect(target, None, "node", &dataset, TIMEOUT).await;
+        (link, serve)
+    }
+
+    /// Connects to a scripted Redis with `answers` and runs one round of `pushes` and
+    /// `add` (penalties started here, also added back as if Redis had lost them).
+    async fn round_with(
+        answers: Answers,
+        pushes: &[Push],
+        add: &[([u8; tollgate_filter::LimitKey::LEN], u64)],
+    ) -> (Result<Round, LinkError>, Vec<Exchange>) {
+        let (link, serve) = connect(answers).await;
+        let mut link = link.expect("a master");
+        assert_eq!((link.run_id.as_str(), link.dataset.as_str()), ("r1", ID));
+        let set = penalty_set("c");
+        let penalties = Penalties {
+            set: &set,
+            add,
+            again: add,
+            now_ms: 1_700_000_000_012,
+        };
+        let keys = super::super::lists::Keys::new("c");
+        let lists = Outgoing {
+            keys: &keys,
+            changes: &[],
+            now_ms: penalties.now_ms,
+            token: "t",
+        };
+        let round = link.round(pushes, &penalties, &lists, TIMEOUT).await;
+        drop(link);
+        (round, serve.await.unwrap())
+    }
+
+    fn pushes(count: u64) -> Vec<Push> {
+        let key = [3u8; tollgate_filter::LimitKey::LEN];
+        (0..count)
+            .map(|i| Push {
+                current: key_name("c", 1, &key, 1000, 2 * i + 1),
+                previous: key_name("c", 1, &key, 1000, 2 * i),
+                ttl_ms: 2000 + i,
+                add_current: [0, 7, 12_345][usize::try_from(i % 3).unwrap()],
+                add_previous: if i % 5 == 0 { 300 } else { 0 },
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_round_reads_what_redis_answers_and_costs_what_crossed_the_wire() {
+        // 513 suspects: two EVALSHA, of 512 and 1.
+        let pushes = pushes(BATCH as u64 + 1);
+        // Five penalties in force (ten items in the reply: two digits in its length).
+        let live: Vec<_> = (0..5u8)
+            .map(|i| {
+                (
+                    [i; tollgate_filter::LimitKey::LEN],
+                    1_700_000_060_000 + u64::from(i),
+                )
+            })
+            .collect();
+        let answers = Answers {
+            // The previous window of suspect 1 (nothing added to it) holds 40 already.
+            counters: vec![(pushes[1].previous.clone(), 40)],
+            // A member of another length than a penalty key's is no penalty key.
+            live: live
+                .iter()
+                .map(|(key, until)| (key.to_vec(), *until))
+                .chain([(b"short".to_vec(), 1_700_000_070_000)])
+                .collect(),
+            ..Answers::default()
+        };
+        let (round, exchanges) = round_with(answers, &pushes, &live[..1]).await;
+        let round = round.expect("a round");
+        let mut expected: Vec<Totals> = pushes
+            .iter()
+            .map(|p| (p.add_current, p.add_previous))
+            .collect();
+        expected[1].1 = 40;
+        assert_eq!(round.totals, expected);
+        assert_eq!(round.redis_ns, 1_700_000_000_012_345_000);
+        assert_eq!(round.live, live);
+        assert_eq!(round.lists_version.as_deref(), Some("v7"));
+        let evalsha = exchanges.iter().filter(|e| e.args[0] == b"EVALSHA");
+        assert_eq!(
+            evalsha.map(|e| e.args.len()).collect::<Vec<_>>(),
+            [4 + 5 * BATCH + 1, 4 + 5 + 1]
+        );
+        assert_eq!(round.cost, on_the_wire(&exchanges));
+        // Without penalties to add, no expiry to set.
+        let (round, exchanges) = round_with(Answers::default(), &pushes[..1], &[]).await;
+        assert!(exchanges.iter().all(|e| e.args[0] != b"PEXPIRE"));
+        assert_eq!(round.expect("a round").cost, on_the_wire(&exchanges));
+    }
+
+    /// What a round's exchanges cost: every byte sent, every byte of the replies read (not
+    /// those ignored), and the commands Redis ran.
+    fn on_the_wire(exchanges: &[Exchange]) -> Cost {
+        let read = [&b"TIME"[..], b"GET", b"EVALSHA", b"ZRANGEBYSCORE"];
+        Cost {
+            sent: exchanges.iter().map(|e| e.request as u64).sum(),
+            received: exchanges
+                .iter()
+                .filter(|e| read.contains(&&e.args[0][..]))
+                .map(|e| e.reply as u64)
+                .sum(),
+            commands: exchanges.iter().map(|e| e.ran).sum(),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_master_is_written_to() {
+        let roles: [(&[u8], Option<&str>); 5] = [
+            (b"*3\r\n+master\r\n:0\r\n*0\r\n", None),
+            (
+                b"*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6379\r\n$9\r\nconnected\r\n:0\r\n",
+                Some("slave"),
+            ),
+            (b"*3\r\n+slave\r\n$1\r\nx\r\n:0\r\n", Some("slave")),
+            (b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n", None),
+            (b"*0\r\n", Some("None")),
+        ];
+        for (role, refused) in roles {
+            let (link, _) = connect(Answers {
+                role,
+                ..Answers::default()
+            })
+            .await;
+            let refusal = link.err().map(|error| {
+                let refusal = error.downcast_ref::<Refusal>().expect("a refusal").clone();
+                assert!(
+                    refusal
+                        .to_string()
+                        .starts_with("not a master (ROLE answered ")
+                );
+                refusal
+            });
+            let expected = refused.map(|role| Refusal::NotMaster(role.to_owned()));
+            assert_eq!(refusal, expected, "{}", String::from_utf8_lossy(role));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_round_into_another_dataset_is_refused_as_such_and_other_errors_are_not() {
+        let pushes = pushes(2);
+        let lost = |held: Option<&str>| Refusal::DatasetChanged {
+            read: ID.to_owned(),
+            held: held.map(str::to_owned),
+        };
+        let cases = [
+            (
+                Some("18f2a9c3b4d5f-fedcba9876543210"),
+                None,
+                Some(lost(Some("18f2a9c3b4d5f-fedcba9876543210"))),
+            ),
+            (None, None, Some(lost(None))),
+            (
+                Some(ID),
+                Some(&b"-TOLLGATE_DATASET the dataset id changed: Redis lost its data\r\n"[..]),
+                Some(lost(None)),
+            ),
+            (
+                Some(ID),
+                Some(&b"-NOSCRIPT No matching script\r\n"[..]),
+                None,
+            ),
+        ];
+        for (held, refuse, expected) in cases {
+            let answers = Answers {
+                held,
+                refuse,
+                ..Answers::default()
+            };
+            let (round, _) = round_with(answers, &pushes, &[]).await;
+            let error = round.expect_err("no round");
+            assert_eq!(
+                error.downcast_ref::<Refusal>(),
+                expected.as_ref(),
+                "{error}"
+            );
+        }
+        assert_eq!(
+            lost(None).to_string(),
+            format!("the dataset id {ID:?} read at connect is gone (FLUSHALL, eviction)")
+        );
+    }
+
+    #[tokio::test]
+    async fn redis_time_and_the_sentinels_master_are_read_as_answered() {
+        let (link, _) = connect(Answers::default()).await;
+        let time = link.expect("a master").time(TIMEOUT).await.expect("a time");
+        assert_eq!(time, 1_700_000_000_012_345_000);
+        let sentinel = |reply: &'static [u8]| async move {
+            let (address, _) = scripted(Answers {
+                sentinel: reply,
+                ..Answers::default()
+            })
+            .await;
+            master_of(Target { address, tls: None }, "m", TIMEOUT).await
+        };
+        let (address, host) = sentinel(b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n")
+            .await
+            .expect("a master");
+        assert_eq!(
+            (address, host.as_str()),
+            (SocketAddr::from(([127, 0, 0, 1], 6380)), "127.0.0.1")
+        );
+        let unknown = sentinel(b"*-1\r\n").await.expect_err("no master");
+        assert!(
+            unknown.to_string().contains("does not know master `m`"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn the_cluster_keys_are_named_as_documented_and_dataset_ids_never_repeat() {
+        assert_eq!(dataset_key("c"), b"tollgate:c:dataset");
+        assert_eq!(penalty_set("c"), b"tollgate:c:penalties");
+        let (one, two) = (new_dataset_id(), new_dataset_id());
+        assert_ne!(one, two);
+        assert!(one.len() > 17 && one.contains('-'), "{one}");
+    }
+
+    #[test]
+    fn a_password_file_is_read_trimmed_and_an_empty_one_refused() {
+        let path =
+            std::env::temp_dir().join(format!("tollgate-redis-password-{}", std::process::id()));
+        let source = TokenSource::File(path.clone());
+        std::fs::write(&path, "  s3cret \n").unwrap();
+        assert_eq!(read_password(&source).as_deref(), Ok("s3cret"));
+        std::fs::write(&path, " \n").unwrap();
+        let empty = read_password(&source).expect_err("no password");
+        assert!(empty.ends_with("holds no password"), "{empty}");
+        std::fs::remove_file(&path).unwrap();
+        let missing = read_password(&source).expect_err("no file");
+        assert!(missing.starts_with("[cluster] password_file "), "{missing}");
     }
 }

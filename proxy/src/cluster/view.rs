@@ -179,4 +179,45 @@ mod tests {
         assert_eq!(Rest { own: 0, ..rest }.at(10_150, 5).ahead, 0);
         assert_eq!(Rest::sliding([10, 40], 1000, 10_250), 40);
     }
+
+    #[test]
+    fn only_a_new_suspect_the_others_have_not_counted_is_unsettled() {
+        let rest = Rest {
+            first_ms: 10_000,
+            ..Rest::default()
+        };
+        assert!(rest.unsettled(10_099, 100));
+        assert!(
+            !rest.unsettled(10_100, 100),
+            "read first a sync interval ago"
+        );
+        assert!(!rest.unsettled(10_500, 100));
+        assert!(!Rest { current: 1, ..rest }.unsettled(10_050, 100));
+        assert!(
+            !Rest {
+                previous: 1,
+                ..rest
+            }
+            .unsettled(10_050, 100)
+        );
+    }
+
+    #[test]
+    fn the_view_hashes_a_suspect_hash_as_it_is() {
+        let hash = |value: u64| {
+            let mut hasher = Prehashed::default();
+            hasher.write_u64(value);
+            hasher.finish()
+        };
+        assert_eq!(hash(0x0123_4567_89ab_cdef), 0x0123_4567_89ab_cdef);
+        assert_eq!(hash(7), 7);
+        // Bytes (no suspect's hash comes as bytes) are mixed in, not dropped.
+        let bytes = |bytes: &[u8]| {
+            let mut hasher = Prehashed::default();
+            hasher.write(bytes);
+            hasher.finish()
+        };
+        assert_eq!(bytes(&[1, 2]), 0x0102);
+        assert_ne!(bytes(&[1, 2]), bytes(&[1, 3]));
+    }
 }
