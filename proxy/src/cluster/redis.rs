@@ -329,9 +329,7 @@ impl Link {
         )
         .await
         .map_err(|_| LinkError::from("timed out"))??;
-        Ok(seconds
-            .saturating_mul(1_000_000_000)
-            .saturating_add(micros.saturating_mul(1_000)))
+        Ok(unix_nanos(seconds, micros))
     }
 
     /// Runs one round: Redis's `TIME`, then every push, in one pipelined round trip bounded by
@@ -456,7 +454,7 @@ impl Link {
             .parse::<u64>()
             .ok()
             .zip(micros.parse::<u64>().ok())
-            .map(|(s, us)| s.saturating_mul(1_000_000_000).saturating_add(us * 1_000))
+            .map(|(s, us)| unix_nanos(s, us))
             .ok_or_else(|| format!("TIME answered {seconds:?} {micros:?}"))?;
         if replies.is_empty() {
             return Err("no reply to the dataset id's GET".into());
@@ -485,13 +483,7 @@ impl Link {
         let mut totals = Vec::with_capacity(pushes.len());
         for reply in replies {
             let reply: Vec<i64> = redis::from_redis_value(reply)?;
-            cost.received += 3 + digits(reply.len() as u64) as u64;
-            for pair in reply.chunks(2) {
-                let count = |i: usize| pair.get(i).copied().unwrap_or(0).max(0) as u64;
-                // An integer reply each: `:`, the digits, `\r\n`.
-                cost.received += (3 + digits(count(0)) + 3 + digits(count(1))) as u64;
-                totals.push((count(0), count(1)));
-            }
+            cost.received += push_totals(&reply, &mut totals)?;
         }
         if totals.len() != pushes.len() {
             return Err(format!("{} counts for {} suspects", totals.len(), pushes.len()).into());
@@ -610,6 +602,36 @@ pub(crate) fn read_password(source: &TokenSource) -> Result<String, String> {
 /// Decimal digits of `n`.
 pub(crate) fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// Redis's `TIME` (seconds and microseconds) in unix nanoseconds, saturating: a reply no Redis
+/// gives (microseconds past `u64::MAX / 1000`) reads as the far future, never wraps.
+fn unix_nanos(seconds: u64, micros: u64) -> u64 {
+    seconds
+        .saturating_mul(1_000_000_000)
+        .saturating_add(micros.saturating_mul(1_000))
+}
+
+/// Reads one `EVALSHA`'s reply, the current and previous window's cluster-wide totals of each
+/// of its suspects in turn, into `totals`; returns the reply's bytes as they crossed the wire.
+/// A reply of an odd number of integers is refused (one of its suspects would get a total
+/// Redis never sent); a negative total, which only a write from outside the cluster leaves,
+/// reads as 0.
+fn push_totals(reply: &[i64], totals: &mut Vec<(u64, u64)>) -> Result<u64, String> {
+    if reply.len() % 2 != 0 {
+        return Err(format!(
+            "a push's reply holds {} totals, not two a suspect",
+            reply.len()
+        ));
+    }
+    // An integer reply each: `:`, the sign, the digits, `\r\n`.
+    let integer = |n: i64| 3 + u64::from(n < 0) + digits(n.unsigned_abs()) as u64;
+    let mut received = 3 + digits(reply.len() as u64) as u64;
+    for pair in reply.chunks_exact(2) {
+        received += integer(pair[0]) + integer(pair[1]);
+        totals.push((pair[0].max(0) as u64, pair[1].max(0) as u64));
+    }
+    Ok(received)
 }
 
 /// Bytes of a RESP array of bulk strings of these lengths: `*N\r\n`, then `$len\r\n` +
@@ -1099,5 +1121,27 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let missing = read_password(&source).expect_err("no file");
         assert!(missing.starts_with("[cluster] password_file "), "{missing}");
+    }
+
+    #[test]
+    fn time_past_what_redis_gives_saturates() {
+        assert_eq!(unix_nanos(1_700_000_000, 12_345), 1_700_000_000_012_345_000);
+        assert_eq!(unix_nanos(0, u64::MAX / 999), u64::MAX);
+        assert_eq!(unix_nanos(u64::MAX / 999, 0), u64::MAX);
+    }
+
+    #[test]
+    fn a_push_reply_is_read_in_pairs_and_counted_as_sent() {
+        let mut totals = Vec::new();
+        // `*4\r\n:40\r\n:0\r\n:-3\r\n:7\r\n`
+        let received = push_totals(&[40, 0, -3, 7], &mut totals);
+        assert_eq!(received, Ok(4 + 5 + 4 + 5 + 4));
+        assert_eq!(totals, [(40, 0), (0, 7)]);
+        let odd = push_totals(&[40, 0, 5], &mut totals);
+        assert_eq!(
+            odd,
+            Err("a push's reply holds 3 totals, not two a suspect".into())
+        );
+        assert_eq!(totals.len(), 2, "nothing of a refused reply is kept");
     }
 }
