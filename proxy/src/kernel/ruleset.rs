@@ -360,4 +360,17 @@ mod tests {
         assert_eq!(rules.add(&[], false), "");
         assert_eq!(rules.delete(), "delete table inet tollgate\n");
     }
+
+    #[test]
+    fn the_table_is_named_as_configured() {
+        // The name a reload's replace deletes when the next config renames the table: a
+        // wrong one would leave the old table (and its drops) in force beside the new.
+        let config = KernelConfig {
+            table: "edge_guard".to_owned(),
+            ..KernelConfig::default()
+        };
+        let rules = Ruleset::new(&config, Vec::<SocketAddr>::new(), Vec::<SocketAddr>::new());
+        assert_eq!(rules.table(), "edge_guard");
+        assert!(rules.create().starts_with("table inet edge_guard\n"));
+    }
 }

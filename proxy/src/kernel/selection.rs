@@ -279,4 +279,38 @@ mod tests {
         let two = select(&policy, sources, 2.0, now, 2);
         assert_eq!(two, chosen[..2]);
     }
+
+    #[test]
+    fn a_source_exactly_at_factor_times_its_limit_is_in() {
+        // "Reached `factor` times a limit": 20 events under 10/10s at factor 2 is in, 19 is not.
+        let policy = policy(RULE);
+        let now = Tick::from_duration(Duration::from_secs(100));
+        flood(&policy, "192.0.2.1", 20, now);
+        flood(&policy, "192.0.2.2", 19, now);
+        let sources = ["192.0.2.1", "192.0.2.2"].map(|s| (s.parse().unwrap(), 0));
+        let chosen = select(&policy, sources, 2.0, now, 10);
+        let networks: Vec<IpAddr> = chosen.iter().map(|e| e.network).collect();
+        assert_eq!(
+            networks,
+            ["192.0.2.1".parse::<IpAddr>().unwrap()],
+            "{chosen:?}"
+        );
+    }
+
+    #[test]
+    fn past_the_cap_is_over_any_factor_and_at_it_is_not() {
+        // A factor above EXACT_MULTIPLE (8): an estimate of 8x the limit (80, counted exactly)
+        // is under it and stays out; one past it (81, the cap) is over any factor and goes in.
+        let policy = policy(RULE);
+        let now = Tick::from_duration(Duration::from_secs(100));
+        flood(&policy, "192.0.2.1", 80, now);
+        flood(&policy, "192.0.2.2", 81, now);
+        flood(&policy, "192.0.2.3", 500, now);
+        let at = |s: &str| s.parse::<IpAddr>().unwrap();
+        let sources = ["192.0.2.1", "192.0.2.2", "192.0.2.3"].map(|s| (at(s), 0));
+        let chosen = select(&policy, sources, 9.0, now, 10);
+        let mut networks: Vec<IpAddr> = chosen.iter().map(|e| e.network).collect();
+        networks.sort();
+        assert_eq!(networks, ["192.0.2.2", "192.0.2.3"].map(at), "{chosen:?}");
+    }
 }

@@ -207,4 +207,18 @@ mod tests {
         view.set([]);
         assert_eq!(view.hold(at("192.0.2.7"), now), None);
     }
+
+    #[test]
+    fn a_network_is_let_go_the_instant_its_timeout_ends() {
+        // The kernel's timeout ends at `until`: from then on the source is not held, and
+        // `/top`'s column reads `-`.
+        let view = View::new();
+        let now = Instant::now();
+        let source = "192.0.2.7".parse::<IpAddr>().unwrap();
+        view.set([((source, 32), Some(now))]);
+        assert_eq!(view.hold(source, now), None);
+        assert_eq!(view.column(source), "-");
+        view.set([((source, 32), None)]);
+        assert_eq!(view.column(source), "192.0.2.7/32 while denied");
+    }
 }
