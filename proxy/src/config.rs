@@ -1649,3 +1649,356 @@ impl fmt::Display for ProxyConfig {
         write!(f, "{}", self.policy)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The parser's bounds and refusals, each at its edge: what an operator's file may say and
+    //! what it must be refused for (a refused file keeps the running policy on reload).
+
+    use super::*;
+
+    const POLICY: &str =
+        "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"100/10s\" }]\n";
+
+    fn parse(proxy: &str) -> Result<ProxyConfig, ConfigErrors> {
+        ProxyConfig::parse(&format!("{proxy}\n{POLICY}"))
+    }
+
+    fn parsed(proxy: &str) -> ProxyConfig {
+        parse(proxy).unwrap_or_else(|e| panic!("refused:\n{proxy}\n{e}"))
+    }
+
+    /// The messages of a file that must be refused.
+    fn refusals(proxy: &str) -> Vec<String> {
+        match parse(proxy) {
+            Ok(_) => panic!("accepted:\n{proxy}"),
+            Err(e) => e.0.into_iter().map(|e| e.message).collect(),
+        }
+    }
+
+    fn refused(proxy: &str, needle: &str) {
+        let messages = refusals(proxy);
+        assert!(
+            messages.iter().any(|m| m.contains(needle)),
+            "`{needle}` not in {messages:?}"
+        );
+    }
+
+    fn listener(fields: &str) -> String {
+        format!(
+            "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:1\"\nupstreams = [\"127.0.0.1:2\"]\n{fields}"
+        )
+    }
+
+    const CLUSTER: &str = "[cluster]\nname = \"c\"\nredis = [\"127.0.0.2:6379\"]\n";
+
+    fn cluster(fields: &str) -> ClusterConfig {
+        parsed(&format!("{CLUSTER}{fields}"))
+            .cluster
+            .expect("a cluster")
+    }
+
+    fn kernel(fields: &str) -> KernelConfig {
+        parsed(&format!("[kernel]\n{fields}"))
+            .kernel
+            .expect("a kernel section")
+    }
+
+    /// One of `[cluster]`'s parts on its own: what it returns and how many errors it reported.
+    fn cluster_part<T>(text: &str, part: fn(&RawCluster, &mut Errors<'_>) -> T) -> (T, usize) {
+        let raw: RawCluster = toml::from_str(text).expect("a [cluster] body");
+        let mut errors = Errors(Checker::new(text));
+        let result = part(&raw, &mut errors);
+        (result, errors.0.into_errors().len())
+    }
+
+    #[test]
+    fn proxy_settings_are_read_and_zero_durations_refused() {
+        let config =
+            parsed("[proxy]\ndrain = \"3s\"\ndelay = \"250ms\"\nconnection_memory = \"2MiB\"");
+        assert_eq!(config.settings.drain, Duration::from_secs(3));
+        assert_eq!(config.settings.delay, Duration::from_millis(250));
+        assert_eq!(config.settings.connection_memory, 2 << 20);
+        assert_eq!(parsed("").settings, Settings::default());
+        refused("[proxy]\ndrain = \"0s\"", "must be longer than zero");
+    }
+
+    #[test]
+    fn connection_memory_has_a_floor_at_exactly_its_minimum() {
+        let at = |bytes: usize| format!("[proxy]\nconnection_memory = \"{bytes}\"");
+        let floor = MIN_CONNECTION_MEMORY;
+        assert_eq!(parsed(&at(floor)).settings.connection_memory, floor);
+        refused(&at(floor - 1), "is too small");
+    }
+
+    #[test]
+    fn state_file_names_a_file_and_its_interval_needs_it() {
+        let state = parsed("[proxy]\nstate_file = \"/var/lib/t/state\"\nstate_interval = \"5s\"")
+            .state
+            .expect("a state file");
+        assert_eq!(state.path, PathBuf::from("/var/lib/t/state"));
+        assert_eq!(state.interval, Duration::from_secs(5));
+        refused(
+            "[proxy]\nstate_file = \"/var/lib/t/\"",
+            "does not name a file",
+        );
+        refused("[proxy]\nstate_file = \"\"", "does not name a file");
+        refused("[proxy]\nstate_interval = \"5s\"", "without state_file");
+    }
+
+    #[test]
+    fn admin_section_is_on_unless_disabled() {
+        let admin = parsed("[admin]\nlisten = \"127.0.0.1:9191\"\nmax_connections = 5")
+            .admin
+            .expect("enabled by default");
+        assert_eq!(admin.listen, "127.0.0.1:9191".parse().unwrap());
+        assert_eq!(admin.max_connections, 5);
+        assert!(parsed("[admin]\nenabled = false").admin.is_none());
+        refused("[admin]\nmax_connections = 0", "use enabled = false");
+    }
+
+    #[test]
+    fn admin_beyond_loopback_needs_a_token() {
+        refused("[admin]\nlisten = \"0.0.0.0:9090\"", "without a token");
+        let env = parsed("[admin]\nlisten = \"0.0.0.0:9090\"\ntoken_env = \"TOKEN\"").admin;
+        assert_eq!(env.unwrap().token, Some(TokenSource::Env("TOKEN".into())));
+        let file = parsed("[admin]\nlisten = \"0.0.0.0:9090\"\ntoken_file = \"/t\"").admin;
+        assert_eq!(file.unwrap().token, Some(TokenSource::File("/t".into())));
+        // A bad token is one error, not also a missing one.
+        assert_eq!(
+            refusals("[admin]\nlisten = \"0.0.0.0:9090\"\ntoken_file = \"\"").len(),
+            1
+        );
+        for name in ["", "A=B", "A\\u0000B"] {
+            refused(
+                &format!("[admin]\ntoken_env = \"{name}\""),
+                "is not an environment variable name",
+            );
+        }
+    }
+
+    #[test]
+    fn listener_caps_of_zero_are_refused_and_others_kept() {
+        let l = &parsed(&listener(
+            "max_connections = 1000\nmax_connections_per_source = 3\nmax_connections_per_prefix = 7",
+        ))
+        .listeners[0];
+        assert_eq!(
+            (l.max_connections_per_source, l.max_connections_per_prefix),
+            (3, 7)
+        );
+        assert_eq!(l.max_header_waits, 250, "a quarter of max_connections");
+        for cap in ["max_connections_per_source", "max_connections_per_prefix"] {
+            refused(
+                &listener(&format!("{cap} = 0")),
+                "a cap of 0 refuses everyone",
+            );
+        }
+        let udp = |fields: &str| listener(&format!("protocol = \"udp\"\n{fields}"));
+        let l = &parsed(&udp(
+            "max_sessions = 9\nmax_sessions_per_source = 2\nmax_sessions_per_prefix = 4",
+        ))
+        .listeners[0];
+        assert_eq!(
+            (
+                l.max_sessions,
+                l.max_sessions_per_source,
+                l.max_sessions_per_prefix
+            ),
+            (Some(9), 2, 4)
+        );
+        refused(&udp("max_sessions = 0"), "max_sessions must be at least 1");
+        for cap in ["max_sessions_per_source", "max_sessions_per_prefix"] {
+            refused(&udp(&format!("{cap} = 0")), "a session cap of 0");
+        }
+    }
+
+    #[test]
+    fn network_caps_are_a_sixteenth_and_a_quarter_at_least_one() {
+        assert_eq!(network_caps(1000), (62, 250));
+        assert_eq!(network_caps(0), (1, 1));
+        assert_eq!(network_caps(usize::MAX), (u32::MAX, u32::MAX));
+    }
+
+    #[test]
+    fn a_listener_refuses_the_other_transports_fields() {
+        refused(&listener("session_timeout = \"5s\""), "is a UDP setting");
+        let udp = |fields: &str| listener(&format!("protocol = \"udp\"\n{fields}"));
+        refused(&udp("backlog = 10"), "is a TCP setting");
+        refused(
+            &udp("trusted_proxies = [\"10.0.0.0/8\"]"),
+            "is a TCP setting",
+        );
+        refused(&udp("send_proxy = \"v1\""), "has no UDP form");
+        let l = &parsed(&udp("trusted_proxies = []\nsend_proxy = \"v2\"")).listeners[0];
+        assert_eq!(l.send_proxy, SendProxy::V2);
+    }
+
+    #[test]
+    fn a_whole_config_prints_back_to_itself() {
+        let text = format!(
+            "[proxy]\nstate_file = \"/s\"\n[admin]\ntoken_env = \"T\"\n{}\nsend_proxy = \"v2\"\n\
+             {}\nprotocol = \"udp\"\nsend_proxy = \"v2\"\nsession_timeout = \"7s\"\n\
+             max_sessions = 9\nmax_sessions_per_source = 2\nmax_sessions_per_prefix = 4\n\
+             {CLUSTER}node = \"n\"\nthreshold = 0.5\nuser = \"u\"\npassword_env = \"P\"\n\
+             sentinels = [\"127.0.0.3:26379\"]\nmaster = \"m\"\ntls = true\nca_file = \"/ca\"\n\
+             client_cert = \"/c\"\nclient_key = \"/k\"\ntls_server_name = \"redis.test\"\n\
+             [kernel]\naction = \"reset\"\nfactor = 2.5\nrequired = true\n",
+            listener(""),
+            listener("").replace("\"l\"", "\"u\"")
+        );
+        let config = parsed(&text);
+        assert_eq!(config.cluster.as_ref().unwrap().threshold.get(), 0.5);
+        let printed = config.to_string();
+        assert_eq!(ProxyConfig::parse(&printed), Ok(config), "{printed}");
+        for line in [
+            "protocol = \"tcp\"",
+            "protocol = \"udp\"",
+            "action = \"reset\"",
+            "on_failure = \"local\"",
+        ] {
+            assert!(printed.contains(line), "{line} not in\n{printed}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_keeps_the_host_names_it_was_written_with() {
+        let text = "[cluster]\nname = \"c\"\ntls = true\n\
+                    redis = [\"localhost:6379\", \"127.0.0.2:6379\", \"[::1]:6379\"]\n";
+        let c = parsed(text).cluster.expect("a cluster");
+        let named = c.redis[0];
+        assert_eq!(c.server_name(named), "localhost");
+        assert_eq!(c.server_name(c.redis[1]), "127.0.0.2");
+        assert_eq!(c.server_name(c.redis[2]), "::1");
+        assert_eq!(c.hosts.len(), 1, "only names are kept: {:?}", c.hosts);
+        let written: Vec<String> = c.redis.iter().map(|&a| c.written(a)).collect();
+        assert_eq!(written, ["localhost:6379", "127.0.0.2:6379", "[::1]:6379"]);
+        let named = cluster("tls = true\ntls_server_name = \"redis.test\"");
+        assert_eq!(named.server_name(named.redis[0]), "redis.test");
+    }
+
+    #[test]
+    fn cluster_bounds_are_refused_past_their_edges() {
+        assert_eq!(cluster("").redis, vec!["127.0.0.2:6379".parse().unwrap()]);
+        assert_eq!(cluster("suspects = 1000").suspects, 1024);
+        assert_eq!(cluster("suspects = 8").suspects, 8);
+        assert_eq!(cluster("suspects = 16777216").suspects, 1 << 24);
+        for s in [7, 16_777_217] {
+            refused(
+                &format!("{CLUSTER}suspects = {s}"),
+                "use 8 to 16777216 slots",
+            );
+        }
+        refused(&format!("{CLUSTER}threshold = 0.0"), "not a fraction");
+        refused(
+            "[cluster]\nname = \"c\"\nredis = []",
+            "give at least one Redis address",
+        );
+    }
+
+    #[test]
+    fn cluster_tls_fields_need_tls_and_a_bad_one_fails_the_part() {
+        assert_eq!(cluster("").tls, None);
+        let tls = cluster("tls = true\nca_file = \"/ca\"").tls.expect("tls");
+        assert_eq!(tls.ca_file, Some(PathBuf::from("/ca")));
+        refused(&format!("{CLUSTER}ca_file = \"/ca\""), "needs `tls = true`");
+        for body in [
+            "tls = true\nca_file = \"\"",
+            "tls = true\nclient_cert = \"\"\nclient_key = \"/k\"",
+            "tls = true\nclient_cert = \"/c\"\nclient_key = \"\"",
+            "tls = true\ntls_server_name = \"a b\"",
+        ] {
+            let (tls, errors) = cluster_part(body, redis_tls);
+            assert_eq!((tls, errors), (None, 1), "{body}");
+        }
+    }
+
+    #[test]
+    fn sentinels_need_a_master_name_without_spaces() {
+        let s = cluster("sentinels = [\"127.0.0.3:26379\"]\nmaster = \"m\"")
+            .sentinel
+            .expect("sentinels");
+        assert_eq!(s.master, "m");
+        assert_eq!(s.sentinels, vec!["127.0.0.3:26379".parse().unwrap()]);
+        for master in ["", "a b", "a\\u0001b"] {
+            refused(
+                &format!("{CLUSTER}sentinels = [\"127.0.0.3:26379\"]\nmaster = \"{master}\""),
+                "has no spaces",
+            );
+        }
+        let body = "sentinels = [\"127.0.0.3:26379\", \"nowhere\"]\nmaster = \"m\"";
+        assert_eq!(cluster_part(body, sentinel), (None, 1));
+    }
+
+    #[test]
+    fn redis_auth_names_come_without_spaces_and_passwords_not_in_the_text() {
+        let auth = cluster("user = \"u\"\npassword_env = \"P\"")
+            .auth
+            .expect("auth");
+        assert_eq!(auth.user.as_deref(), Some("u"));
+        assert_eq!(auth.password, TokenSource::Env("P".into()));
+        for env in ["", "A=B", "A\\u0000B"] {
+            refused(
+                &format!("{CLUSTER}password_env = \"{env}\""),
+                "is not an environment variable name",
+            );
+        }
+        for user in ["", "a b", "a\\u0001b"] {
+            refused(
+                &format!("{CLUSTER}user = \"{user}\"\npassword_env = \"P\""),
+                "has no spaces",
+            );
+        }
+        refused(&format!("{CLUSTER}password = \"x\""), "is refused");
+    }
+
+    #[test]
+    fn kernel_factor_and_elements_are_bounded() {
+        let k = kernel("table = \"fast_path1\"\nfactor = 2.0\nmax_elements = 16777216");
+        assert_eq!(
+            (k.table.as_str(), k.factor, k.max_elements),
+            ("fast_path1", 2.0, 1 << 24)
+        );
+        assert_eq!(kernel("max_elements = 1").max_elements, 1);
+        for factor in ["0.5", "inf"] {
+            refused(&format!("[kernel]\nfactor = {factor}"), "is below 1");
+        }
+        for max in [0, 16_777_217] {
+            refused(&format!("[kernel]\nmax_elements = {max}"), "is not between");
+        }
+    }
+
+    #[test]
+    fn names_are_checked_at_both_ends() {
+        let letters = |n: usize| "a".repeat(n);
+        assert_eq!(nft_name(&letters(64)), Ok(letters(64)));
+        assert_eq!(nft_name("a_1"), Ok("a_1".to_owned()));
+        for bad in [letters(65), "1a".into(), "a-b".into(), String::new()] {
+            assert!(nft_name(&bad).is_err(), "{bad}");
+        }
+        assert_eq!(name("edge-1.a_b", "node"), Ok("edge-1.a_b".to_owned()));
+        assert_eq!(name(&letters(64), "node"), Ok(letters(64)));
+        for bad in [letters(65), "a b".into(), String::new()] {
+            assert!(name(&bad, "node").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_default_node_name_is_the_host_name() {
+        let node = cluster("").node;
+        assert_eq!(name(&node, "node"), Ok(node.clone()));
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        if name(host.trim(), "node").is_ok() {
+            assert_eq!(node, host.trim());
+        }
+    }
+
+    #[test]
+    fn errors_are_located_as_editors_read_them() {
+        let errors = ConfigErrors(vec![ConfigError::at("a\nbc", 3, "wrong")]);
+        assert_eq!(
+            located(std::path::Path::new("p.toml"), &errors),
+            "p.toml:2:2: wrong"
+        );
+    }
+}
