@@ -1363,8 +1363,7 @@ fn redis_auth(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<Option<RedisA
     }
 }
 
-/// A node or cluster name: 1 to 64 letters, digits, `.`, `_` or `-` (it goes into Redis key
-/// and client names).
+/// The `[kernel]` section, every field checked (see the README's kernel fast path).
 fn kernel(raw: &RawKernel, errors: &mut Errors<'_>) -> Option<KernelConfig> {
     let defaults = KernelConfig::default();
     // Each field is checked even after one failed, so every error is reported at once.
@@ -1431,6 +1430,8 @@ fn nft_name(text: &str) -> Result<String, String> {
     }
 }
 
+/// A node or cluster name: 1 to 64 letters, digits, `.`, `_` or `-` (it goes into Redis key
+/// and client names).
 fn name(text: &str, what: &str) -> Result<String, String> {
     let fits = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if (1..=64).contains(&text.len()) && text.chars().all(fits) {

@@ -12,6 +12,7 @@
 //! none to give, the arrays stay on small pages and nothing else changes.
 
 /// The huge page size this module asks for (x86_64 and aarch64 with 4 KiB base pages).
+#[cfg(all(target_os = "linux", not(loom)))]
 const HUGE_PAGE: usize = 2 << 20;
 
 /// Asks the kernel to back the whole huge pages inside `len` bytes at `start` with huge pages
