@@ -18,6 +18,9 @@
 //! frames' two keys per frame, built beforehand, through a sketch of the policy's shape with
 //! `RateSketch::prepare_at` / `observe_prepared` in batches of `FRAME_BATCH` frames (what the
 //! sketch's `observe_batch` does: the batch's tick worked out once, `RateSketch::moment`): no parse, no rules, no verdicts.
+//! `sketch_only_batched_streamed`: that floor with the memory streams the filter's batches
+//! have beside it (each frame read, a decision's bytes a frame written; see
+//! `sketch_only_streamed`).
 //! `TOLLGATE_BENCH_CLOCK=cpu` times by this thread's time on a CPU instead of wall time.
 //!
 //! For counting instructions (callgrind), `TOLLGATE_FRAMES_PASSES=N` skips criterion and runs
@@ -43,7 +46,7 @@ use criterion::{Criterion, Throughput, criterion_group};
 use tollgate_filter::{
     Config, Decision, FRAME_BATCH, Filter, LimitKey, Prefix, RuleId, Verdict, parse_frame,
 };
-use tollgate_sketch::{RateSketch, Tick};
+use tollgate_sketch::{Prepared, RateSketch, Tick};
 
 const FRAMES: usize = 1 << 16;
 
@@ -146,21 +149,64 @@ fn sketch_only_in<const BATCH: usize>(
     // One batch's prepared keys at a time, in a buffer allocated once a pass.
     let mut prepared = Vec::with_capacity(2 * BATCH);
     for batch in keys.chunks(BATCH) {
-        *now += 100 * batch.len() as u64;
-        // The batch's tick worked out once for all its keys.
-        let moment = sketch.moment(Tick::from_nanos(*now));
-        prepared.clear();
-        prepared.extend(
-            batch
-                .as_flattened()
-                .iter()
-                .map(|(key, cap)| sketch.prepare_at(sketch.hash(key.as_bytes()), *cap, &moment)),
-        );
-        for key in &prepared {
-            estimates.push(sketch.observe_prepared(*key, 1));
-        }
+        sketch_only_batch(sketch, batch, now, &mut prepared, estimates);
     }
     black_box(&estimates);
+}
+
+/// One batch of [`sketch_only_in`]: the batch's tick worked out once, every key prepared
+/// (into `prepared`), then each observed in order.
+#[inline(always)]
+fn sketch_only_batch(
+    sketch: &RateSketch,
+    batch: &[FrameKeys],
+    now: &mut u64,
+    prepared: &mut Vec<Prepared>,
+    estimates: &mut Vec<u64>,
+) {
+    *now += 100 * batch.len() as u64;
+    let moment = sketch.moment(Tick::from_nanos(*now));
+    prepared.clear();
+    prepared.extend(
+        batch
+            .as_flattened()
+            .iter()
+            .map(|(key, cap)| sketch.prepare_at(sketch.hash(key.as_bytes()), *cap, &moment)),
+    );
+    for key in prepared.iter() {
+        estimates.push(sketch.observe_prepared(*key, 1));
+    }
+}
+
+/// A [`Decision`]'s bytes, as [`sketch_only_streamed`] writes them.
+type DecisionBytes = [u8; std::mem::size_of::<Decision>()];
+
+/// [`sketch_only_batched`] with the memory streams [`batched`] has beside its sketch work:
+/// before each batch, two bytes of each of its frames read (the EtherType's and the last)
+/// and a decision's bytes a frame appended to `written`, held for the pass as `batched`
+/// holds its decisions. What the streams cost the sketch's work, beyond their own cost.
+#[inline(never)]
+fn sketch_only_streamed(
+    sketch: &RateSketch,
+    keys: &[FrameKeys],
+    frames: &[&[u8]],
+    now: &mut u64,
+    estimates: &mut Vec<u64>,
+    written: &mut Vec<DecisionBytes>,
+) {
+    estimates.clear();
+    written.clear();
+    let mut prepared = Vec::with_capacity(2 * FRAME_BATCH);
+    for (batch, chunk) in keys.chunks(FRAME_BATCH).zip(frames.chunks(FRAME_BATCH)) {
+        let mut read = 0u8;
+        for frame in chunk {
+            read ^= frame.get(13).copied().unwrap_or(0) ^ frame.last().copied().unwrap_or(0);
+            written.push([read; std::mem::size_of::<Decision>()]);
+        }
+        sketch_only_batch(sketch, batch, now, &mut prepared, estimates);
+    }
+    black_box(&estimates);
+    black_box(&written);
 }
 
 /// A filter under the bench's policy, from zero counts.
@@ -297,6 +343,26 @@ fn frames(c: &mut Criterion) {
         b.iter_custom(|iters| {
             timed(iters, || {
                 sketch_only_batched(&sketch, &keys, &mut sketch_now, &mut estimates);
+            })
+        });
+    });
+    // The floor with the frames read and the decisions written beside it, as `batched` has
+    // them (see `sketch_only_streamed`).
+    let mut streamed_sketch = None;
+    let mut written = Vec::with_capacity(FRAMES);
+    group.bench_function("sketch_only_batched_streamed", |b| {
+        // Built on the first call only: criterion calls this once per sample.
+        let sketch = streamed_sketch.get_or_insert_with(new_sketch);
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                sketch_only_streamed(
+                    sketch,
+                    &keys,
+                    &frames,
+                    &mut sketch_now,
+                    &mut estimates,
+                    &mut written,
+                );
             })
         });
     });
