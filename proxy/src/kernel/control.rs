@@ -254,3 +254,62 @@ pub async fn follow(
         metrics.active.set(i64::from(current.table().is_some()));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table as if made for `config` (no nft runs).
+    fn made(config: &KernelConfig) -> Arc<Table> {
+        Arc::new(Table::made(Guarded::default().ruleset(config)))
+    }
+
+    /// `table` in force.
+    fn in_force(table: &Arc<Table>) -> Current {
+        Current(Mutex::new(Some(Arc::clone(table))))
+    }
+
+    #[test]
+    fn nothing_runs_on_a_table_no_longer_in_force() {
+        let config = KernelConfig::default();
+        let (old, new) = (made(&config), made(&config));
+        // Not nft's language: were it run, nft would refuse it (or be missing).
+        let text = "not a transaction";
+        assert!(matches!(Current::new().apply(&old, text), Ok(false)));
+        assert!(matches!(in_force(&new).apply(&old, text), Ok(false)));
+        assert!(in_force(&new).apply(&new, text).is_err(), "it ran");
+    }
+
+    #[test]
+    fn the_table_in_force_is_the_one_held_and_without_one_nothing_is_deleted() {
+        let table = made(&KernelConfig::default());
+        let held = in_force(&table).table();
+        assert!(held.is_some_and(|t| Arc::ptr_eq(&t, &table)));
+        let none = Current::new();
+        assert!(none.table().is_none());
+        assert!(matches!(none.delete(), Ok(None)));
+    }
+
+    #[test]
+    fn a_reload_takes_the_table_made_for_its_section_only_while_it_is_in_force() {
+        let config = KernelConfig::default();
+        let table = made(&config);
+        let setup = |current: Current| {
+            let setup = Setup::new(Arc::new(current), Guarded::default());
+            *setup.made_lock() = Some((config.clone(), Arc::clone(&table)));
+            setup
+        };
+        let taking = setup(in_force(&table));
+        let taken = taking.take_made(&config);
+        assert!(taken.is_some_and(|t| Arc::ptr_eq(&t, &table)));
+        assert!(taking.take_made(&config).is_none(), "taken twice");
+        // Made for another section, or replaced since: the reload makes its own.
+        let other = KernelConfig {
+            table: "other".into(),
+            ..KernelConfig::default()
+        };
+        assert!(setup(in_force(&table)).take_made(&other).is_none());
+        let replaced = setup(in_force(&made(&config)));
+        assert!(replaced.take_made(&config).is_none());
+    }
+}

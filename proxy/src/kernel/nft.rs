@@ -55,3 +55,19 @@ pub(crate) fn run(text: &str) -> Result<(), NftError> {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_nft_refused_or_why_it_could_not_run_is_an_error_that_says_so() {
+        // Not nft's language: refused before it reaches the kernel (or nft is missing).
+        assert!(run("not a transaction").is_err());
+        let refused = NftError::Refused("Error: syntax error".into());
+        assert_eq!(
+            refused.to_string(),
+            "nft refused the transaction: Error: syntax error"
+        );
+    }
+}

@@ -49,3 +49,16 @@ impl Table {
         nft::run(&self.ruleset.delete())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::KernelConfig;
+
+    #[test]
+    fn a_transaction_nft_refuses_is_an_error() {
+        let table = Table::made(Ruleset::new(&KernelConfig::default(), [], []));
+        // Not nft's language: refused before it reaches the kernel (or nft is missing).
+        assert!(table.apply("not a transaction").is_err());
+    }
+}

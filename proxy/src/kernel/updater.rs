@@ -746,4 +746,174 @@ mod tests {
             plan.text
         );
     }
+
+    #[test]
+    fn a_held_element_is_forgotten_the_moment_its_timeout_ends() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let held = vec![element("198.51.100.0", 24, 500)];
+        let plan = updater.plan(&ruleset, held, now, &metrics).unwrap();
+        updater.committed(plan, true, now);
+        // Its timeout started at the commit, before `now`: at its end the kernel let it go,
+        // and an address inside it goes in.
+        let inside = vec![element("198.51.100.7", 32, 900)];
+        let before = now + Duration::from_millis(499);
+        assert_eq!(
+            updater.plan(&ruleset, inside.clone(), before, &metrics),
+            None
+        );
+        let end = now + Duration::from_millis(500);
+        let plan = updater
+            .plan(&ruleset, inside.clone(), end, &metrics)
+            .unwrap();
+        assert_eq!(plan.new, inside);
+    }
+
+    #[test]
+    fn an_allow_entry_a_reload_adds_alone_cuts_the_denied_network_in_the_kernel() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let deny = cidrs(&["10.0.0.0/16"]);
+        updater.deny(&[], &deny, &[], Tick::ZERO, &metrics);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        updater.committed(plan, true, now);
+        // Same deny list, a new allow: the /16 leaves, the 8 networks around the /24 go in.
+        updater.deny(&cidrs(&["10.0.1.0/24"]), &deny, &[], Tick::ZERO, &metrics);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert!(
+            plan.text
+                .contains("delete element inet tollgate v4 { 10.0.0.0/16 }"),
+            "{}",
+            plan.text
+        );
+        updater.committed(plan, true, now);
+        assert_eq!(updater.count("v4"), 8);
+    }
+
+    #[test]
+    fn deny_networks_beyond_max_elements_are_counted_and_leave_no_room_for_offenders() {
+        let (mut updater, ruleset, metrics) = setup(3);
+        let five = [
+            "192.0.2.1",
+            "192.0.2.3",
+            "192.0.2.5",
+            "192.0.2.7",
+            "192.0.2.9",
+        ];
+        updater.deny(&[], &cidrs(&five), &[], Tick::ZERO, &metrics);
+        assert_eq!(metrics.skipped.get(), 2);
+        let offender = vec![element("203.0.113.1", 32, 900)];
+        let plan = updater
+            .plan(&ruleset, offender, Instant::now(), &metrics)
+            .unwrap();
+        assert_eq!((plan.listed.len(), plan.new.len()), (3, 0));
+        assert_eq!(metrics.skipped.get(), 3);
+    }
+
+    #[test]
+    fn a_new_deny_network_takes_out_only_the_held_elements_it_overlaps_in_their_set() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let held = vec![
+            element("203.0.113.0", 24, 5000),
+            element("192.0.2.7", 32, 5000),
+        ];
+        let plan = updater.plan(&ruleset, held, now, &metrics).unwrap();
+        updater.committed(plan, true, now);
+        // 192.0.2.0/24 goes into `v4`: the address inside it is in `v4_hosts`, the other /24
+        // does not overlap it; both stay.
+        updater.deny(&[], &cidrs(&["192.0.2.0/24"]), &[], Tick::ZERO, &metrics);
+        let plan = updater.plan(&ruleset, Vec::new(), now, &metrics).unwrap();
+        assert_eq!(plan.displaced, []);
+        assert_eq!(plan.text, "add element inet tollgate v4 { 192.0.2.0/24 }\n");
+        updater.committed(plan, true, now);
+        assert_eq!((updater.count("v4"), updater.count("v4_hosts")), (2, 1));
+    }
+
+    #[test]
+    fn a_displaced_element_leaves_its_room_to_a_new_offender() {
+        let (mut updater, ruleset, metrics) = setup(3);
+        let now = Instant::now();
+        let held = vec![
+            element("10.1.2.0", 24, 5000),
+            element("203.0.113.0", 24, 5000),
+        ];
+        let plan = updater.plan(&ruleset, held, now, &metrics).unwrap();
+        updater.committed(plan, true, now);
+        // The denied /16 takes the place of the /24 inside it: one room left.
+        updater.deny(&[], &cidrs(&["10.1.0.0/16"]), &[], Tick::ZERO, &metrics);
+        let offender = vec![element("192.0.2.1", 32, 900)];
+        let plan = updater
+            .plan(&ruleset, offender.clone(), now, &metrics)
+            .unwrap();
+        assert_eq!(plan.displaced, [("10.1.2.0".parse().unwrap(), 24)]);
+        assert_eq!(plan.new, offender);
+        assert_eq!(metrics.skipped.get(), 0);
+    }
+
+    #[test]
+    fn a_timeout_longer_by_exactly_an_interval_is_not_sent_again() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let first = vec![element("192.0.2.1", 32, 1000)];
+        let plan = updater.plan(&ruleset, first, now, &metrics).unwrap();
+        updater.committed(plan, true, now);
+        let by_an_interval = vec![element("192.0.2.1", 32, 1100)];
+        assert_eq!(updater.plan(&ruleset, by_an_interval, now, &metrics), None);
+        let by_more = vec![element("192.0.2.1", 32, 1101)];
+        assert!(updater.plan(&ruleset, by_more, now, &metrics).is_some());
+    }
+
+    #[test]
+    fn a_resync_sends_a_held_element_whose_timeout_grew_once_with_the_longer_timeout() {
+        let (mut updater, ruleset, metrics) = setup(10);
+        let now = Instant::now();
+        let first = vec![element("192.0.2.1", 32, 1000)];
+        let plan = updater.plan(&ruleset, first, now, &metrics).unwrap();
+        updater.committed(plan, true, now);
+        let refused = vec![element("192.0.2.2", 32, 1000)];
+        let plan = updater.plan(&ruleset, refused, now, &metrics).unwrap();
+        updater.committed(plan, false, now);
+        let longer = vec![element("192.0.2.1", 32, 3000)];
+        let plan = updater.plan(&ruleset, longer, now, &metrics).unwrap();
+        assert!(
+            plan.text
+                .ends_with("add element inet tollgate v4_hosts { 192.0.2.1 timeout 3000ms }\n"),
+            "{}",
+            plan.text
+        );
+        assert_eq!(plan.text.matches("192.0.2.1").count(), 1, "{}", plan.text);
+    }
+
+    #[test]
+    fn the_longest_deny_entry_around_a_network_decides_its_timeout_the_file_at_equal_length() {
+        let (mut updater, ruleset, metrics) = setup(20);
+        let tick = Tick::from_duration(Duration::from_secs(100));
+        // The same /24 in the file and at run time: the file's, held with no timeout.
+        let same = [entry("198.51.100.0/24", ListKind::Deny, 160)];
+        let file = cidrs(&["198.51.100.0/24"]);
+        updater.deny(&[], &file, &same, tick, &metrics);
+        let plan = updater
+            .plan(&ruleset, Vec::new(), Instant::now(), &metrics)
+            .unwrap();
+        assert_eq!(
+            plan.text,
+            "add element inet tollgate v4 { 198.51.100.0/24 }\n"
+        );
+        // A run-time /16 inside the file's /8, cut by an allowed /17: the piece left of it is
+        // the run-time entry's (it goes when the entry does), the rest of the /8 the file's.
+        let (mut updater, _, _) = setup(20);
+        let inside = [entry("10.1.0.0/16", ListKind::Deny, 160)];
+        let (allow, file) = (cidrs(&["10.1.0.0/17"]), cidrs(&["10.0.0.0/8"]));
+        updater.deny(&allow, &file, &inside, tick, &metrics);
+        let plan = updater
+            .plan(&ruleset, Vec::new(), Instant::now(), &metrics)
+            .unwrap();
+        assert!(
+            plan.text.contains("10.1.128.0/17 timeout 60000ms"),
+            "{}",
+            plan.text
+        );
+        assert_eq!(plan.text.matches("timeout").count(), 1, "{}", plan.text);
+    }
 }
