@@ -482,3 +482,34 @@ async fn without_a_token_list_changes_are_refused_while_reads_stay_open() {
     let lists = get(&server, "/lists").await;
     assert_eq!(lists["entries"], serde_json::json!([]));
 }
+
+#[tokio::test]
+async fn the_lists_in_text_show_each_entry_and_format_text_wins_over_accept() {
+    let dir = dir();
+    let server = start(&dir, "100/60s").await;
+    let (status, body) = admin_json(
+        &server,
+        "POST",
+        "/lists/deny",
+        Some(TOKEN),
+        r#"{"cidr": "192.0.2.0/24", "ttl": "1h", "reason": "ticket 7"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // Without a cluster no entry names a node.
+    let added: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(added.get("node"), None, "{added}");
+    let listed = get(&server, "/lists").await;
+    assert_eq!(listed["entries"][0].get("node"), None, "{listed}");
+    // Asked for JSON by its Accept header, for text by ?format=text: text.
+    let (status, text) = admin_json(&server, "GET", "/lists?format=text", None, "").await;
+    assert_eq!(status, 200, "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "1 run-time entries (at most 10000, each for at most 604800s)"
+    );
+    assert!(lines[1].starts_with("deny  192.0.2.0/24 "), "{text}");
+    assert!(lines[1].contains(" expires in "), "{text}");
+    assert!(lines[1].ends_with("s  \"ticket 7\""), "{text}");
+}

@@ -148,4 +148,39 @@ mod tests {
         assert_eq!(entries[0].expires, Tick::ZERO + Duration::from_secs(1800));
         assert_eq!(entries[0].reason, "192.0.2.0/24");
     }
+
+    #[test]
+    fn the_clock_is_unix_time_in_milliseconds() {
+        let by_the_system_clock = || {
+            let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+            u64::try_from(since.as_millis()).unwrap()
+        };
+        let before = by_the_system_clock();
+        let now = unix_ms_now();
+        assert!((before..=by_the_system_clock()).contains(&now), "{now}");
+    }
+
+    #[test]
+    fn a_proxys_entries_are_saved_and_put_back_into_another() {
+        let config = || {
+            crate::config::ProxyConfig::parse(
+                "[admin]\nenabled = false\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"3/60s\" }]\n",
+            )
+            .unwrap()
+        };
+        let first = Shared::new(config(), None).unwrap();
+        for cidr in ["192.0.2.0/24", "2001:db8::/32"] {
+            let cidr = Cidr::parse(cidr).unwrap();
+            let ttl = Duration::from_secs(600);
+            let lists = first.filter.lists();
+            lists
+                .add(cidr, ListKind::Deny, ttl, "r".into(), first.now())
+                .unwrap();
+        }
+        let saved = first.saved_lists();
+        assert_eq!(saved.len(), 2);
+        let second = Shared::new(config(), None).unwrap();
+        assert_eq!(second.restore_lists(saved), Ok(2));
+        assert_eq!(second.filter.lists().entries(second.now()).len(), 2);
+    }
 }

@@ -164,4 +164,15 @@ mod tests {
         let mut context = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(evicted.poll(&mut context).is_ready());
     }
+
+    #[test]
+    fn a_connection_is_told_it_was_evicted_only_once_it_was() {
+        let waiting = Arc::new(Waiting::default());
+        let ticket = waiting.enter();
+        let mut evicted = std::pin::pin!(ticket.evicted());
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(evicted.as_mut().poll(&mut context).is_pending());
+        assert!(waiting.evict_oldest());
+        assert!(evicted.as_mut().poll(&mut context).is_ready());
+    }
 }

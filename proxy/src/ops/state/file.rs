@@ -85,3 +85,54 @@ pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Found> {
     }
     Ok(Found::Bytes(bytes))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tollgate-file-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_file_of_exactly_the_limit_is_read_and_one_byte_more_is_not() {
+        let path = dir("limit").join("state");
+        std::fs::write(&path, [7u8; 10]).unwrap();
+        assert!(
+            matches!(read_bounded(&path, 10).unwrap(), Found::Bytes(bytes) if bytes == [7u8; 10])
+        );
+        assert!(matches!(
+            read_bounded(&path, 9).unwrap(),
+            Found::TooLarge { size: 10 }
+        ));
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_opened_is_an_error_not_a_first_start() {
+        // Taken for a missing file, the fault would be logged as a first start ("no state file
+        // yet") and the saved state silently not restored.
+        let file = dir("not-a-dir").join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let err = read_bounded(&file.join("state"), 100).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotADirectory);
+        let missing = dir("missing").join("state");
+        assert!(matches!(
+            read_bounded(&missing, 100).unwrap(),
+            Found::Missing
+        ));
+    }
+
+    #[test]
+    fn a_bare_file_name_is_written_and_its_directory_synced() {
+        // Its parent is "": the directory synced is the current one.
+        let name = format!(".tollgate-state-test-{}", std::process::id());
+        let path = Path::new(&name);
+        let written = write_atomic(path, b"state");
+        let read = std::fs::read(path);
+        let _ = std::fs::remove_file(path);
+        written.unwrap();
+        assert_eq!(read.unwrap(), b"state");
+    }
+}

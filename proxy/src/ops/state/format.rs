@@ -814,4 +814,58 @@ mod tests {
             prop_assert!(decode(&damaged).is_err(), "byte {} ^ {:#x}", at, flip);
         }
     }
+
+    #[test]
+    fn a_header_with_no_body_is_a_cut_file_not_a_short_one() {
+        // Exactly the header: long enough to read it, so the message names the missing body.
+        let good = encode(&state());
+        let declared = (good.len() - HEADER_LEN) as u64;
+        assert_eq!(
+            decode(&good[..HEADER_LEN]),
+            Err(FormatError::Length {
+                declared,
+                actual: 0
+            })
+        );
+    }
+
+    #[test]
+    fn a_reason_past_65535_bytes_is_cut_on_a_character_boundary_and_reads_back() {
+        // The limit falls inside the three bytes of '✓': the cut goes back to before it.
+        let mut state = state();
+        state.lists[0].reason = format!("{}✓ and more", "a".repeat(65_534));
+        let decoded = decode(&encode(&state)).unwrap();
+        assert_eq!(decoded.lists[0].reason, "a".repeat(65_534));
+        assert_eq!(decoded.lists[1], state.lists[1]);
+    }
+
+    #[test]
+    fn a_refused_field_is_named_at_its_own_byte() {
+        // The first sketch starts at body byte 36 (file byte 68): the saved-at time and tick,
+        // the section's head, the sketch count.
+        let state = state();
+        let refused = |edit: fn(&mut Vec<u8>)| decode(&resealed(&state, edit)).unwrap_err();
+        assert_eq!(
+            refused(|body| body[37] = 2).to_string(),
+            "at byte 69: retired flag 2, not 0 or 1"
+        );
+        assert_eq!(
+            refused(|body| body[38] = 3).to_string(),
+            "at byte 70: 3 windows, at most 2"
+        );
+        assert_eq!(
+            refused(|body| body[39] = 1).to_string(),
+            "at byte 71: padding byte 1, not 0"
+        );
+        // With no sketch, the first list entry starts at body byte 56 (file byte 88).
+        let lists_only = State {
+            sketches: Vec::new(),
+            ..state
+        };
+        let bytes = resealed(&lists_only, |body| body[57] = 5);
+        assert_eq!(
+            decode(&bytes).unwrap_err().to_string(),
+            "at byte 89: address family 5, not 4 or 6"
+        );
+    }
 }

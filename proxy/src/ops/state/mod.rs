@@ -522,4 +522,134 @@ mod tests {
         let nowhere = path.with_file_name("missing").join("state");
         assert!(file::write_atomic(&nowhere, b"x").is_err());
     }
+
+    /// A proxy whose state file is `NAME/state` in a fresh directory.
+    fn saving(name: &str) -> (PathBuf, Shared) {
+        let path = dir(name).join("state");
+        let text = format!(
+            "[proxy]\nstate_file = \"{}\"\n[admin]\nenabled = false\n{MINUTE}",
+            path.display()
+        );
+        let config = crate::config::ProxyConfig::parse(&text).unwrap();
+        (path, Shared::new(config, None).unwrap())
+    }
+
+    fn unix_ms_by_the_system_clock() -> u64 {
+        let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        u64::try_from(since.as_millis()).unwrap()
+    }
+
+    #[test]
+    fn a_save_says_what_it_wrote_and_the_file_says_when() {
+        let (path, shared) = saving("what");
+        let saver = shared.state.as_ref().unwrap();
+        assert_eq!(saver.path(), path);
+        let before = unix_ms_by_the_system_clock();
+        let saved = saver.save(&shared, false).unwrap();
+        let after = unix_ms_by_the_system_clock();
+        let bytes = std::fs::read(&path).unwrap();
+        let state = decode(&bytes).unwrap();
+        assert!(
+            (before..=after).contains(&state.saved_at_unix_ms),
+            "saved at {} ms, between {before} and {after}",
+            state.saved_at_unix_ms
+        );
+        assert!(!state.sketches.is_empty());
+        assert_eq!(
+            (saved.bytes, saved.sketches),
+            (bytes.len(), state.sketches.len())
+        );
+    }
+
+    #[test]
+    fn a_save_that_waits_writes_once_the_one_under_way_is_done() {
+        let (path, shared) = saving("wait");
+        let saver = shared.state.as_ref().unwrap();
+        std::thread::scope(|scope| {
+            let (held, holding) = std::sync::mpsc::channel();
+            scope.spawn(move || {
+                let _writing = saver.writing.lock().unwrap();
+                held.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            });
+            holding.recv().unwrap();
+            let saved = saver.save(&shared, true);
+            assert!(saved.is_ok(), "{saved:?}");
+        });
+        assert!(path.exists());
+    }
+
+    #[tokio::test]
+    async fn a_bounded_save_is_counted_and_a_proxy_without_a_state_file_saves_nothing() {
+        let (path, shared) = saving("bounded");
+        let shared = Arc::new(shared);
+        assert!(save_bounded(&shared, true).await);
+        assert!(path.exists());
+        let metrics = shared.metrics.render(&shared.filter.policy(), shared.now());
+        assert!(
+            metrics.contains("tollgate_state_saves_total{result=\"ok\"} 1\n"),
+            "{metrics}"
+        );
+        let text = format!("[admin]\nenabled = false\n{MINUTE}");
+        let config = crate::config::ProxyConfig::parse(&text).unwrap();
+        let without = Arc::new(Shared::new(config, None).unwrap());
+        assert!(!save_bounded(&without, true).await);
+    }
+
+    #[test]
+    fn a_list_entry_keeps_its_list_in_the_files_form() {
+        for kind in [ListKind::Allow, ListKind::Deny] {
+            let saved = SavedEntry {
+                cidr: tollgate_filter::Cidr::parse("192.0.2.0/24").unwrap(),
+                kind,
+                expires_unix_ms: 1_795_000_600_000,
+                reason: "r".into(),
+            };
+            let entry = ListEntry::from(saved.clone());
+            assert_eq!(entry.deny, kind == ListKind::Deny);
+            assert_eq!(SavedEntry::from(entry), saved);
+        }
+    }
+
+    /// What `run` logs on this thread, as text.
+    fn logged(run: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, run);
+        let bytes = sink.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_restore_tells_the_operator_what_it_put_back_and_what_it_left_out() {
+        let path = dir("logged").join("state");
+        flooded(&path);
+        let resumed = load(&path, 64 << 10, SAVED_AT + 5_000).unwrap().unwrap();
+        let report = Restored {
+            windows: 1,
+            dropped: vec!["a sketch of period 1m: no limit has that period now".into()],
+            ..Restored::default()
+        };
+        let log = logged(|| log_restored(&path, &resumed, &report));
+        assert!(log.contains("warm restart: state restored"), "{log}");
+        assert!(
+            log.contains("warm restart: left out a sketch of period 1m"),
+            "{log}"
+        );
+    }
 }
