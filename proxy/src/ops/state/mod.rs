@@ -408,6 +408,9 @@ mod tests {
     fn dir(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("tollgate-state-{}-{name}", std::process::id()));
+        // Fresh: a directory left by an earlier process of the same id (ids are reused, and
+        // these are not removed) would hold its files.
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
