@@ -217,7 +217,10 @@ fn restore(
                 report.stale += sketch.windows.len();
                 continue;
             }
-            Some(until) => Some(until),
+            // No later than a retirement from now would end: a reload reads a retired sketch
+            // for three windows, so a saved end beyond that is not one a proxy wrote, and
+            // would keep the sketch's memory held for as long as it says.
+            Some(until) => Some(until.min(now + share.window.saturating_mul(3))),
             None if current.is_none() && sketch.bytes == share.bytes as u64 => None,
             // Its share changed: read it beside the new sketch, as a reload does.
             None => Some(now + share.window.saturating_mul(3)),
@@ -473,6 +476,33 @@ mod tests {
             "{over:?}"
         );
         assert!(over.dropped.is_empty(), "{over:?}");
+    }
+
+    /// A saved retired sketch is read for at most the three windows a reload gives one from
+    /// the restore on, whatever end the file names: a forged or damaged end far ahead would
+    /// otherwise keep its memory held for as long as it says.
+    #[test]
+    fn a_saved_retirement_ends_no_later_than_three_windows_from_the_restore() {
+        let saved = flooded(MINUTE).save(secs(101));
+        let bigger = MINUTE.replace("1MiB", "2MiB");
+        let (policy, _) = Policy::restore(config(&bigger), &saved, secs(110)).unwrap();
+        let mut resaved = policy.save(secs(111));
+        assert_eq!(resaved[1].retired_until, Some(secs(290)));
+        resaved[1].retired_until = Some(secs(1_000_000));
+        let (again, report) = Policy::restore(config(&bigger), &resaved, secs(130)).unwrap();
+        assert_eq!(report.retired, 1, "{report:?}");
+        let ends = |policy: &Policy| {
+            policy
+                .save(secs(131))
+                .iter()
+                .map(|s| s.retired_until)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ends(&again), [None, Some(secs(130 + 180))]);
+        // A genuine end, sooner than that, is kept as saved.
+        resaved[1].retired_until = Some(secs(290));
+        let (kept, _) = Policy::restore(config(&bigger), &resaved, secs(130)).unwrap();
+        assert_eq!(ends(&kept), [None, Some(secs(290))]);
     }
 
     /// A retired sketch is read until its end and not at it: restored at exactly its
