@@ -482,3 +482,29 @@ async fn send_proxy_v2_puts_a_header_naming_the_client_before_each_datagram() {
         assert_eq!(receive(&client, 1).await, ["reply"]);
     }
 }
+
+#[tokio::test]
+async fn a_session_in_use_outlives_its_timeout() {
+    let upstream = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let server = start(&capped(
+        upstream.local_addr().unwrap(),
+        "session_timeout = \"300ms\"",
+    ))
+    .await;
+    let front = server.local_addr("dns").unwrap();
+    let client = client("127.0.14.1").await;
+    let mut buf = [0u8; 64];
+    // A datagram every 100 ms for 1 s: more than three timeouts, never one idle.
+    let mut sessions = Vec::new();
+    for _ in 0..10 {
+        client.send_to(b"ping", front).await.unwrap();
+        let (_, session) = tokio::time::timeout(BOUND, upstream.recv_from(&mut buf))
+            .await
+            .expect("a datagram upstream")
+            .unwrap();
+        sessions.push(session);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // One session, one socket: a new one would be fresh again, and evictable in a flood.
+    assert!(sessions.iter().all(|s| *s == sessions[0]), "{sessions:?}");
+}

@@ -65,3 +65,21 @@ pub fn is_resource_exhaustion(err: &io::Error) -> bool {
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_running_out_of_a_resource_makes_the_listener_back_off() {
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM] {
+            assert!(is_resource_exhaustion(&io::Error::from_raw_os_error(errno)));
+        }
+        // A client that gave up, a signal, nothing to accept: accept again at once.
+        for errno in [libc::ECONNABORTED, libc::EINTR, libc::EAGAIN] {
+            assert!(!is_resource_exhaustion(&io::Error::from_raw_os_error(
+                errno
+            )));
+        }
+    }
+}

@@ -184,4 +184,30 @@ mod tests {
             );
         }
     }
+
+    fn pool(upstreams: &str) -> Pool {
+        let text = format!(
+            "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstreams = [{upstreams}]\n\
+             backoff = \"100ms\"\n"
+        );
+        Pool::new(&crate::config::ProxyConfig::parse(&text).unwrap().listeners[0])
+    }
+
+    #[test]
+    fn sessions_go_round_the_pool_and_retries_back_off_exponentially_with_jitter() {
+        let pool = pool("\"127.0.0.1:1\", \"127.0.0.1:2\", \"127.0.0.1:3\"");
+        let ports: Vec<u16> = (0..7).map(|_| pool.pick().port()).collect();
+        assert_eq!(ports, [1, 2, 3, 1, 2, 3, 1]);
+        // backoff * 2^(attempt - 1), the exponent capped at 16, times [0.5, 1.5).
+        for (attempt, base) in [(1, 100u32), (3, 400), (20, 100 << 16)] {
+            for _ in 0..20 {
+                let wait = pool.backoff(attempt).as_secs_f64() * 1000.0;
+                let base = f64::from(base);
+                assert!(
+                    wait >= 0.5 * base && wait < 1.5 * base,
+                    "{attempt}: {wait} ms"
+                );
+            }
+        }
+    }
 }

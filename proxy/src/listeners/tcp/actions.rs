@@ -118,4 +118,102 @@ mod tests {
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(head.contains(&format!("Content-Length: {}", body.len())));
     }
+
+    /// A connected pair on loopback: the proxy's end (tokio) and the client's (blocking std).
+    async fn pair() -> (TcpStream, std::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        (listener.accept().await.unwrap().0, client)
+    }
+
+    /// What the client reads until the proxy's end is closed: the bytes and the FIN, or the
+    /// error (a reset).
+    fn read_to_end(mut client: std::net::TcpStream) -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).map(|_| got)
+    }
+
+    #[tokio::test]
+    async fn close_sends_a_fin_and_discards_input_until_the_client_closes() {
+        use std::io::{Read, Write};
+        let (proxy, mut client) = pair().await;
+        // Sent before the close: unread, it would turn the close into a reset.
+        client.write_all(&[b'x'; 10_000]).unwrap();
+        let closing = tokio::spawn(close(proxy));
+        let mut client = tokio::task::spawn_blocking(move || {
+            assert_eq!(client.read(&mut [0; 16]).unwrap(), 0, "a FIN");
+            client
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !closing.is_finished(),
+            "still discarding the client's input"
+        );
+        client.write_all(b"more").unwrap();
+        drop(client);
+        tokio::time::timeout(5 * LINGER, closing)
+            .await
+            .expect("done when the client closes")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn close_stops_reading_a_client_that_keeps_sending() {
+        use std::io::Write;
+        let (proxy, mut client) = pair().await;
+        // Bounded in bytes and in time; ends when the proxy's end is gone.
+        let sender = std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let chunk = [b'x'; 16 << 10];
+            for _ in 0..1 << 20 {
+                if client.write_all(&chunk).is_err() || started.elapsed() > 3 * LINGER {
+                    break;
+                }
+            }
+        });
+        let started = std::time::Instant::now();
+        close(proxy).await;
+        let took = started.elapsed();
+        assert!(
+            took < LINGER,
+            "cut after LINGER_BYTES, not LINGER: {took:?}"
+        );
+        sender.join().unwrap();
+    }
+
+    #[tokio::test]
+    async fn close_stops_at_exactly_linger_bytes() {
+        use std::io::Write;
+        let (proxy, mut client) = pair().await;
+        let (done, closed) = std::sync::mpsc::channel::<()>();
+        // Exactly the bound, then silence: a read past it would wait out LINGER.
+        let sender = std::thread::spawn(move || {
+            client.write_all(&[b'x'; LINGER_BYTES]).unwrap();
+            let _ = closed.recv_timeout(5 * LINGER);
+        });
+        let started = std::time::Instant::now();
+        close(proxy).await;
+        let took = started.elapsed();
+        drop(done);
+        sender.join().unwrap();
+        assert!(took < LINGER, "read past LINGER_BYTES: {took:?}");
+    }
+
+    #[tokio::test]
+    async fn reset_sends_a_reset_and_reply_its_bytes_then_a_fin() {
+        let (proxy, client) = pair().await;
+        reset(proxy);
+        let err = read_to_end(client).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
+        let (proxy, client) = pair().await;
+        let reader = std::thread::spawn(move || read_to_end(client));
+        reply(proxy, b"busy\r\n").await;
+        assert_eq!(reader.join().unwrap().unwrap(), b"busy\r\n");
+    }
 }

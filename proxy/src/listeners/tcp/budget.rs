@@ -317,4 +317,43 @@ mod tests {
         drop(held);
         assert_eq!(budget.held(), 0);
     }
+
+    #[test]
+    fn a_trusted_peer_takes_a_quarter_of_the_header_waits_but_at_least_64() {
+        assert_eq!(header_waits_per_peer(400), 100, "a quarter");
+        assert_eq!(header_waits_per_peer(100), 64, "at least 64");
+        assert_eq!(header_waits_per_peer(10), 10, "all of a smaller total");
+        let (shared, budget) = budget("max_header_waits = 100");
+        let claim = |peer: &str| budget.claim(&shared, Use::Header, source(peer));
+        let first: Vec<Ticket> = (0..64).map(|_| claim("192.0.2.1").unwrap()).collect();
+        assert_eq!(claim("192.0.2.1").unwrap_err(), Refusal::HeaderWaitsPerPeer);
+        let second: Vec<Ticket> = (0..36).map(|_| claim("198.51.100.1").unwrap()).collect();
+        assert_eq!(claim("203.0.113.1").unwrap_err(), Refusal::HeaderWaitsFull);
+        assert_eq!(budget.header_waits(), 100);
+        assert_eq!(budget.forwarding() + budget.held(), 0, "a budget apart");
+        drop(first);
+        assert_eq!(budget.header_waits(), 36);
+        drop(second);
+        assert_eq!(budget.header_waits(), 0);
+    }
+
+    #[test]
+    fn gauges_follow_the_claims_and_a_refused_claim_leaves_nothing_taken() {
+        let (shared, budget) = budget("max_connections = 8");
+        let gauges = |b: &Budget| [&b.forward, &b.held, &b.header].map(|caps| caps.gauge.get());
+        let tickets = [Use::Forward, Use::Held, Use::Header]
+            .map(|use_| budget.claim(&shared, use_, source("192.0.2.1")).unwrap());
+        assert_eq!(gauges(&budget), [1, 1, 1]);
+        // Refused at the source's cap (1 of 8): its total permit and its gauge are given back.
+        assert_eq!(
+            budget
+                .claim(&shared, Use::Forward, source("192.0.2.1"))
+                .unwrap_err(),
+            Refusal::ConnectionCap
+        );
+        assert_eq!(gauges(&budget), [1, 1, 1]);
+        assert_eq!(budget.forwarding(), 1);
+        drop(tickets);
+        assert_eq!(gauges(&budget), [0, 0, 0]);
+    }
 }

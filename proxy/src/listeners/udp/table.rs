@@ -340,4 +340,54 @@ mod tests {
         assert_eq!(table.len(), 1);
         assert!(table.per_source.len() == 1 && table.per_prefix.len() == 1);
     }
+
+    #[test]
+    fn a_client_back_after_its_session_ended_is_queued_as_new_not_in_its_old_place() {
+        let mut table = SessionTable::new(Caps {
+            total: 3,
+            per_source: 10,
+            per_prefix: 10,
+        });
+        let ended = Arc::new(());
+        table.insert(at("10.0.0.1:1"), Arc::clone(&ended)).unwrap();
+        let oldest = Arc::new(());
+        table.insert(at("10.0.1.1:1"), Arc::clone(&oldest)).unwrap();
+        assert!(table.remove(at("10.0.0.1:1"), &ended), "expired");
+        table.insert(at("10.0.2.1:1"), Arc::new(())).unwrap();
+        // Back with a new session, the newest fresh one: its old queue entry is stale.
+        table.insert(at("10.0.0.1:1"), Arc::new(())).unwrap();
+        let evicted = table.insert(at("10.0.3.1:1"), Arc::new(())).unwrap();
+        assert!(evicted.is_some_and(|e| Arc::ptr_eq(&e, &oldest)));
+        assert!(
+            table.again(at("10.0.0.1:1")).is_some(),
+            "the newcomer stays"
+        );
+    }
+
+    #[test]
+    fn a_fresh_session_stays_evictable_with_two_entries_per_place_queued() {
+        let mut table = SessionTable::new(Caps {
+            total: 4,
+            per_source: 10,
+            per_prefix: 10,
+        });
+        let spoofed = Arc::new(());
+        table
+            .insert(at("10.0.0.1:1"), Arc::clone(&spoofed))
+            .unwrap();
+        // Four sessions come and go, then three stay and talk on: 8 entries, the bound.
+        for port in 1..=4 {
+            let client = SocketAddr::from(([10, 0, 9, 1], port));
+            let session = Arc::new(());
+            table.insert(client, Arc::clone(&session)).unwrap();
+            assert!(table.remove(client, &session));
+        }
+        for client in ["10.0.1.1:1", "10.0.2.1:1", "10.0.3.1:1"] {
+            table.insert(at(client), Arc::new(())).unwrap();
+            table.again(at(client));
+        }
+        assert_eq!(table.fresh.len(), 8);
+        let evicted = table.insert(at("10.0.4.1:1"), Arc::new(())).unwrap();
+        assert!(evicted.is_some_and(|e| Arc::ptr_eq(&e, &spoofed)));
+    }
 }
