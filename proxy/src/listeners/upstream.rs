@@ -210,4 +210,40 @@ mod tests {
             }
         }
     }
+
+    /// A failed attempt is retried on the next upstream of the pool, not the same one, and only
+    /// after its backoff: without the wait, every failing upstream would be hit again at once by
+    /// each session (a retry storm against an upstream already failing).
+    #[tokio::test]
+    async fn a_retry_waits_its_backoff_and_goes_to_the_next_upstream() {
+        let refused = {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap()
+        };
+        let listening = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listening.local_addr().unwrap();
+        let text = format!(
+            "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\n\
+             upstreams = [\"{refused}\", \"{address}\"]\nretries = 1\nbackoff = \"200ms\"\n"
+        );
+        let pool = Pool::new(&crate::config::ProxyConfig::parse(&text).unwrap().listeners[0]);
+        let metrics = Metrics::new();
+        let listener = metrics.listener("l");
+        // A fresh pool starts at its first upstream: refused, then the second after a wait of
+        // at least half the backoff (its jitter's lowest factor).
+        let started = std::time::Instant::now();
+        let (stream, sent) = tokio::time::timeout(
+            Duration::from_secs(10),
+            pool.connect(&metrics, &listener, b""),
+        )
+        .await
+        .expect("bounded")
+        .expect("the second upstream");
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!((stream.peer_addr().unwrap(), sent), (address, 0));
+    }
 }
