@@ -6,6 +6,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use common::process::Launch;
 use common::{BOUND, metric, start, udp_echo_upstream};
@@ -483,29 +484,50 @@ async fn send_proxy_v2_puts_a_header_naming_the_client_before_each_datagram() {
     }
 }
 
-#[tokio::test]
+/// The source of the next datagram `upstream` receives, waited for in a blocking task: a
+/// paused clock does not move while one runs, so the wait takes no time on the proxy's clock.
+async fn next_source(upstream: std::net::UdpSocket) -> (std::net::UdpSocket, SocketAddr) {
+    tokio::task::spawn_blocking(move || {
+        let (_, source) = upstream
+            .recv_from(&mut [0; 64])
+            .expect("a datagram upstream within the bound");
+        (upstream, source)
+    })
+    .await
+    .unwrap()
+}
+
+/// On a paused clock: the proxy runs on this test's runtime, whose clock moves only by the
+/// sleeps below (every wait for a socket is a blocking task), so the datagrams are exactly
+/// 100 ms apart on the proxy's clock however slow the machine.
+#[tokio::test(start_paused = true)]
 async fn a_session_in_use_outlives_its_timeout() {
-    let upstream = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    let mut upstream = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    upstream.set_read_timeout(Some(BOUND)).unwrap();
     let server = start(&capped(
         upstream.local_addr().unwrap(),
-        "session_timeout = \"500ms\"",
+        &format!("session_timeout = \"{}ms\"", TIMEOUT.as_millis()),
     ))
     .await;
     let front = server.local_addr("dns").unwrap();
-    let client = client("127.0.14.1").await;
-    let mut buf = [0u8; 64];
-    // A datagram every 100 ms for 1.6 s: more than three timeouts, never one idle (400 ms of
-    // slack a gap for a loaded machine).
+    let client = std::net::UdpSocket::bind("127.0.14.1:0").unwrap();
+    // A datagram every 100 ms for 1.5 s: three timeouts, never one idle.
     let mut sessions = Vec::new();
-    for _ in 0..16 {
-        client.send_to(b"ping", front).await.unwrap();
-        let (_, session) = tokio::time::timeout(BOUND, upstream.recv_from(&mut buf))
-            .await
-            .expect("a datagram upstream")
-            .unwrap();
+    for i in 0..16 {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        client.send_to(b"ping", front).unwrap();
+        let session;
+        (upstream, session) = next_source(upstream).await;
         sessions.push(session);
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     // One session, one socket: a new one would be fresh again, and evictable in a flood.
     assert!(sessions.iter().all(|s| *s == sessions[0]), "{sessions:?}");
+    // It ends one timeout after its last datagram.
+    tokio::time::sleep(TIMEOUT - Duration::from_millis(1)).await;
+    assert_eq!(server.udp_sessions(), 1, "ended before its timeout");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert_eq!(server.udp_sessions(), 0, "still there after its timeout");
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::listeners::socket;
@@ -70,17 +70,21 @@ pub fn reset(stream: TcpStream) {
 /// a short bound first: closing a socket with unread input makes the kernel send RST instead.
 pub async fn close(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(LINGER, discard(&mut stream)).await;
+}
+
+/// Reads and discards `input` until it ends or fails, or [`LINGER_BYTES`] have come: a client
+/// that keeps sending is cut by bytes, before [`LINGER`]. (Apart from `close` so the bound is
+/// tested on an input in memory, with no clock.)
+async fn discard(input: &mut (impl AsyncRead + Unpin)) {
     let mut sink = [0u8; 4096];
     let mut read = 0;
-    let _ = tokio::time::timeout(LINGER, async {
-        while read < LINGER_BYTES {
-            match stream.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => read += n,
-            }
+    while read < LINGER_BYTES {
+        match input.read(&mut sink).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n,
         }
-    })
-    .await;
+    }
 }
 
 /// Writes `bytes`, then closes with a FIN.
@@ -137,72 +141,50 @@ mod tests {
         client.read_to_end(&mut got).map(|_| got)
     }
 
-    #[tokio::test]
+    /// On a paused clock, with the client in a blocking task: the clock does not move while one
+    /// runs, so the close cannot have waited out LINGER, however slow the machine.
+    #[tokio::test(start_paused = true)]
     async fn close_sends_a_fin_and_discards_input_until_the_client_closes() {
         use std::io::{Read, Write};
         let (proxy, mut client) = pair().await;
         // Sent before the close: unread, it would turn the close into a reset.
         client.write_all(&[b'x'; 10_000]).unwrap();
         let closing = tokio::spawn(close(proxy));
-        let mut client = tokio::task::spawn_blocking(move || {
-            assert_eq!(client.read(&mut [0; 16]).unwrap(), 0, "a FIN");
-            client
-        })
-        .await
-        .unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (read, first_read) = tokio::sync::oneshot::channel();
+        let (go_on, wait) = std::sync::mpsc::channel::<()>();
+        let client = tokio::task::spawn_blocking(move || {
+            let _ = read.send(client.read(&mut [0; 16]).map_err(|e| e.kind()));
+            if wait.recv().is_ok() {
+                client.write_all(b"more").unwrap();
+            }
+        });
+        assert_eq!(first_read.await.unwrap(), Ok(0), "a FIN, not a reset");
         assert!(
             !closing.is_finished(),
             "still discarding the client's input"
         );
-        client.write_all(b"more").unwrap();
-        drop(client);
-        tokio::time::timeout(5 * LINGER, closing)
+        go_on.send(()).unwrap();
+        client.await.unwrap();
+        closing.await.unwrap();
+    }
+
+    /// On a paused clock: time passes only while the runtime waits for the silent client.
+    #[tokio::test(start_paused = true)]
+    async fn close_lets_a_silent_client_go_after_linger() {
+        let (proxy, _client) = pair().await;
+        let started = tokio::time::Instant::now();
+        tokio::time::timeout(2 * LINGER, close(proxy))
             .await
-            .expect("done when the client closes")
-            .unwrap();
+            .expect("closed after LINGER");
+        assert_eq!(started.elapsed(), LINGER);
     }
 
     #[tokio::test]
-    async fn close_stops_reading_a_client_that_keeps_sending() {
-        use std::io::Write;
-        let (proxy, mut client) = pair().await;
-        // Bounded in bytes and in time; ends when the proxy's end is gone.
-        let sender = std::thread::spawn(move || {
-            let started = std::time::Instant::now();
-            let chunk = [b'x'; 16 << 10];
-            for _ in 0..1 << 20 {
-                if client.write_all(&chunk).is_err() || started.elapsed() > 3 * LINGER {
-                    break;
-                }
-            }
-        });
-        let started = std::time::Instant::now();
-        close(proxy).await;
-        let took = started.elapsed();
-        assert!(
-            took < LINGER,
-            "cut after LINGER_BYTES, not LINGER: {took:?}"
-        );
-        sender.join().unwrap();
-    }
-
-    #[tokio::test]
-    async fn close_stops_at_exactly_linger_bytes() {
-        use std::io::Write;
-        let (proxy, mut client) = pair().await;
-        let (done, closed) = std::sync::mpsc::channel::<()>();
-        // Exactly the bound, then silence: a read past it would wait out LINGER.
-        let sender = std::thread::spawn(move || {
-            client.write_all(&[b'x'; LINGER_BYTES]).unwrap();
-            let _ = closed.recv_timeout(5 * LINGER);
-        });
-        let started = std::time::Instant::now();
-        close(proxy).await;
-        let took = started.elapsed();
-        drop(done);
-        sender.join().unwrap();
-        assert!(took < LINGER, "read past LINGER_BYTES: {took:?}");
+    async fn discard_stops_at_exactly_linger_bytes_of_a_client_that_keeps_sending() {
+        let input = vec![b'x'; LINGER_BYTES + 1];
+        let mut unread = input.as_slice();
+        discard(&mut unread).await;
+        assert_eq!(unread.len(), 1, "read past LINGER_BYTES, or stopped short");
     }
 
     #[tokio::test]

@@ -28,10 +28,10 @@ mod table;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tollgate_filter::{Source, Transport, Verdict};
 
 use crate::config::{Listener, SendProxy};
@@ -56,6 +56,8 @@ pub struct UdpFrontend {
     local: SocketAddr,
     pool: Pool,
     table: Mutex<SessionTable<Session>>,
+    /// The sessions' clock starts here. Tokio's `Instant` (std's outside tests), the clock the
+    /// sessions' timers run on, so a test on a paused runtime moves both together.
     start: Instant,
 }
 
