@@ -64,7 +64,9 @@ impl HotKeys {
 
     /// The smallest budget given a table by default: 8 MiB, of which [`HotKeys::MAX_BYTES`]
     /// is 1/64. With a smaller one, two threads over one fell from 1.8x to about 1x (32 KiB
-    /// at 2 MiB, with and without bounded writes: README), for reasons not yet measured.
+    /// at 2 MiB, with and without bounded writes), for reasons not yet measured; rerun with
+    /// 32 and 16 KiB at 2 MiB, one thread gained ~5% and 32 KiB never scaled on two (README,
+    /// "The hot keys' table below 8 MiB, again").
     const MIN_BUDGET: usize = 64 * Self::MAX_BYTES;
 
     /// The bytes a sketch of `budget` bytes gives its notes by default: [`HotKeys::MAX_BYTES`]
