@@ -153,23 +153,25 @@ fn signal(name: &str, pid: u32) -> io::Result<()> {
 
 /// A scratch directory for configs and logs, removed on drop.
 #[derive(Debug)]
-pub struct WorkDir(PathBuf);
+pub struct WorkDir(tempfile::TempDir);
 
 impl WorkDir {
-    /// Creates `$TMPDIR/tollgate-TOOL-PID`.
+    /// Creates a fresh `$TMPDIR/tollgate-TOOL-XXXXXX` (not named after the process id: ids
+    /// are reused, and a directory a killed run left would hold its files).
     ///
     /// # Errors
     /// The directory cannot be created.
     pub fn create(tool: &str) -> io::Result<WorkDir> {
-        let path = std::env::temp_dir().join(format!("tollgate-{tool}-{}", std::process::id()));
-        fs::create_dir_all(&path)?;
-        Ok(WorkDir(path))
+        tempfile::Builder::new()
+            .prefix(&format!("tollgate-{tool}-"))
+            .tempdir()
+            .map(WorkDir)
     }
 
     /// The directory.
     #[must_use]
     pub fn path(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 
     /// Writes `text` to the file `name` in the directory.
@@ -177,16 +179,8 @@ impl WorkDir {
     /// # Errors
     /// The file cannot be written (the message names it).
     pub fn write(&self, name: &str, text: &str) -> Result<PathBuf, String> {
-        let path = self.0.join(name);
+        let path = self.path().join(name);
         fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         Ok(path)
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if Path::new(&self.0).exists() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
     }
 }

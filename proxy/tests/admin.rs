@@ -26,13 +26,12 @@ limits = [{{ rate = "10/1s" }}]
     )
 }
 
-/// A file holding `token`, fresh for `name`.
-fn token_file(name: &str, token: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-{}-admin-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("token");
+/// A fresh directory for test `name`, removed when dropped, and a file there holding `token`.
+fn token_file(name: &str, token: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = common::scratch(&format!("admin-{name}"));
+    let path = dir.path().join("token");
     std::fs::write(&path, format!("{token}\n")).unwrap();
-    path
+    (dir, path)
 }
 
 /// Waits (bounded) for the proxy to end `stream`; what it sent before.
@@ -111,7 +110,7 @@ async fn at_the_cap_a_request_evicts_the_oldest_connection_still_waiting() {
 
 #[tokio::test]
 async fn reload_needs_the_token() {
-    let token = token_file("reload", "s3cret");
+    let (_dir, token) = token_file("reload", "s3cret");
     let text = config(&format!("token_file = \"{}\"", token.display()));
     let dir = token.parent().unwrap().to_owned();
     let path = dir.join("tollgate.toml");
@@ -151,7 +150,7 @@ async fn a_non_loopback_admin_without_a_token_is_refused_with_its_line() {
         errors[0].message
     );
     // With a token it starts (checked without binding beyond loopback: parse only).
-    let token = token_file("beyond", "t");
+    let (_dir, token) = token_file("beyond", "t");
     let text = config(&format!("token_file = \"{}\"", token.display()))
         .replace("127.0.0.1:0", "0.0.0.0:9090");
     assert!(ProxyConfig::parse(&text).is_ok());
@@ -159,7 +158,8 @@ async fn a_non_loopback_admin_without_a_token_is_refused_with_its_line() {
 
 #[tokio::test]
 async fn a_token_file_that_cannot_be_read_stops_the_start() {
-    let missing = std::env::temp_dir().join(format!("tollgate-{}-no-token", std::process::id()));
+    let dir = common::scratch("no-token");
+    let missing = dir.path().join("token");
     let text = config(&format!("token_file = \"{}\"", missing.display()));
     let err = Server::start(ProxyConfig::parse(&text).unwrap(), None)
         .await

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -27,11 +26,10 @@ const DENIED: (&str, [u8; 3]) = ("denied red", [0xd2, 0x43, 0x3f]);
 /// A rule name that is markup: shown as text, never run.
 const HOSTILE: &str = "<script>document.title='owned'</script><img src=x onerror=alert(1)>";
 
-/// A scratch directory of this test process; the screenshots stay there for a look.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-browser-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a scratch dir");
-    dir
+/// A fresh scratch directory, removed when dropped; `TOLLGATE_KEEP_SCRATCH=1` keeps it and
+/// its screenshots for a look.
+fn scratch(name: &str) -> tempfile::TempDir {
+    common::scratch(&format!("browser-{name}"))
 }
 
 /// Sixty seconds of capture: ten steady sources (one SYN a second each), a flood from one
@@ -63,7 +61,8 @@ fn replay_capture() -> Vec<(Duration, Vec<u8>)> {
 #[test]
 #[ignore = "needs chromium (CI installs it); run with --include-ignored"]
 fn the_replay_report_renders_its_chart_and_shows_markup_as_text() {
-    let dir = scratch("replay");
+    let temp = scratch("replay");
+    let dir = temp.path().to_path_buf();
     let capture = dir.join("flood.pcap");
     write_timed_pcap(&capture, &replay_capture());
     let policy = dir.join("policy.toml");
@@ -268,7 +267,8 @@ async fn the_status_page_draws_live_rates_and_shows_markup_as_text() {
             .is_some_and(|o| o.count > 30)
     })
     .await;
-    let dir = scratch("status");
+    let temp = scratch("status");
+    let dir = temp.path().to_path_buf();
     let url = format!("http://{}/", server.admin_addr().expect("admin"));
     let (dom, png) = {
         let (dir, url) = (dir.clone(), url.clone());

@@ -1,14 +1,16 @@
 //! `tollgate check` as an operator runs it: the real binary on files.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
-fn write(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    let path = dir.join(name);
+/// The file `name` holding `text` in a fresh directory, removed when dropped.
+fn write(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = common::scratch("check");
+    let path = dir.path().join(name);
     std::fs::write(&path, text).expect("written");
-    path
+    (dir, path)
 }
 
 fn check(path: &PathBuf) -> (bool, String) {
@@ -25,7 +27,8 @@ fn check(path: &PathBuf) -> (bool, String) {
 
 /// Checks `text` as the file `name`: it must fail, and say each of `needles`.
 fn refused(name: &str, text: &str, needles: &[&str]) {
-    let (ok, out) = check(&write(name, text));
+    let (_dir, path) = write(name, text);
+    let (ok, out) = check(&path);
     assert!(!ok, "{name} passed:\n{out}");
     for needle in needles {
         assert!(out.contains(needle), "{needle} missing from\n{out}");
@@ -34,7 +37,7 @@ fn refused(name: &str, text: &str, needles: &[&str]) {
 
 #[test]
 fn a_valid_policy_is_printed_and_passes() {
-    let path = write(
+    let (_dir, path) = write(
         "good.toml",
         "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"per-source\"\nlimits = [{ rate = \"100/10s\" }]\n",
     );
@@ -104,7 +107,7 @@ fn listener_errors_are_located_too() {
 
 #[test]
 fn a_whole_config_round_trips_through_check() {
-    let path = write(
+    let (_dir, path) = write(
         "whole.toml",
         "[proxy]\nthreads = 1\ndrain = \"3s\"\nstate_file = \"/var/lib/tollgate/state\"\nstate_interval = \"1m\"\n\n[admin]\nlisten = \"127.0.0.1:9999\"\n\n\
          [[listener]]\nname = \"web\"\nlisten = \"[::1]:8443\"\nupstreams = [\"127.0.0.1:80\", \"[::1]:81\"]\n\

@@ -327,20 +327,17 @@ async fn a_stalled_redis_does_not_stall_the_data_path() {
     println!("{answered} connections answered while Redis was frozen");
 }
 
-/// A file holding `text`, removed when dropped.
-struct SecretFile(std::path::PathBuf);
+/// A file holding `text`, fresh (not named after the process id), removed when dropped.
+struct SecretFile(tempfile::TempPath);
 
 impl SecretFile {
     fn new(name: &str, text: &str) -> SecretFile {
-        let path = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
-        std::fs::write(&path, text).expect("temp dir writable");
-        SecretFile(path)
-    }
-}
-
-impl Drop for SecretFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let mut file = tempfile::Builder::new()
+            .prefix(&format!("tollgate-{name}-"))
+            .tempfile()
+            .expect("temp dir writable");
+        std::io::Write::write_all(&mut file, text.as_bytes()).expect("temp dir writable");
+        SecretFile(file.into_temp_path())
     }
 }
 
@@ -1119,10 +1116,8 @@ async fn a_restarted_or_flushed_redis_gets_the_counts_again_only_if_it_lost_them
     // Restarted from its snapshot (as with `save` or AOF): it holds the counts and the
     // dataset id; the nodes push nothing again.
     command(&redis, &["SAVE"]).await;
-    let snapshot = std::env::temp_dir().join(format!(
-        "tollgate-{}-cluster-restart.rdb",
-        std::process::id()
-    ));
+    let scratch = common::scratch("cluster-restart");
+    let snapshot = scratch.path().join("dump.rdb");
     std::fs::copy(redis.snapshot_file(), &snapshot).unwrap();
     drop(redis);
     eventually_async(|| async { cluster.iter().all(alone) }).await;

@@ -54,7 +54,7 @@ fn tls_lines(pki: &Pki, ca: &str) -> String {
 async fn over_tls_with_a_password_nodes_join_and_share_and_a_plain_node_stays_alone() {
     let pki = Pki::new("tls-join");
     let redis = Redis::tls(&pki).password("tls-s3cret").start().await;
-    let password = secret_file(&pki.dir, "password", "tls-s3cret\n");
+    let password = secret_file(pki.dir(), "password", "tls-s3cret\n");
     let login = format!("password_file = \"{}\"\n", password.display());
     let upstream = echo_upstream().await;
     // A small limit, so that one source spread over the nodes crosses it in a few rounds.
@@ -409,7 +409,7 @@ async fn the_ca_file_is_read_again_at_each_connection() {
 async fn three_processes_over_tls_hold_a_spread_source_near_its_limit() {
     let pki = Pki::new("tls-processes");
     let redis = Redis::tls(&pki).password("tls-s3cret").start().await;
-    let password = secret_file(&pki.dir, "password", "tls-s3cret\n");
+    let password = secret_file(pki.dir(), "password", "tls-s3cret\n");
     let upstream = echo_upstream().await;
     let limit = 30;
     let nodes: Vec<Proxy> = (0..NODES)

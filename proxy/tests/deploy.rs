@@ -455,15 +455,14 @@ fn the_unit_is_hardened_and_reloads_with_sighup() {
 }
 
 /// The unit with its `ExecStart` pointing at the binary this test built (verify checks that
-/// the command exists), in a fresh directory.
-fn unit_for_this_build(name: &str) -> PathBuf {
+/// the command exists), in a fresh directory (removed when dropped).
+fn unit_for_this_build(name: &str) -> (tempfile::TempDir, PathBuf) {
     let unit = read(&deploy_dir().join("tollgate.service"))
         .replace("/usr/local/bin/tollgate", env!("CARGO_BIN_EXE_tollgate"));
-    let dir = std::env::temp_dir().join(format!("tollgate-unit-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tollgate.service");
+    let dir = common::scratch(&format!("unit-{name}"));
+    let path = dir.path().join("tollgate.service");
     std::fs::write(&path, unit).unwrap();
-    path
+    (dir, path)
 }
 
 fn systemd_analyze(args: &[&str], unit: &Path) -> std::process::Output {
@@ -482,7 +481,7 @@ fn systemd_analyze(args: &[&str], unit: &Path) -> std::process::Output {
 #[test]
 #[ignore = "needs systemd-analyze on the PATH; run with --include-ignored"]
 fn systemd_analyze_verifies_the_unit() {
-    let unit = unit_for_this_build("verify");
+    let (_dir, unit) = unit_for_this_build("verify");
     let out = systemd_analyze(&["verify"], &unit);
     let said = format!(
         "{}{}",
@@ -550,8 +549,7 @@ fn promtool_accepts_the_rules_their_unit_tests_and_every_dashboard_query() {
             "      - record: dashboard_query_{index}\n        expr: {quoted}\n"
         ));
     }
-    let dir = std::env::temp_dir().join(format!("tollgate-promtool-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("dashboard.yml"), rules).unwrap();
-    promtool(&dir, &["check", "rules", "dashboard.yml"]);
+    let dir = common::scratch("promtool");
+    std::fs::write(dir.path().join("dashboard.yml"), rules).unwrap();
+    promtool(dir.path(), &["check", "rules", "dashboard.yml"]);
 }

@@ -4,7 +4,6 @@
 mod common;
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::{Wire, admin_json, attempt, echo_upstream, eventually};
@@ -16,14 +15,11 @@ use tollgate_filter::{Source, Transport};
 
 const TOKEN: &str = "explain-token";
 
-/// A fresh directory per call, holding the token file and the config file.
-fn dir() -> PathBuf {
-    static DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    // Relaxed: only a distinct number per call is needed.
-    let n = DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("tollgate-{}-explain-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("token"), format!("{TOKEN}\n")).unwrap();
+/// A fresh directory per call, holding the token file and the config file; removed when
+/// dropped.
+fn dir() -> tempfile::TempDir {
+    let dir = common::scratch("explain");
+    std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
     dir
 }
 
@@ -50,7 +46,8 @@ limits = [{{ rate = "1/10s" }}]"#
 }
 
 /// Starts a proxy from a config file in `dir` (so that it can reload).
-async fn start(dir: &std::path::Path, rate: &str) -> Server {
+async fn start(dir: &tempfile::TempDir, rate: &str) -> Server {
+    let dir = dir.path();
     let upstream = echo_upstream().await.to_string();
     let path = dir.join("tollgate.toml");
     std::fs::write(&path, config(dir, &upstream, rate)).unwrap();

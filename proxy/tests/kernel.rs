@@ -513,8 +513,8 @@ async fn runtime_denied() {
     use tollgate::server::Server;
     const TOKEN: &str = "kernel-token";
     let upstream = echo_upstream().await;
-    let dir = std::env::temp_dir().join(format!("tollgate-{}-kernel-runtime", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = common::scratch("kernel-runtime");
+    let dir = scratch.path();
     std::fs::write(dir.join("token"), TOKEN).unwrap();
     let config = format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
@@ -682,18 +682,17 @@ async fn reload_kernel() {
     );
 }
 
-/// An empty directory to stand for a `PATH` without nft.
-fn no_nft_path() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-no-nft-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// An empty directory to stand for a `PATH` without nft; removed when dropped.
+fn no_nft_path() -> tempfile::TempDir {
+    common::scratch("no-nft")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_nft_the_proxy_refuses_to_start_or_runs_without_the_fast_path() {
     let upstream = echo_upstream().await;
     let rule = "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/2s\" }]\n";
-    let path = no_nft_path();
+    let empty = no_nft_path();
+    let path = empty.path();
     // Optional: it serves, and says the fast path is off.
     let proxy = Launch::new(
         "kernel-optional",
@@ -714,9 +713,8 @@ async fn without_nft_the_proxy_refuses_to_start_or_runs_without_the_fast_path() 
     drop(proxy);
 
     // Required: it refuses to start, and says why.
-    let dir = std::env::temp_dir().join(format!("tollgate-{}-kernel-required", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("tollgate.toml");
+    let dir = common::scratch("kernel-required");
+    let config = dir.path().join("tollgate.toml");
     std::fs::write(
         &config,
         format!(
@@ -728,7 +726,7 @@ async fn without_nft_the_proxy_refuses_to_start_or_runs_without_the_fast_path() 
     let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(["run", "--config"])
         .arg(&config)
-        .env("PATH", &path)
+        .env("PATH", path)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -748,7 +746,8 @@ async fn a_reload_that_adds_a_required_kernel_it_cannot_make_is_refused_and_one_
  {
     let upstream = echo_upstream().await;
     let rule = |rate: &str| format!("[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"{rate}\" }}]\n");
-    let path = no_nft_path();
+    let empty = no_nft_path();
+    let path = empty.path();
     let proxy = Launch::new(
         "kernel-reload-no-nft",
         &format!("upstreams = [\"{upstream}\"]"),

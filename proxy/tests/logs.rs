@@ -13,6 +13,9 @@ use common::process::{exited, free_port, until_answering};
 struct Run {
     child: Child,
     stderr: PathBuf,
+    /// The directory of `stderr`, removed after the child is killed (fields drop after
+    /// `Drop::drop`).
+    _dir: tempfile::TempDir,
 }
 
 impl Drop for Run {
@@ -25,9 +28,8 @@ impl Drop for Run {
 impl Run {
     /// `tollgate ARGS...` with RUST_LOG=info and stderr into a file of `dir`.
     fn spawn(dir: &str, args: &[&str]) -> Run {
-        let dir = std::env::temp_dir().join(format!("tollgate-logs-{}-{dir}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let stderr = dir.join("stderr.log");
+        let dir = common::scratch(&format!("logs-{dir}"));
+        let stderr = dir.path().join("stderr.log");
         let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(args)
             .env("RUST_LOG", "info")
@@ -36,7 +38,11 @@ impl Run {
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("tollgate starts");
-        Run { child, stderr }
+        Run {
+            child,
+            stderr,
+            _dir: dir,
+        }
     }
 
     /// `tollgate [--log-format FORMAT] run` on a one-listener config until its admin answers,
@@ -49,8 +55,9 @@ impl Run {
             "max_connections = 100",
             "",
         );
-        let path =
-            std::env::temp_dir().join(format!("tollgate-logs-{}-{dir}.toml", std::process::id()));
+        // Declared before `run`, so removed after the child is killed.
+        let scratch = common::scratch(&format!("logs-{dir}-config"));
+        let path = scratch.path().join("tollgate.toml");
         std::fs::write(&path, config).unwrap();
         let path = path.to_str().unwrap();
         let mut args = Vec::new();
@@ -135,7 +142,8 @@ fn json_logs_are_one_object_per_line() {
 
 #[test]
 fn a_failed_start_is_a_json_line_too() {
-    let missing = std::env::temp_dir().join("tollgate-logs-no-such-config.toml");
+    let scratch = common::scratch("logs-no-config");
+    let missing = scratch.path().join("tollgate-logs-no-such-config.toml");
     let mut run = Run::spawn(
         "failed",
         &[

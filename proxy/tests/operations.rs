@@ -13,30 +13,26 @@ use tollgate::server::Server;
 /// The admin token of these tests, in a file of its own.
 const TOKEN: &str = "operations-token";
 
-/// A fresh file per call: tests run at once must not see another's half-written file.
-fn token_file() -> PathBuf {
-    static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    // Relaxed: only a distinct number per call is needed.
-    let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("tollgate-{}-token-{n}", std::process::id()));
-    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
-    path
+/// A fresh directory for test `name`'s files, removed when dropped, holding the token file
+/// (a test's own: tests run at once must not see another's half-written file).
+fn scratch(name: &str) -> tempfile::TempDir {
+    let dir = common::scratch(name);
+    std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
+    dir
 }
 
-fn config(upstream: std::net::SocketAddr, rate: &str) -> String {
+fn config(dir: &tempfile::TempDir, upstream: std::net::SocketAddr, rate: &str) -> String {
     let admin = format!(
         "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"",
-        token_file().display()
+        dir.path().join("token").display()
     );
     let rule = format!("[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{rate}\" }}]");
     common::one_listener(&admin, upstream, "", &rule)
 }
 
-/// A config file in a fresh temporary directory.
-fn file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tollgate.toml");
+/// The config file in `dir`, holding `text`.
+fn file(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    let path = dir.path().join("tollgate.toml");
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -51,14 +47,15 @@ async fn start_from(path: &PathBuf) -> Server {
 #[tokio::test]
 async fn a_reload_changes_limits_and_keeps_counters_and_a_bad_one_changes_nothing() {
     let upstream = echo_upstream().await;
-    let path = file("reload", &config(upstream, "5/60s"));
+    let dir = scratch("reload");
+    let path = file(&dir, &config(&dir, upstream, "5/60s"));
     let server = start_from(&path).await;
     let front = server.local_addr("front").unwrap();
     for _ in 0..4 {
         assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
     }
     // Raise the limit to 6: the 4 connections already counted stay counted, so 2 more pass.
-    std::fs::write(&path, config(upstream, "6/60s")).unwrap();
+    std::fs::write(&path, config(&dir, upstream, "6/60s")).unwrap();
     server.shared().reload().expect("a good file reloads");
     assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
     assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
@@ -69,7 +66,7 @@ async fn a_reload_changes_limits_and_keeps_counters_and_a_bad_one_changes_nothin
     );
     // A bad file (through the admin endpoint this time) is refused with its line; the limit of
     // 6 stays in force.
-    std::fs::write(&path, config(upstream, "0/60s")).unwrap();
+    std::fs::write(&path, config(&dir, upstream, "0/60s")).unwrap();
     let (status, body) = admin_as(&server, "POST", "/reload", Some(TOKEN)).await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("tollgate.toml:13:20: `0/60s`"), "{body}");
@@ -91,12 +88,13 @@ async fn a_reload_changes_limits_and_keeps_counters_and_a_bad_one_changes_nothin
 #[tokio::test]
 async fn the_penalty_sketches_report_themselves_in_metrics() {
     let upstream = echo_upstream().await;
-    let text = config(upstream, "2/60s").replace(
+    let dir = scratch("penalty-metrics");
+    let text = config(&dir, upstream, "2/60s").replace(
         "limits = [{ rate = \"2/60s\" }]",
         "limits = [{ rate = \"2/60s\" }]\npenalty = \"5m\"",
     );
     assert!(text.contains("penalty = \"5m\""), "{text}");
-    let server = start_from(&file("penalty-metrics", &text)).await;
+    let server = start_from(&file(&dir, &text)).await;
     let front = server.local_addr("front").unwrap();
     let bound = "tollgate_penalty_sketch_overcount_bound{length=\"5m\"}";
     assert!(
@@ -129,8 +127,9 @@ async fn the_penalty_sketches_report_themselves_in_metrics() {
 #[tokio::test]
 async fn a_reload_that_blocks_on_its_file_leaves_traffic_served() {
     let upstream = echo_upstream().await;
-    let text = config(upstream, "100/60s");
-    let path = file("blocked-reload", &text);
+    let dir = scratch("blocked-reload");
+    let text = config(&dir, upstream, "100/60s");
+    let path = file(&dir, &text);
     let server = start_from(&path).await;
     let front = server.local_addr("front").unwrap();
     // The file becomes a FIFO: reading it blocks until a writer comes.
@@ -167,7 +166,8 @@ async fn a_reload_that_blocks_on_its_file_leaves_traffic_served() {
 #[tokio::test]
 async fn the_admin_endpoint_reports_metrics_offenders_and_estimates() {
     let upstream = echo_upstream().await;
-    let path = file("admin", &config(upstream, "2/60s"));
+    let dir = scratch("admin");
+    let path = file(&dir, &config(&dir, upstream, "2/60s"));
     let server = start_from(&path).await;
     let front = server.local_addr("front").unwrap();
     for _ in 0..5 {
@@ -205,7 +205,9 @@ async fn the_admin_endpoint_reports_metrics_offenders_and_estimates() {
 #[tokio::test]
 async fn a_shutdown_stops_accepting_and_drains_open_connections() {
     let upstream = echo_upstream().await;
-    let text = config(upstream, "100/60s").replace("[admin]", "[proxy]\ndrain = \"5s\"\n\n[admin]");
+    let dir = scratch("shutdown");
+    let text =
+        config(&dir, upstream, "100/60s").replace("[admin]", "[proxy]\ndrain = \"5s\"\n\n[admin]");
     let server = common::start(&text).await;
     let front = server.local_addr("front").unwrap();
     let open = common::connect_from("127.0.0.2", front).await.unwrap();

@@ -2,6 +2,8 @@
 //! makes): a config an operator copies from the README is one the proxy accepts. A fragment
 //! that is not a whole config belongs in a ```text block.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -36,8 +38,8 @@ fn every_toml_block_of_the_readme_passes_check() {
         "only {} ```toml blocks found",
         blocks.len()
     );
-    let dir = std::env::temp_dir().join(format!("tollgate-readme-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let scratch = common::scratch("readme");
+    let dir = scratch.path();
     let mut refused = Vec::new();
     for (line, body) in blocks {
         let path = dir.join(format!("readme-line-{line}.toml"));
@@ -51,7 +53,6 @@ fn every_toml_block_of_the_readme_passes_check() {
             ));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(refused.is_empty(), "{}", refused.join("\n"));
 }
 

@@ -25,12 +25,6 @@ limits = [
 ]
 "#;
 
-fn dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    dir
-}
-
 /// Benign sources (5 each, 50 sources in 50 /24s), three heavy sources (50 each, separate
 /// /24s), an IPv6 attacker using 100 addresses of one /64, and 10 frames from a denied /24,
 /// interleaved over two seconds of capture time.
@@ -92,7 +86,8 @@ fn replay_under(policy_text: &str, capture: &PathBuf, json: bool) -> (bool, Stri
 
 #[test]
 fn a_known_capture_replays_to_the_expected_verdicts() {
-    let path = dir().join("known.pcap");
+    let dir = common::scratch("replay");
+    let path = dir.path().join("known.pcap");
     write_pcap(&path, &capture());
     let (ok, out) = replay(&path, true);
     assert!(ok, "{out}");
@@ -142,7 +137,8 @@ fn a_known_capture_replays_to_the_expected_verdicts() {
 
 #[test]
 fn a_cut_capture_reports_what_it_read_then_fails() {
-    let path = dir().join("cut.pcap");
+    let dir = common::scratch("replay");
+    let path = dir.path().join("cut.pcap");
     write_pcap(&path, &capture());
     let bytes = std::fs::read(&path).expect("read");
     std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("cut");
@@ -153,14 +149,15 @@ fn a_cut_capture_reports_what_it_read_then_fails() {
         "the partial report comes first: {out}"
     );
     assert!(out.contains("the capture is unreadable at byte"), "{out}");
-    let (ok, out) = replay(&dir().join("missing.pcap"), false);
+    let (ok, out) = replay(&dir.path().join("missing.pcap"), false);
     assert!(!ok && out.contains("cannot read the capture"), "{out}");
 }
 
 /// Replays `frames` (each at its offset from the capture's start) under `policy`; the JSON
 /// report's totals.
 fn totals(name: &str, policy: &str, frames: &[(Duration, Vec<u8>)]) -> serde_json::Value {
-    let capture = dir().join(format!("counters-{name}.pcap"));
+    let dir = common::scratch("replay");
+    let capture = dir.path().join(format!("counters-{name}.pcap"));
     write_timed_pcap(&capture, frames);
     let (ok, out) = replay_under(policy, &capture, true);
     assert!(ok, "{out}");

@@ -10,13 +10,12 @@ use std::path::{Path, PathBuf};
 use common::process::{Launch, Proxy};
 use common::{Wire, attempt, echo_upstream, eventually, metric};
 
-/// The directory [`Launch::start`] keeps test `name`'s files in, and the state file there.
-fn state_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("state.bin");
-    let _ = std::fs::remove_file(&path);
-    path
+/// A fresh directory for test `name`'s state file (it outlives each proxy the test starts),
+/// and the state file there, not written yet.
+fn state_path(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = common::scratch(name);
+    let path = dir.path().join("state.bin");
+    (dir, path)
 }
 
 /// `[proxy]` with the state file, then the policy: 3 connections per 10 minutes (a long
@@ -71,7 +70,7 @@ fn terminate(mut proxy: Proxy, state: &Path) {
 async fn a_flood_stays_throttled_across_restarts_and_a_shape_change() {
     let name = "restart-flood";
     let upstream = format!("upstreams = [\"{}\"]", echo_upstream().await);
-    let state = state_path(name);
+    let (_dir, state) = state_path(name);
     let same = config(&state, "memory = \"1MiB\"", "");
     let proxy = start(name, &upstream, &same);
     assert_eq!(flood("127.0.0.2", &proxy, 10).await, Wire::Reset);
@@ -103,7 +102,7 @@ async fn a_flood_stays_throttled_across_restarts_and_a_shape_change() {
 async fn a_penalty_is_kept_across_a_restart() {
     let name = "restart-penalty";
     let upstream = format!("upstreams = [\"{}\"]", echo_upstream().await);
-    let state = state_path(name);
+    let (_dir, state) = state_path(name);
     let penalised = config(&state, "memory = \"1MiB\"", "penalty = \"1h\"\n");
     let penalty = "tollgate_refused_total{listener=\"front\",reason=\"penalty\"}";
     let proxy = start(name, &upstream, &penalised);
@@ -125,7 +124,7 @@ async fn a_penalty_is_kept_across_a_restart() {
 async fn a_damaged_state_file_is_refused_and_the_start_is_cold() {
     let name = "restart-damaged";
     let upstream = format!("upstreams = [\"{}\"]", echo_upstream().await);
-    let state = state_path(name);
+    let (_dir, state) = state_path(name);
     let text = config(&state, "memory = \"1MiB\"", "");
     let proxy = start(name, &upstream, &text);
     assert_eq!(flood("127.0.0.2", &proxy, 10).await, Wire::Reset);
@@ -175,7 +174,7 @@ async fn a_damaged_state_file_is_refused_and_the_start_is_cold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_state_is_saved_every_interval_and_at_shutdown() {
-    let state = state_path("restart-interval");
+    let (_dir, state) = state_path("restart-interval");
     let upstream = echo_upstream().await;
     let server = common::start(&format!(
         "[proxy]\nstate_file = \"{}\"\nstate_interval = \"50ms\"\n\n\
@@ -220,7 +219,7 @@ async fn the_state_is_saved_every_interval_and_at_shutdown() {
 async fn run_time_list_entries_are_kept_across_a_restart() {
     use std::time::Duration;
     use tollgate_filter::{Cidr, ListKind};
-    let state = state_path("restart-lists");
+    let (_dir, state) = state_path("restart-lists");
     let text = format!(
         "[proxy]\nstate_file = \"{}\"\nstate_interval = \"1h\"\n\n[admin]\nenabled = false\n\n\
          [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"3/10m\" }}]\n",

@@ -1110,8 +1110,11 @@ mod tests {
 
     #[test]
     fn a_password_file_is_read_trimmed_and_an_empty_one_refused() {
-        let path =
-            std::env::temp_dir().join(format!("tollgate-redis-password-{}", std::process::id()));
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-redis-password-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("password");
         let source = TokenSource::File(path.clone());
         std::fs::write(&path, "  s3cret \n").unwrap();
         assert_eq!(read_password(&source).as_deref(), Ok("s3cret"));

@@ -140,9 +140,11 @@ mod tests {
 
     #[test]
     fn missing_or_empty_files_are_named() {
-        let dir = std::env::temp_dir().join(format!("tollgate-tls-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir writable");
-        let empty = dir.join("empty.pem");
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-tls-unit-")
+            .tempdir()
+            .expect("temp dir writable");
+        let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").expect("temp dir writable");
         let tls = |ca: &Path, client: Option<(&Path, &Path)>| RedisTls {
             ca_file: Some(ca.to_path_buf()),
@@ -161,6 +163,5 @@ mod tests {
         let error = client_config(&tls(&empty, None)).unwrap_err();
         assert!(error.contains("no PEM certificate"), "{error}");
         assert!(error.contains(&empty.display().to_string()), "{error}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -21,6 +21,18 @@ use tollgate::server::Server;
 /// Every wait in these tests is bounded by this: a hang fails instead of stalling CI.
 pub const BOUND: Duration = Duration::from_secs(10);
 
+/// A fresh directory of the test's own, `$TMPDIR/tollgate-NAME-XXXXXX`, removed when dropped
+/// (when the test ends, passed or failed). Fresh and unique, not named after the process id:
+/// ids are reused, and a directory an earlier process left would hold its files. Set
+/// `TOLLGATE_KEEP_SCRATCH=1` to keep them for a look (the browser tests' screenshots).
+pub fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tollgate-{name}-"))
+        .disable_cleanup(std::env::var_os("TOLLGATE_KEEP_SCRATCH").is_some())
+        .tempdir()
+        .expect("temp dir writable")
+}
+
 /// A TCP echo server on 127.0.0.1; returns its address.
 pub async fn echo_upstream() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -18,6 +18,9 @@ pub struct Proxy {
     /// Whether its stderr is copied to the test's when it ends (the test did not ask to
     /// read it).
     show_log: bool,
+    /// The directory of its config and stderr, removed after the child is killed (fields
+    /// drop after `Drop::drop`).
+    _dir: tempfile::TempDir,
 }
 
 impl Drop for Proxy {
@@ -149,12 +152,11 @@ impl<'a> Launch<'a> {
         let config = format!(
             "[admin]\nlisten = \"{admin}\"\n{admin_body}\n\n[[listener]]\nname = \"front\"\nlisten = \"{front}\"\n{listener_body}\n\n{rest}\n"
         );
-        let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path: PathBuf = dir.join("tollgate.toml");
+        let dir = super::scratch(name);
+        let path: PathBuf = dir.path().join("tollgate.toml");
         std::fs::write(&path, config).unwrap();
         let binary = env!("CARGO_BIN_EXE_tollgate");
-        let stderr = std::fs::File::create(dir.join("stderr.log")).unwrap();
+        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
         let child = Command::new("sh")
             .arg("-c")
             .arg(format!("{shell}exec \"$0\" run --config \"$1\""))
@@ -171,6 +173,7 @@ impl<'a> Launch<'a> {
             admin,
             path,
             show_log: !quiet,
+            _dir: dir,
         };
         match until_answering(&mut proxy.child, admin) {
             Ok(()) => Ok(proxy),

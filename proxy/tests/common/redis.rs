@@ -13,14 +13,13 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 /// `127.0.0.1` and `localhost`, a client certificate it signed, and another CA that signed
 /// nothing here.
 pub struct Pki {
-    pub dir: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Pki {
     /// Makes them in a new folder named after `name`.
     pub fn new(name: &str) -> Pki {
-        let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir writable");
+        let dir = super::scratch(name);
         let ca_key = KeyPair::generate().unwrap();
         let ca_params = ca("tollgate test CA");
         let ca_cert = ca_params.self_signed(&ca_key).unwrap();
@@ -52,9 +51,14 @@ impl Pki {
         pki
     }
 
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The file `name` in the folder.
     pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        self.dir().join(name)
     }
 }
 
@@ -66,12 +70,6 @@ fn ca(common_name: &str) -> CertificateParams {
         .distinguished_name
         .push(DnType::CommonName, common_name);
     params
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// How to start a `redis-server`: [`Redis::plain`] or [`Redis::tls`], the options that differ,
@@ -156,14 +154,12 @@ impl<'a> Options<'a> {
         let port = self
             .port
             .unwrap_or_else(|| super::process::free_port().port());
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-{}-redis-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir writable");
+        let dir = super::scratch(&format!("redis-{port}"));
         if let Some(rdb) = self.snapshot {
-            std::fs::copy(rdb, dir.join("dump.rdb"))
+            std::fs::copy(rdb, dir.path().join("dump.rdb"))
                 .unwrap_or_else(|err| panic!("cannot copy {}: {err}", rdb.display()));
         }
-        let log = dir.join("redis.log");
+        let log = dir.path().join("redis.log");
         let mut config = match self.tls {
             None => format!("port {port}\n"),
             Some(pki) => format!(
@@ -181,10 +177,10 @@ impl<'a> Options<'a> {
         };
         config += &format!(
             "bind 127.0.0.1\ndir {}\nlogfile {}\n{lines}",
-            dir.display(),
+            dir.path().display(),
             log.display()
         );
-        let path = dir.join("redis.conf");
+        let path = dir.path().join("redis.conf");
         std::fs::write(&path, config).expect("temp dir writable");
         let child = Command::new("redis-server")
             .arg(&path)
@@ -237,7 +233,9 @@ pub struct Redis {
     pub port: u16,
     /// `requirepass`, if started with one.
     pub password: Option<String>,
-    dir: PathBuf,
+    /// Its folder (config, log, snapshot), removed after it is killed (fields drop after
+    /// `Drop::drop`).
+    dir: tempfile::TempDir,
 }
 
 impl Redis {
@@ -268,12 +266,12 @@ impl Redis {
 
     /// Where `SAVE` writes its snapshot (`dump.rdb` in its folder).
     pub fn snapshot_file(&self) -> PathBuf {
-        self.dir.join("dump.rdb")
+        self.dir.path().join("dump.rdb")
     }
 
     /// What it logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
     }
 
     /// Sends it `signal` (a `kill` option such as `-STOP`).
@@ -293,7 +291,6 @@ impl Drop for Redis {
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -90,18 +90,19 @@ pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Found> {
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tollgate-file-{}-{name}", std::process::id()));
-        // Fresh: a directory left by an earlier process of the same id (ids are reused, and
-        // these are not removed) would hold its files.
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A fresh directory, removed when dropped (not named after the process id: ids are
+    /// reused, and a directory an earlier process left would hold its files).
+    fn dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("tollgate-file-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     #[test]
     fn a_file_of_exactly_the_limit_is_read_and_one_byte_more_is_not() {
-        let path = dir("limit").join("state");
+        let dir = dir("limit");
+        let path = dir.path().join("state");
         std::fs::write(&path, [7u8; 10]).unwrap();
         assert!(
             matches!(read_bounded(&path, 10).unwrap(), Found::Bytes(bytes) if bytes == [7u8; 10])
@@ -116,11 +117,13 @@ mod tests {
     fn a_path_that_cannot_be_opened_is_an_error_not_a_first_start() {
         // Taken for a missing file, the fault would be logged as a first start ("no state file
         // yet") and the saved state silently not restored.
-        let file = dir("not-a-dir").join("file");
+        let not_a_dir = dir("not-a-dir");
+        let file = not_a_dir.path().join("file");
         std::fs::write(&file, b"x").unwrap();
         let err = read_bounded(&file.join("state"), 100).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::NotADirectory);
-        let missing = dir("missing").join("state");
+        let missing_dir = dir("missing");
+        let missing = missing_dir.path().join("state");
         assert!(matches!(
             read_bounded(&missing, 100).unwrap(),
             Found::Missing

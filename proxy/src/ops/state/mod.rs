@@ -405,14 +405,13 @@ mod tests {
 
     use super::*;
 
-    fn dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-state-{}-{name}", std::process::id()));
-        // Fresh: a directory left by an earlier process of the same id (ids are reused, and
-        // these are not removed) would hold its files.
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A fresh directory, removed when dropped (not named after the process id: ids are
+    /// reused, and a directory an earlier process left would hold its files).
+    fn dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("tollgate-state-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     const MINUTE: &str =
@@ -446,7 +445,8 @@ mod tests {
 
     #[test]
     fn the_clock_resumes_by_the_wall_clock_time_down_and_nothing_stale_is_read() {
-        let path = dir("resume").join("state");
+        let dir = dir("resume");
+        let path = dir.path().join("state");
         flooded(&path);
         let restore = |down_ms: u64| {
             let resumed = load(&path, 64 << 10, SAVED_AT + down_ms).unwrap().unwrap();
@@ -474,7 +474,8 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_a_first_start_and_an_oversized_one_is_refused_unread() {
-        let dir = dir("bounds");
+        let scratch = dir("bounds");
+        let dir = scratch.path();
         assert!(
             load(&dir.join("none"), 64 << 10, SAVED_AT)
                 .unwrap()
@@ -495,7 +496,8 @@ mod tests {
 
     #[test]
     fn a_save_that_does_not_wait_skips_while_another_writes() {
-        let path = dir("busy").join("state");
+        let dir = dir("busy");
+        let path = dir.path().join("state");
         let text = format!(
             "[proxy]\nstate_file = \"{}\"\n[admin]\nenabled = false\n{MINUTE}",
             path.display()
@@ -514,7 +516,8 @@ mod tests {
 
     #[test]
     fn a_write_replaces_the_file_whole_and_private() {
-        let path = dir("atomic").join("state");
+        let dir = dir("atomic");
+        let path = dir.path().join("state");
         file::write_atomic(&path, b"first").unwrap();
         file::write_atomic(&path, b"second").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"second");
@@ -526,15 +529,16 @@ mod tests {
         assert!(file::write_atomic(&nowhere, b"x").is_err());
     }
 
-    /// A proxy whose state file is `NAME/state` in a fresh directory.
-    fn saving(name: &str) -> (PathBuf, Shared) {
-        let path = dir(name).join("state");
+    /// A proxy whose state file is `state` in a fresh directory (removed when dropped).
+    fn saving(name: &str) -> (tempfile::TempDir, PathBuf, Shared) {
+        let dir = dir(name);
+        let path = dir.path().join("state");
         let text = format!(
             "[proxy]\nstate_file = \"{}\"\n[admin]\nenabled = false\n{MINUTE}",
             path.display()
         );
         let config = crate::config::ProxyConfig::parse(&text).unwrap();
-        (path, Shared::new(config, None).unwrap())
+        (dir, path, Shared::new(config, None).unwrap())
     }
 
     fn unix_ms_by_the_system_clock() -> u64 {
@@ -544,7 +548,7 @@ mod tests {
 
     #[test]
     fn a_save_says_what_it_wrote_and_the_file_says_when() {
-        let (path, shared) = saving("what");
+        let (_dir, path, shared) = saving("what");
         let saver = shared.state.as_ref().unwrap();
         assert_eq!(saver.path(), path);
         let before = unix_ms_by_the_system_clock();
@@ -566,7 +570,7 @@ mod tests {
 
     #[test]
     fn a_save_that_waits_writes_once_the_one_under_way_is_done() {
-        let (path, shared) = saving("wait");
+        let (_dir, path, shared) = saving("wait");
         let saver = shared.state.as_ref().unwrap();
         std::thread::scope(|scope| {
             let (held, holding) = std::sync::mpsc::channel();
@@ -584,7 +588,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bounded_save_is_counted_and_a_proxy_without_a_state_file_saves_nothing() {
-        let (path, shared) = saving("bounded");
+        let (_dir, path, shared) = saving("bounded");
         let shared = Arc::new(shared);
         assert!(save_bounded(&shared, true).await);
         assert!(path.exists());
@@ -640,7 +644,8 @@ mod tests {
 
     #[test]
     fn a_restore_tells_the_operator_what_it_put_back_and_what_it_left_out() {
-        let path = dir("logged").join("state");
+        let dir = dir("logged");
+        let path = dir.path().join("state");
         flooded(&path);
         let resumed = load(&path, 64 << 10, SAVED_AT + 5_000).unwrap().unwrap();
         let report = Restored {
