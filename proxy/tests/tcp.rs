@@ -205,3 +205,47 @@ async fn a_delayed_connection_is_held_until_under_the_limit_or_its_bound() {
     assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
     assert_eq!(attempt("127.0.0.2", front).await, Wire::Closed(Vec::new()));
 }
+
+/// An upstream a network away: its handshake is not done when the proxy's connect returns
+/// (here its first SYN is dropped by a full accept queue and retransmitted a second later), so
+/// the PROXY header the proxy sends first cannot go with the connect. It must follow once
+/// connected, before the client's bytes, and the answer must come back.
+#[tokio::test]
+async fn a_connection_through_an_upstream_whose_handshake_is_slow_arrives_whole() {
+    use std::io::{Read, Write};
+    let (listener, queued) = common::stalled_upstream();
+    let address = listener.local_addr().unwrap();
+    let upstream = std::thread::spawn(move || {
+        common::wait_connecting(address);
+        // Free the queue: the proxy's next SYN gets in.
+        drop(listener.accept().unwrap());
+        drop(queued);
+        let (mut stream, _) = listener.accept().unwrap();
+        stream.set_read_timeout(Some(common::BOUND)).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while !got.ends_with(b"hello\n") {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "the upstream got only {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        stream.write_all(b"hello\n").unwrap();
+        got
+    });
+    // A connect timeout past the SYN's retransmission.
+    let server = start(&common::one_listener(
+        common::NO_ADMIN,
+        address,
+        "send_proxy = \"v1\"\nconnect_timeout = \"5s\"",
+        "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"100/60s\" }]",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    let got = String::from_utf8(upstream.join().unwrap()).unwrap();
+    assert!(
+        got.starts_with("PROXY TCP4 127.0.0.2 127.0.0.1 ")
+            && got.ends_with(&format!(" {}\r\nhello\n", front.port())),
+        "{got:?}"
+    );
+}

@@ -588,6 +588,14 @@ mod tests {
         assert!(poll(&mut up));
         assert_eq!(up.buf.capacity(), 16 << 10);
         assert!(up.buf.len() <= 4, "{} bytes initialised", up.buf.len());
+        // Full size, it stays the same buffer when a read fills it again: no allocation per
+        // read of a bulk transfer.
+        let full = up.buf.as_ptr();
+        client.write_all(&[7u8; 16 << 10]).await.unwrap();
+        assert!(poll(&mut up));
+        client.write_all(b"more").await.unwrap();
+        assert!(poll(&mut up));
+        assert_eq!(up.buf.as_ptr(), full, "a full-size buffer allocated again");
     }
 
     #[tokio::test(start_paused = true)]
@@ -641,6 +649,108 @@ mod tests {
         assert_eq!(
             (ended, server),
             (Ended::Finished, b"GET / HTTP/1.1\r\n\r\n".to_vec())
+        );
+    }
+
+    /// The idle watchdog of the admin endpoint sees only what [`Counted`] counts: a read or
+    /// write that moved bytes. A wake-up that moved nothing must not count (a connection that
+    /// is polled but silent would never be idle), and flush and shutdown must reach the stream
+    /// (a shutdown kept back would leave the peer waiting for an end that never comes).
+    #[tokio::test]
+    async fn counted_counts_only_reads_and_writes_that_move_bytes_and_passes_the_rest_on() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut near, mut far) = tokio::io::duplex(64);
+        let moved = AtomicU64::new(0);
+        let mut counted = Counted::new(&mut near, &moved);
+        let count = |moved: &AtomicU64| moved.load(Ordering::Relaxed);
+        // Nothing to read: pending, and nothing counted.
+        let mut buf = [0u8; 8];
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut read = ReadBuf::new(&mut buf);
+        assert!(
+            Pin::new(&mut counted)
+                .poll_read(&mut cx, &mut read)
+                .is_pending()
+        );
+        assert_eq!(count(&moved), 0, "a read that moved nothing");
+        // A read that moves bytes, a write that moves bytes: one each.
+        far.write_all(b"abc").await.unwrap();
+        let mut got = [0u8; 3];
+        counted.read_exact(&mut got).await.unwrap();
+        assert_eq!((&got, count(&moved)), (b"abc", 1));
+        counted.write_all(b"de").await.unwrap();
+        assert_eq!(count(&moved), 2);
+        // A write of nothing moves nothing.
+        assert_eq!(counted.write(b"").await.unwrap(), 0);
+        assert_eq!(count(&moved), 2, "a write that moved nothing");
+        // Flushed and shut down through to the stream: the far side reads the bytes, then
+        // the end.
+        counted.flush().await.unwrap();
+        counted.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        // Bounded: a shutdown kept back fails the test instead of hanging it.
+        tokio::time::timeout(Duration::from_secs(10), far.read_to_end(&mut rest))
+            .await
+            .expect("the end reached the far side")
+            .unwrap();
+        assert_eq!(rest, b"de");
+        // The end of the stream moves nothing.
+        drop(far);
+        assert_eq!(counted.read(&mut buf).await.unwrap(), 0);
+        assert_eq!(count(&moved), 2, "an end of stream");
+    }
+
+    /// A stream whose reads fail (a client that reset) and whose writes go nowhere.
+    struct Failing;
+
+    impl AsyncRead for Failing {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()))
+        }
+    }
+
+    impl AsyncWrite for Failing {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// One direction failing ends the relay at once: waiting for the other (an upstream that
+    /// says nothing) would hold the connection's slot and both descriptors until the idle
+    /// timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_direction_ends_the_relay_at_once() {
+        let (mut upstream, _silent) = tokio::io::duplex(64);
+        let started = tokio::time::Instant::now();
+        let ended = relay(
+            &mut Failing,
+            &mut upstream,
+            64,
+            Duration::from_secs(300),
+            Screen::Nothing,
+        )
+        .await;
+        assert_eq!(ended, Ended::Finished);
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "waited for the idle timeout"
         );
     }
 }
