@@ -265,4 +265,86 @@ mod tests {
         assert_eq!(parse_field("deny nowhere"), None);
         assert_eq!(redis::Script::new(WRITE).get_hash().len(), 40);
     }
+
+    fn travelled(until_ms: u64) -> Travelled {
+        Travelled {
+            until_ms,
+            node: "edge-1".to_owned(),
+            reason: "a flood".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_write_and_a_read_cost_what_they_send_and_the_write_keeps_the_keys_eight_days() {
+        let keys = Keys::new("c");
+        let deny = (ListKind::Deny, Cidr::parse("192.0.2.0/24").unwrap());
+        let allow = (ListKind::Allow, Cidr::parse("2001:db8::/48").unwrap());
+        let changes = [
+            Change::Put(deny, travelled(1_700_000_060_000)),
+            Change::Remove(allow),
+        ];
+        for changes in [&changes[..], &[]] {
+            let mut pipe = redis::pipe();
+            let mut cost = Cost::default();
+            Outgoing {
+                keys: &keys,
+                changes,
+                now_ms: 1_700_000_000_000,
+                token: "edge-1:1700000000000:7",
+            }
+            .append(&mut pipe, &mut cost);
+            let packed = pipe.get_packed_pipeline();
+            assert_eq!(cost.sent, packed.len() as u64, "{changes:?}");
+            let text = String::from_utf8_lossy(&packed);
+            let written = !changes.is_empty();
+            assert_eq!(text.contains("EVAL"), written);
+            assert_eq!(text.contains("\r\n691200000\r\n"), written, "8 days in ms");
+            assert_eq!(text.contains("deny 192.0.2.0/24"), written);
+            let get = "*2\r\n$3\r\nGET\r\n$24\r\ntollgate:c:lists:version\r\n";
+            assert!(text.ends_with(get), "{text}");
+            let commands = if written { 6 + 2 * 2 + 1 } else { 1 };
+            assert_eq!(cost.commands, commands);
+        }
+        let mut cost = Cost::default();
+        let pipe = read_pipeline(&keys, &mut cost);
+        assert_eq!(cost.sent, pipe.get_packed_pipeline().len() as u64);
+        assert_eq!(cost.commands, 4);
+    }
+
+    #[test]
+    fn a_read_costs_the_bytes_of_its_replies() {
+        let mut cost = Cost::default();
+        let version = version_of(Value::BulkString(b"edge-1:17:3".to_vec()), &mut cost);
+        assert_eq!(version, Ok(Some("edge-1:17:3".to_owned())));
+        assert_eq!(cost.received, "$11\r\nedge-1:17:3\r\n".len() as u64);
+        let mut cost = Cost::default();
+        assert_eq!(version_of(Value::Nil, &mut cost), Ok(None));
+        assert_eq!(cost.received, "$-1\r\n".len() as u64);
+
+        let value = serde_json::to_string(&travelled(1_700_000_060_000)).unwrap();
+        let fields = vec![
+            ("deny 192.0.2.0/24".to_owned(), value.clone()),
+            ("block 192.0.2.0/24".to_owned(), value.clone()),
+        ];
+        let mut cost = Cost::default();
+        let state = parse_state((None, fields), &mut cost);
+        let deny = (ListKind::Deny, Cidr::parse("192.0.2.0/24").unwrap());
+        assert_eq!(
+            state.entries.len(),
+            1,
+            "a field that does not parse is left out"
+        );
+        assert_eq!(state.entries[&deny], travelled(1_700_000_060_000));
+        let bulk = |text: &str| format!("${}\r\n{text}\r\n", text.len());
+        let replies = "$-1\r\n*4\r\n".to_owned()
+            + &bulk("deny 192.0.2.0/24")
+            + &bulk(&value)
+            + &bulk("block 192.0.2.0/24")
+            + &bulk(&value);
+        assert_eq!(cost.received, replies.len() as u64);
+        let mut cost = Cost::default();
+        let state = parse_state((None, Vec::new()), &mut cost);
+        assert!(state.version.is_none() && state.entries.is_empty());
+        assert_eq!(cost.received, "$-1\r\n*0\r\n".len() as u64);
+    }
 }

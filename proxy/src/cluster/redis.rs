@@ -726,7 +726,7 @@ pub(super) mod tests {
         live: Vec<(Vec<u8>, u64)>,
     }
 
-    const ID: &str = "18f2a9c3b4d5e-0123456789abcdef";
+    pub(in crate::cluster) const ID: &str = "18f2a9c3b4d5e-0123456789abcdef";
 
     impl Default for Answers {
         fn default() -> Answers {

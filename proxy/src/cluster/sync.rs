@@ -1244,6 +1244,20 @@ mod tests {
         assert_eq!((rest.current, rest.previous), (40, 100));
         assert_eq!((rest.growth, rest.growth_ms), (0, 1));
         assert_eq!(syncer.own[&1].pushed, [15, 4]);
+        // The next window: what was current is previous, and the rest of it is still 40
+        // (the 15 of this node taken out, not 0 nor 55); no growth across the edge.
+        let next_ms = now_ms + 10_000;
+        let own = syncer.own.get_mut(&1).unwrap();
+        own.roll(next_ms / 10_000);
+        own.counted[0] += 1;
+        own.touched = true;
+        syncer.push(next_ms, false).await;
+        let rest = syncer.view[&1];
+        assert_eq!(
+            (rest.window, rest.current, rest.previous),
+            (SCRIPTED_WINDOW + 1, 0, 40)
+        );
+        assert_eq!((rest.growth, rest.growth_ms), (0, 0));
     }
 
     #[tokio::test]
@@ -1257,5 +1271,92 @@ mod tests {
         // The next round agrees again: the 10 counted here reach Redis once, not twice.
         syncer.push(now_ms + 1, false).await;
         assert_eq!(syncer.view[&1].current, 40);
+    }
+
+    #[tokio::test]
+    async fn a_round_reconnects_only_once_its_wait_is_over_and_to_the_next_server() {
+        // Nothing listens on either: each attempt is refused at once.
+        let cluster = cluster_at("127.0.0.1:1\", \"127.0.0.1:2", r#"sync = "100ms""#);
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let first: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let second: std::net::SocketAddr = "127.0.0.1:2".parse().unwrap();
+        syncer.round(false).await;
+        assert_eq!(cluster.metrics.redis_errors.get(), 1);
+        assert_eq!(syncer.current, Some(first));
+        // Within the backoff: no attempt.
+        syncer.round(false).await;
+        assert_eq!(cluster.metrics.redis_errors.get(), 1);
+        for expected in [second, first] {
+            syncer.retry_at = Instant::now();
+            syncer.round(false).await;
+            assert_eq!(syncer.current, Some(expected));
+        }
+        assert_eq!(cluster.metrics.redis_errors.get(), 3);
+    }
+
+    #[test]
+    fn a_suspect_with_nothing_in_either_window_is_forgotten_and_leaves_the_view() {
+        let cluster = cluster_at("127.0.0.1:1", "");
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let now_ms = 1_700_000_000_000;
+        for (hash, window) in [(2, now_ms / 10_000 - 2), (4, now_ms / 10_000 - 1)] {
+            syncer.own.insert(
+                hash,
+                Own {
+                    key: [0; tollgate_filter::LimitKey::LEN],
+                    period_ms: 10_000,
+                    shape: 0,
+                    window,
+                    counted: [1, 0],
+                    pushed: [1, 0],
+                    touched: false,
+                },
+            );
+            syncer.view.insert(hash, Rest::default());
+        }
+        syncer.collect(now_ms);
+        // Two windows on, nothing left; one window on, its count is the previous window's.
+        assert!(!syncer.own.contains_key(&2) && !syncer.view.contains_key(&2));
+        let kept = syncer.own[&4];
+        assert_eq!((kept.window, kept.counted), (now_ms / 10_000, [0, 1]));
+        assert!(syncer.view.contains_key(&4));
+    }
+
+    #[tokio::test]
+    async fn a_redis_that_lost_the_counts_gets_them_again_and_one_that_kept_them_does_not() {
+        use super::super::redis::tests::{Answers, ID, scripted};
+        const LEN: usize = tollgate_filter::LimitKey::LEN;
+        for (before, lost) in [(ID, false), ("an id of another dataset", true)] {
+            let (address, _serve) = scripted(Answers::default()).await;
+            let cluster = cluster_at(&address.to_string(), r#"max_clock_error = "1h""#);
+            let far = cluster.cluster_ms_now() + 3_600_000;
+            cluster
+                .penalties_in
+                .store(Arc::new(HashMap::from([([1; LEN], far), ([2; LEN], 1)])));
+            let mut syncer = Syncer::new(Arc::clone(&cluster));
+            syncer.dataset = Some(before.to_owned());
+            syncer.own.insert(
+                1,
+                Own {
+                    key: [3; LEN],
+                    period_ms: 10_000,
+                    shape: 1,
+                    window: SCRIPTED_WINDOW,
+                    counted: [10, 4],
+                    pushed: [10, 4],
+                    touched: false,
+                },
+            );
+            syncer.connect().await;
+            assert_eq!(syncer.dataset.as_deref(), Some(ID));
+            let (pushed, again) = if lost {
+                ([0, 0], vec![([1; LEN], far)])
+            } else {
+                // Pushing them again would count them twice after every failover.
+                ([10, 4], Vec::new())
+            };
+            assert_eq!(syncer.own[&1].pushed, pushed, "lost: {lost}");
+            assert_eq!(syncer.penalties_again, again, "lost: {lost}");
+        }
     }
 }
