@@ -202,10 +202,15 @@ impl Outgoing<'_> {
 pub(crate) fn version_of(reply: Value, cost: &mut Cost) -> Result<Option<String>, String> {
     let version: Option<String> =
         redis::from_redis_value(reply).map_err(|e| format!("lists version: {e}"))?;
-    cost.received += version.as_ref().map_or(5, |v| {
-        1 + digits(v.len() as u64) as u64 + 4 + v.len() as u64
-    });
+    cost.received += version_bytes(version.as_deref());
     Ok(version)
+}
+
+/// Bytes of the version's reply: a bulk string (`$`, its length, `\r\n`, it, `\r\n`) or nil.
+fn version_bytes(version: Option<&str>) -> u64 {
+    version.map_or(5, |v| {
+        1 + digits(v.len() as u64) as u64 + 4 + v.len() as u64
+    })
 }
 
 /// The whole state as one read found it.
@@ -246,7 +251,7 @@ pub(crate) fn parse_state(
             entries.insert(key, travelled);
         }
     }
-    cost.received += version.as_ref().map_or(5, |v| 4 + v.len() as u64);
+    cost.received += version_bytes(version.as_deref());
     State { version, entries }
 }
 
@@ -346,5 +351,12 @@ mod tests {
         let state = parse_state((None, Vec::new()), &mut cost);
         assert!(state.version.is_none() && state.entries.is_empty());
         assert_eq!(cost.received, "$-1\r\n*0\r\n".len() as u64);
+        // A version as `version_of` counts it: `$`, its length's digits, `\r\n` twice.
+        let mut cost = Cost::default();
+        let version = Some("edge-1:1700000000000:17".to_owned());
+        let state = parse_state((version, Vec::new()), &mut cost);
+        assert_eq!(state.version.as_deref(), Some("edge-1:1700000000000:17"));
+        let replies = "$23\r\nedge-1:1700000000000:17\r\n*0\r\n";
+        assert_eq!(cost.received, replies.len() as u64);
     }
 }
