@@ -700,7 +700,7 @@ pub(super) mod tests {
     /// One command as a scripted Redis read it, and its reply.
     #[derive(Debug)]
     pub(in crate::cluster) struct Exchange {
-        args: Vec<Vec<u8>>,
+        pub(in crate::cluster) args: Vec<Vec<u8>>,
         /// Bytes of the command and of the reply, as they crossed the wire.
         request: usize,
         reply: usize,

@@ -1190,14 +1190,21 @@ mod tests {
     /// A node connected to a scripted Redis where the others have counted `others` of the
     /// push tests' suspect (current window, previous window), with that suspect counted
     /// `own` here (nothing pushed yet).
-    async fn connected(others: [i64; 2], own: [u64; 2]) -> (Arc<Cluster>, Syncer) {
+    async fn connected(
+        others: [i64; 2],
+        own: [u64; 2],
+    ) -> (
+        Arc<Cluster>,
+        Syncer,
+        tokio::task::JoinHandle<Vec<super::super::redis::tests::Exchange>>,
+    ) {
         use super::super::redis::tests::{Answers, scripted};
         let mut answers = Answers::default();
         answers.counters = vec![
             (pushed_key(SCRIPTED_WINDOW), others[0]),
             (pushed_key(SCRIPTED_WINDOW - 1), others[1]),
         ];
-        let (address, _serve) = scripted(answers).await;
+        let (address, serve) = scripted(answers).await;
         // Its `TIME` stands still: a wide budget for the rounds' readings.
         let cluster = cluster_at(&address.to_string(), r#"max_clock_error = "1h""#);
         let mut syncer = Syncer::new(Arc::clone(&cluster));
@@ -1218,12 +1225,12 @@ mod tests {
                 touched: true,
             },
         );
-        (cluster, syncer)
+        (cluster, syncer, serve)
     }
 
     #[tokio::test]
     async fn the_view_holds_the_rest_of_the_cluster_and_each_count_is_pushed_once() {
-        let (cluster, mut syncer) = connected([40, 100], [10, 4]).await;
+        let (cluster, mut syncer, serve) = connected([40, 100], [10, 4]).await;
         let now_ms = cluster.cluster_ms_now();
         syncer.push(now_ms, false).await;
         let rest = syncer.view[&1];
@@ -1235,14 +1242,21 @@ mod tests {
         assert_eq!(cluster.view.load().get(&1).copied(), Some(rest));
         assert_eq!(syncer.own[&1].pushed, [10, 4]);
         assert_eq!(cluster.metrics.alone.get(), 0, "joined");
-        // 5 more here: only they are pushed, and the rest stays 40 and 100 (pushing 15 again
-        // would make it 50, an overcount that throttles the source early everywhere).
+        // Nothing new here, and the view holds it: not pushed nor read again (no script sent:
+        // see the count of scripts below).
+        syncer.push(now_ms, false).await;
+        // 5 more here. An early round leaves out a suspect the others have counted (it is
+        // settled): it waits for the next regular round.
         syncer.own.get_mut(&1).unwrap().counted[0] += 5;
         syncer.own.get_mut(&1).unwrap().touched = true;
-        syncer.push(now_ms + 1, false).await;
+        syncer.push(now_ms + 1, true).await;
+        assert_eq!(syncer.own[&1].pushed, [10, 4]);
+        // The regular round pushes only the 5, and the rest stays 40 and 100 (pushing 15
+        // again would make it 50, an overcount that throttles the source early everywhere).
+        syncer.push(now_ms + 100, false).await;
         let rest = syncer.view[&1];
         assert_eq!((rest.current, rest.previous), (40, 100));
-        assert_eq!((rest.growth, rest.growth_ms), (0, 1));
+        assert_eq!((rest.growth, rest.growth_ms), (0, 100));
         assert_eq!(syncer.own[&1].pushed, [15, 4]);
         // The next window: what was current is previous, and the rest of it is still 40
         // (the 15 of this node taken out, not 0 nor 55); no growth across the edge.
@@ -1258,11 +1272,28 @@ mod tests {
             (SCRIPTED_WINDOW + 1, 0, 40)
         );
         assert_eq!((rest.growth, rest.growth_ms), (0, 0));
+        // Every round wrote its lists' part with a token of its own.
+        assert_eq!(syncer.lists_writes, 5);
+        // Each counter lives two periods: the previous window's count is there to be read
+        // until that window has passed out of every estimate.
+        drop(syncer);
+        let exchanges = serve.await.unwrap();
+        let scripts: Vec<_> = exchanges
+            .iter()
+            .filter(|e| e.args[0] == b"EVALSHA")
+            .collect();
+        // The first round, the regular one with 5 more, the next window's: not the one with
+        // nothing new, nor the early one.
+        assert_eq!(scripts.len(), 3);
+        for script in scripts {
+            // EVALSHA sha 3 dataset-key current previous dataset ttl add-current add-previous
+            assert_eq!(script.args[7], b"20000");
+        }
     }
 
     #[tokio::test]
     async fn a_round_while_the_clock_is_refused_shares_nothing_and_pushes_nothing() {
-        let (cluster, mut syncer) = connected([40, 0], [10, 0]).await;
+        let (cluster, mut syncer, _serve) = connected([40, 0], [10, 0]).await;
         syncer.clock_refused = true;
         let now_ms = cluster.cluster_ms_now();
         syncer.push(now_ms, false).await;
