@@ -494,3 +494,67 @@ impl Shared {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [[rule]]
+        name = "r"
+        limits = [{ rate = "100/10s" }]
+    "#;
+
+    const CHANGED: &str = r#"
+        [[rule]]
+        name = "r"
+        limits = [{ rate = "5/10s" }]
+        [[rule]]
+        name = "s"
+        limits = [{ rate = "7/10s" }]
+    "#;
+
+    #[test]
+    fn a_refused_reload_keeps_the_last_good_policy_and_a_good_one_replaces_it() {
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-shared-{}-reload", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir writable");
+        let path = dir.join("tollgate.toml");
+        std::fs::write(&path, GOOD).unwrap();
+        let config = ProxyConfig::parse(GOOD).expect("valid");
+        let shared = Shared::new(config, Some(path.clone())).expect("fits");
+        let first = shared.filter.policy();
+        let same = |policy: &Arc<Policy>| Arc::ptr_eq(policy, &shared.filter.policy());
+        std::fs::write(&path, "[[rule]]\nname = ").unwrap();
+        assert!(matches!(shared.reload(), Err(ReloadError::Invalid(..))));
+        assert!(same(&first), "a bad file changes nothing");
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(shared.reload(), Err(ReloadError::Read(..))));
+        assert!(same(&first), "a missing file changes nothing");
+        std::fs::write(&path, CHANGED).unwrap();
+        shared.reload().expect("a good file");
+        let second = shared.filter.policy();
+        assert!(!same(&first));
+        assert_eq!(second.rule(1).map(|r| r.name.as_str()), Some("s"));
+        // A bad file after a good one: the good one stays, not the first.
+        std::fs::write(&path, "[[rule]]\nname = ").unwrap();
+        assert!(shared.reload().is_err());
+        assert!(same(&second));
+        // `[kernel]` changes are sent to whoever follows them, and only changes.
+        let mut kernel = shared.kernel.subscribe();
+        shared
+            .apply(ProxyConfig::parse(&format!("{CHANGED}\n[kernel]\n")).expect("valid"))
+            .expect("applied");
+        assert!(kernel.has_changed().unwrap());
+        assert!(kernel.borrow_and_update().is_some());
+        shared
+            .apply(ProxyConfig::parse(&format!("{GOOD}\n[kernel]\n")).expect("valid"))
+            .expect("applied");
+        assert!(!kernel.has_changed().unwrap(), "the same [kernel]");
+        assert!(shared.filter.policy().rule(1).is_none(), "GOOD's one rule");
+        let without = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), None).expect("fits");
+        assert!(matches!(without.reload(), Err(ReloadError::NoFile)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

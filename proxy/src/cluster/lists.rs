@@ -202,10 +202,15 @@ impl Outgoing<'_> {
 pub(crate) fn version_of(reply: Value, cost: &mut Cost) -> Result<Option<String>, String> {
     let version: Option<String> =
         redis::from_redis_value(reply).map_err(|e| format!("lists version: {e}"))?;
-    cost.received += version.as_ref().map_or(5, |v| {
-        1 + digits(v.len() as u64) as u64 + 4 + v.len() as u64
-    });
+    cost.received += version_bytes(version.as_deref());
     Ok(version)
+}
+
+/// Bytes of the version's reply: a bulk string (`$`, its length, `\r\n`, it, `\r\n`) or nil.
+fn version_bytes(version: Option<&str>) -> u64 {
+    version.map_or(5, |v| {
+        1 + digits(v.len() as u64) as u64 + 4 + v.len() as u64
+    })
 }
 
 /// The whole state as one read found it.
@@ -246,7 +251,7 @@ pub(crate) fn parse_state(
             entries.insert(key, travelled);
         }
     }
-    cost.received += version.as_ref().map_or(5, |v| 4 + v.len() as u64);
+    cost.received += version_bytes(version.as_deref());
     State { version, entries }
 }
 
@@ -264,5 +269,94 @@ mod tests {
         assert_eq!(parse_field("block 192.0.2.0/24"), None);
         assert_eq!(parse_field("deny nowhere"), None);
         assert_eq!(redis::Script::new(WRITE).get_hash().len(), 40);
+    }
+
+    fn travelled(until_ms: u64) -> Travelled {
+        Travelled {
+            until_ms,
+            node: "edge-1".to_owned(),
+            reason: "a flood".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_write_and_a_read_cost_what_they_send_and_the_write_keeps_the_keys_eight_days() {
+        let keys = Keys::new("c");
+        let deny = (ListKind::Deny, Cidr::parse("192.0.2.0/24").unwrap());
+        let allow = (ListKind::Allow, Cidr::parse("2001:db8::/48").unwrap());
+        let changes = [
+            Change::Put(deny, travelled(1_700_000_060_000)),
+            Change::Remove(allow),
+        ];
+        for changes in [&changes[..], &[]] {
+            let mut pipe = redis::pipe();
+            let mut cost = Cost::default();
+            Outgoing {
+                keys: &keys,
+                changes,
+                now_ms: 1_700_000_000_000,
+                token: "edge-1:1700000000000:7",
+            }
+            .append(&mut pipe, &mut cost);
+            let packed = pipe.get_packed_pipeline();
+            assert_eq!(cost.sent, packed.len() as u64, "{changes:?}");
+            let text = String::from_utf8_lossy(&packed);
+            let written = !changes.is_empty();
+            assert_eq!(text.contains("EVAL"), written);
+            assert_eq!(text.contains("\r\n691200000\r\n"), written, "8 days in ms");
+            assert_eq!(text.contains("deny 192.0.2.0/24"), written);
+            let get = "*2\r\n$3\r\nGET\r\n$24\r\ntollgate:c:lists:version\r\n";
+            assert!(text.ends_with(get), "{text}");
+            let commands = if written { 6 + 2 * 2 + 1 } else { 1 };
+            assert_eq!(cost.commands, commands);
+        }
+        let mut cost = Cost::default();
+        let pipe = read_pipeline(&keys, &mut cost);
+        assert_eq!(cost.sent, pipe.get_packed_pipeline().len() as u64);
+        assert_eq!(cost.commands, 4);
+    }
+
+    #[test]
+    fn a_read_costs_the_bytes_of_its_replies() {
+        let mut cost = Cost::default();
+        let version = version_of(Value::BulkString(b"edge-1:17:3".to_vec()), &mut cost);
+        assert_eq!(version, Ok(Some("edge-1:17:3".to_owned())));
+        assert_eq!(cost.received, "$11\r\nedge-1:17:3\r\n".len() as u64);
+        let mut cost = Cost::default();
+        assert_eq!(version_of(Value::Nil, &mut cost), Ok(None));
+        assert_eq!(cost.received, "$-1\r\n".len() as u64);
+
+        let value = serde_json::to_string(&travelled(1_700_000_060_000)).unwrap();
+        let fields = vec![
+            ("deny 192.0.2.0/24".to_owned(), value.clone()),
+            ("block 192.0.2.0/24".to_owned(), value.clone()),
+        ];
+        let mut cost = Cost::default();
+        let state = parse_state((None, fields), &mut cost);
+        let deny = (ListKind::Deny, Cidr::parse("192.0.2.0/24").unwrap());
+        assert_eq!(
+            state.entries.len(),
+            1,
+            "a field that does not parse is left out"
+        );
+        assert_eq!(state.entries[&deny], travelled(1_700_000_060_000));
+        let bulk = |text: &str| format!("${}\r\n{text}\r\n", text.len());
+        let replies = "$-1\r\n*4\r\n".to_owned()
+            + &bulk("deny 192.0.2.0/24")
+            + &bulk(&value)
+            + &bulk("block 192.0.2.0/24")
+            + &bulk(&value);
+        assert_eq!(cost.received, replies.len() as u64);
+        let mut cost = Cost::default();
+        let state = parse_state((None, Vec::new()), &mut cost);
+        assert!(state.version.is_none() && state.entries.is_empty());
+        assert_eq!(cost.received, "$-1\r\n*0\r\n".len() as u64);
+        // A version as `version_of` counts it: `$`, its length's digits, `\r\n` twice.
+        let mut cost = Cost::default();
+        let version = Some("edge-1:1700000000000:17".to_owned());
+        let state = parse_state((version, Vec::new()), &mut cost);
+        assert_eq!(state.version.as_deref(), Some("edge-1:1700000000000:17"));
+        let replies = "$23\r\nedge-1:1700000000000:17\r\n*0\r\n";
+        assert_eq!(cost.received, replies.len() as u64);
     }
 }

@@ -505,3 +505,132 @@ impl Remote for Cluster {
             .is_some_and(|&until| until > self.cluster_ms(now))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use tollgate_filter::{Prefix, RuleId, Source};
+
+    use super::*;
+    use crate::config::ProxyConfig;
+
+    fn cluster() -> Cluster {
+        let config = ProxyConfig::parse(
+            r#"
+            [cluster]
+            redis = ["127.0.0.1:1"]
+            node = "a"
+            name = "t"
+            [[rule]]
+            name = "r"
+            limits = [{ rate = "100/10s" }]
+            "#,
+        )
+        .expect("valid");
+        Cluster::new(
+            config.cluster.expect("a [cluster]"),
+            MonotonicClock::new(),
+            ClusterMetrics::new(),
+        )
+    }
+
+    fn penalty_key(last: u8) -> LimitKey {
+        let source = Source::from(Ipv4Addr::new(192, 0, 2, last));
+        LimitKey::penalty(
+            RuleId::from_name("r"),
+            Duration::from_secs(60),
+            source,
+            Prefix::V4(32),
+        )
+    }
+
+    #[test]
+    fn a_shared_penalty_refuses_until_the_millisecond_it_ends() {
+        let cluster = cluster();
+        let key = penalty_key(1);
+        let now = cluster.clock.now();
+        let until = cluster.cluster_ms(now) + 1_000;
+        let mut bytes = [0u8; LimitKey::LEN];
+        bytes.copy_from_slice(key.as_bytes());
+        cluster
+            .penalties_in
+            .store(Arc::new(HashMap::from([(bytes, until)])));
+        assert!(cluster.penalised(&key, now));
+        assert!(!cluster.penalised(&penalty_key(2), now), "another source");
+        // At its end it is over (as `penalties_in_force` leaves it out of a lost Redis).
+        let at_end = now + Duration::from_millis(1_000);
+        assert_eq!(cluster.cluster_ms(at_end), until);
+        assert!(!cluster.penalised(&key, at_end));
+    }
+
+    #[test]
+    fn penalties_and_list_changes_queue_up_to_their_cap_and_count_the_rest() {
+        let cluster = cluster();
+        let now = cluster.clock.now();
+        let key = penalty_key(1);
+        cluster
+            .penalties_out
+            .lock()
+            .unwrap()
+            .resize(PENALTIES_OUT - 1, ([0; LimitKey::LEN], 0));
+        cluster.penalty_started(&key, Duration::from_secs(60), now);
+        cluster.penalty_started(&key, Duration::from_secs(60), now);
+        let out = cluster.penalties_out.lock().unwrap().clone();
+        assert_eq!(out.len(), PENALTIES_OUT);
+        assert_eq!(out[PENALTIES_OUT - 1].0, key.as_bytes());
+        assert_eq!(out[PENALTIES_OUT - 1].1, cluster.cluster_ms(now) + 60_000);
+        assert_eq!(cluster.metrics.penalties_dropped.get(), 1);
+
+        let cidr = |text: &str| Cidr::parse(text).unwrap();
+        let entry = ListEntry {
+            cidr: cidr("192.0.2.0/24"),
+            kind: ListKind::Deny,
+            expires: now + Duration::from_secs(30),
+            reason: "flood".to_owned(),
+        };
+        cluster.list_entry_added(&entry, now);
+        assert_eq!(
+            cluster.list_origin(ListKind::Deny, entry.cidr).as_deref(),
+            Some("a")
+        );
+        cluster.list_entry_removed(ListKind::Deny, entry.cidr, now);
+        assert_eq!(cluster.list_origin(ListKind::Deny, entry.cidr), None);
+        let queued = cluster.lists_out.lock().unwrap().clone();
+        let key = (ListKind::Deny, entry.cidr);
+        let put = Travelled {
+            until_ms: cluster.cluster_ms(now) + 30_000,
+            node: "a".to_owned(),
+            reason: "flood".to_owned(),
+        };
+        assert_eq!(queued, [Change::Put(key, put), Change::Remove(key)]);
+        // Full: the change stays local and counted, and is not shown as travelling.
+        cluster
+            .lists_out
+            .lock()
+            .unwrap()
+            .resize(LISTS_OUT, Change::Remove(key));
+        let other = ListEntry {
+            cidr: cidr("198.51.100.0/24"),
+            ..entry
+        };
+        cluster.list_entry_added(&other, now);
+        assert_eq!(cluster.lists_out.lock().unwrap().len(), LISTS_OUT);
+        assert_eq!(cluster.metrics.list_entries_dropped.get(), 1);
+        assert_eq!(cluster.list_origin(ListKind::Deny, other.cidr), None);
+    }
+
+    #[tokio::test]
+    async fn an_early_round_is_asked_for_once_until_a_round_clears_the_flag() {
+        let cluster = cluster();
+        let woken = || tokio::time::timeout(Duration::from_millis(20), cluster.wake.notified());
+        cluster.wake_early();
+        assert!(cluster.wake_pending.load(Ordering::Relaxed));
+        assert!(woken().await.is_ok(), "woken");
+        cluster.wake_early();
+        assert!(woken().await.is_err(), "asked for already");
+        cluster.wake_pending.store(false, Ordering::Relaxed);
+        cluster.wake_early();
+        assert!(woken().await.is_ok(), "woken again after a round");
+    }
+}

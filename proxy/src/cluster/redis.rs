@@ -645,7 +645,7 @@ pub(crate) fn resp_array(lengths: &[usize]) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use redis::Script;
 
     use super::*;
@@ -699,8 +699,8 @@ mod tests {
 
     /// One command as a scripted Redis read it, and its reply.
     #[derive(Debug)]
-    struct Exchange {
-        args: Vec<Vec<u8>>,
+    pub(in crate::cluster) struct Exchange {
+        pub(in crate::cluster) args: Vec<Vec<u8>>,
         /// Bytes of the command and of the reply, as they crossed the wire.
         request: usize,
         reply: usize,
@@ -708,9 +708,9 @@ mod tests {
         ran: u64,
     }
 
-    /// How the scripted Redis answers.
+    /// How the scripted Redis answers (the sync task's tests use it too).
     #[derive(Clone, Debug)]
-    struct Answers {
+    pub(in crate::cluster) struct Answers {
         /// `ROLE`'s reply.
         role: &'static [u8],
         /// The dataset id a round's `GET` finds (the connect reads `ID`).
@@ -721,12 +721,12 @@ mod tests {
         /// `SENTINEL get-master-addr-by-name`'s reply.
         sentinel: &'static [u8],
         /// The counters `EVALSHA` finds, by key (absent ones hold 0).
-        counters: Vec<(Vec<u8>, i64)>,
+        pub(in crate::cluster) counters: Vec<(Vec<u8>, i64)>,
         /// What `ZRANGEBYSCORE` holds: (member, score).
         live: Vec<(Vec<u8>, u64)>,
     }
 
-    const ID: &str = "18f2a9c3b4d5e-0123456789abcdef";
+    pub(in crate::cluster) const ID: &str = "18f2a9c3b4d5e-0123456789abcdef";
 
     impl Default for Answers {
         fn default() -> Answers {
@@ -845,7 +845,7 @@ mod tests {
 
     /// A Redis on a loopback port answering one connection with `answers`; what it
     /// exchanged from the round's `TIME` on.
-    async fn scripted(
+    pub(in crate::cluster) async fn scripted(
         mut answers: Answers,
     ) -> (SocketAddr, tokio::task::JoinHandle<Vec<Exchange>>) {
         use tokio::io::AsyncWriteExt;

@@ -954,4 +954,440 @@ mod tests {
         own.roll(10);
         assert_eq!((own.counted, own.pushed), ([0, 0], [0, 0]));
     }
+
+    /// A node of cluster `t` whose first `redis` address is `redis`, with `extra` settings in
+    /// its `[cluster]` section (a limit of 100 per 10 s).
+    fn cluster_at(redis: &str, extra: &str) -> Arc<Cluster> {
+        let config = ProxyConfig::parse(&format!(
+            r#"
+            [sketch]
+            memory = "4MiB"
+            [cluster]
+            redis = ["{redis}"]
+            node = "a"
+            name = "t"
+            threshold = 0.25
+            {extra}
+            [[rule]]
+            name = "r"
+            limits = [{{ rate = "100/10s" }}]
+            "#
+        ))
+        .expect("valid");
+        Arc::new(Cluster::new(
+            config.cluster.clone().expect("a [cluster]"),
+            MonotonicClock::new(),
+            ClusterMetrics::new(),
+        ))
+    }
+
+    #[test]
+    fn redis_away_backs_off_doubling_to_its_cap_and_tries_the_next_server() {
+        let cluster = cluster_at("127.0.0.1:1", r#"sync = "100ms""#);
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        syncer.view.insert(7, Rest::default());
+        cluster.view.store(Arc::new(syncer.view.clone()));
+        let cut = LinkError::from("connection refused");
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let before = Instant::now();
+            syncer.failed(&cut);
+            waits.push(syncer.retry_at.saturating_duration_since(before));
+        }
+        // Each wait is the one before doubled, up to RETRY_MAX: not a retry storm against a
+        // Redis that is down, and not a wait that grows past how soon a failover is followed.
+        for (wait, ms) in waits.iter().zip([100, 200, 400, 500, 500]) {
+            let expected = Duration::from_millis(ms);
+            assert!(
+                *wait >= expected && *wait < expected + Duration::from_millis(50),
+                "{waits:?}"
+            );
+        }
+        assert_eq!(syncer.server, 5, "each failure tries the next server");
+        assert!(syncer.view.is_empty() && cluster.view.load().is_empty());
+        assert_eq!(cluster.metrics.redis_errors.get(), 5);
+        assert_eq!(cluster.metrics.alone.get(), 1);
+        // A Redis that only lost its data answers: it is the one reconnected to.
+        syncer.failed(&LinkError::from(Refusal::DatasetChanged {
+            read: "a".to_owned(),
+            held: None,
+        }));
+        assert_eq!(syncer.server, 5);
+    }
+
+    #[test]
+    fn only_penalties_that_have_not_ended_are_added_back() {
+        const LEN: usize = tollgate_filter::LimitKey::LEN;
+        // Ended before now, ending now (`penalised` no longer refuses it), ending after.
+        let held = HashMap::from([([1; LEN], 99), ([2; LEN], 100), ([3; LEN], 101)]);
+        assert_eq!(penalties_in_force(&held, 100), [([3; LEN], 101)]);
+    }
+
+    #[test]
+    fn a_clock_reading_beyond_max_clock_error_stops_sharing_until_one_agrees() {
+        let cluster = cluster_at("127.0.0.1:1", r#"max_clock_error = "250ms""#);
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        syncer.view.insert(7, Rest::default());
+        cluster.view.store(Arc::new(syncer.view.clone()));
+        let metrics = &cluster.metrics;
+        let wall_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        // Redis 5 s ahead of this node's wall clock; edges off by exactly the budget: shared.
+        syncer.clock_read(wall_ns + 5_000_000_000, Duration::from_millis(250));
+        assert!(!syncer.clock_refused);
+        assert!(
+            (metrics.clock_offset.get() - 5.0).abs() < 1.0,
+            "{}",
+            metrics.clock_offset.get()
+        );
+        assert!((metrics.clock_error.get() - 0.25).abs() < 1e-9);
+        assert_eq!(syncer.view.len(), 1, "the view is kept");
+        // A millisecond beyond: nothing shared, the others' counts out of the decisions.
+        syncer.clock_read(wall_ns, Duration::from_millis(251));
+        assert!(syncer.clock_refused);
+        assert_eq!(metrics.clock_refused.get(), 1);
+        assert_eq!(metrics.clock_refusals.get(), 1);
+        assert!(syncer.view.is_empty() && cluster.view.load().is_empty());
+        syncer.clock_read(wall_ns, Duration::ZERO);
+        assert!(!syncer.clock_refused);
+        assert_eq!(metrics.clock_refused.get(), 0);
+    }
+
+    #[test]
+    fn own_counts_stop_growing_at_their_cap_and_count_the_overflow() {
+        let cluster = cluster_at("127.0.0.1:1", "suspects = 64");
+        let remote = Arc::clone(&cluster) as Arc<dyn Remote>;
+        let config = ProxyConfig::parse(
+            r#"
+            [[rule]]
+            name = "r"
+            limits = [{ rate = "100/10s" }]
+            "#,
+        )
+        .expect("valid");
+        let filter = Filter::with_remote(config.policy.clone(), remote).expect("fits");
+        let now = Tick::from_nanos(1_000_000_000);
+        // Two sources over the threshold: two new suspects.
+        for last in [1, 2] {
+            let event = Event {
+                source: Source::from(Ipv4Addr::new(192, 0, 2, last)),
+                transport: Transport::Tcp,
+                bytes: 1,
+            };
+            for _ in 0..30 {
+                let _ = filter.decide(&event, now);
+            }
+        }
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let now_ms = cluster.cluster_ms(now);
+        let cap = syncer.own_cap();
+        assert_eq!(cap, 8 * 64);
+        // Room for one more.
+        for hash in 0..cap as u64 - 1 {
+            syncer.own.insert(
+                hash << 1,
+                Own {
+                    key: [0; tollgate_filter::LimitKey::LEN],
+                    period_ms: 10_000,
+                    shape: 0,
+                    window: now_ms / 10_000,
+                    counted: [1, 0],
+                    pushed: [0, 0],
+                    touched: true,
+                },
+            );
+        }
+        syncer.collect(now_ms);
+        assert_eq!(syncer.own.len(), cap);
+        assert_eq!(cluster.metrics.suspects_overflow.get(), 1);
+    }
+
+    #[test]
+    fn a_read_lays_over_what_changed_and_not_what_ended_or_is_changing_here() {
+        use tollgate_filter::{Cidr, ListKind, RuntimeLists};
+        let cluster = cluster_at("127.0.0.1:1", "");
+        let lists = Arc::new(RuntimeLists::new(100, Duration::from_secs(3600)));
+        cluster.attach_lists(Arc::clone(&lists));
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let deny = |cidr: &str| (ListKind::Deny, Cidr::parse(cidr).unwrap());
+        let now = cluster.clock.now();
+        let now_ms = cluster.cluster_ms(now);
+        let travelled = |in_ms: u64, node: &str, reason: &str| Travelled {
+            until_ms: now_ms + in_ms,
+            node: node.to_owned(),
+            reason: reason.to_owned(),
+        };
+        // Held here from the last read, or (the last) added here and not written yet.
+        let [same, reason, longer, gone, changing] = [
+            "192.0.2.0/24",
+            "192.0.2.1/32",
+            "192.0.2.2/32",
+            "198.51.100.0/24",
+            "203.0.113.0/24",
+        ]
+        .map(deny);
+        for key in [same, reason, longer, gone, changing] {
+            let ttl = Duration::from_secs(60);
+            let added = lists.add(key.1, key.0, ttl, "x".to_owned(), now);
+            added.expect("room");
+            syncer.lists_known.insert(key, travelled(60_000, "b", "x"));
+        }
+        syncer.lists_known.remove(&changing);
+        cluster
+            .lists_out
+            .lock()
+            .unwrap()
+            .push(Change::Put(changing, travelled(60_000, "a", "x")));
+        let (new, ended) = (deny("10.1.0.0/16"), deny("10.2.0.0/16"));
+        let state = State {
+            version: Some("v2".to_owned()),
+            entries: HashMap::from([
+                (same, travelled(60_000, "b", "x")),
+                (reason, travelled(60_000, "b", "y")),
+                (longer, travelled(120_000, "b", "x")),
+                (new, travelled(30_000, "c", "z")),
+                // A replayed or stale entry that has ended by Redis's clock.
+                (ended, travelled(0, "c", "z")),
+            ]),
+        };
+        syncer.apply_lists(state);
+        let held: HashMap<ListKey, ListEntry> = lists
+            .entries(cluster.clock.now())
+            .into_iter()
+            .map(|entry| ((entry.kind, entry.cidr), entry))
+            .collect();
+        let keys: std::collections::HashSet<_> = held.keys().copied().collect();
+        let expected = [same, reason, longer, changing, new].into_iter().collect();
+        assert_eq!(keys, expected, "`gone` removed, `ended` left out");
+        let left = |key| held[&key].expires.saturating_since(now).as_millis();
+        assert_eq!(held[&reason].reason, "y");
+        assert!(
+            (119_000..=120_000).contains(&left(longer)),
+            "{}",
+            left(longer)
+        );
+        assert!((29_000..=30_000).contains(&left(new)), "{}", left(new));
+        assert_eq!(held[&new].reason, "z");
+        // Put: `reason`, `longer`, `new`; taken out: `gone`. `same` is not put again.
+        assert_eq!(cluster.metrics.list_entries_received.get(), 4);
+        assert_eq!(cluster.list_origin(new.0, new.1).as_deref(), Some("c"));
+        assert_eq!(
+            cluster.list_origin(changing.0, changing.1).as_deref(),
+            Some("a")
+        );
+        assert_eq!(syncer.lists_version.as_deref(), Some("v2"));
+    }
+
+    /// The window (of 10 s) the scripted Redis's `TIME`, 1,700,000,000.012345 s, falls in.
+    const SCRIPTED_WINDOW: u64 = 170_000_000;
+
+    /// The key of the suspect the push tests use, in `window`.
+    fn pushed_key(window: u64) -> Vec<u8> {
+        key_name("t", 1, &[3; tollgate_filter::LimitKey::LEN], 10_000, window)
+    }
+
+    /// A node connected to a scripted Redis where the others have counted `others` of the
+    /// push tests' suspect (current window, previous window), with that suspect counted
+    /// `own` here (nothing pushed yet).
+    async fn connected(
+        others: [i64; 2],
+        own: [u64; 2],
+    ) -> (
+        Arc<Cluster>,
+        Syncer,
+        tokio::task::JoinHandle<Vec<super::super::redis::tests::Exchange>>,
+    ) {
+        use super::super::redis::tests::{Answers, scripted};
+        let mut answers = Answers::default();
+        answers.counters = vec![
+            (pushed_key(SCRIPTED_WINDOW), others[0]),
+            (pushed_key(SCRIPTED_WINDOW - 1), others[1]),
+        ];
+        let (address, serve) = scripted(answers).await;
+        // Its `TIME` stands still: a wide budget for the rounds' readings.
+        let cluster = cluster_at(&address.to_string(), r#"max_clock_error = "1h""#);
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        syncer.connect().await;
+        assert!(syncer.link.is_some(), "connected");
+        assert_eq!(cluster.cluster_ms_now() / 10_000, SCRIPTED_WINDOW);
+        // The lists' version every round finds (the scripted Redis cannot answer their read).
+        syncer.lists_version = Some("v7".to_owned());
+        syncer.own.insert(
+            1,
+            Own {
+                key: [3; tollgate_filter::LimitKey::LEN],
+                period_ms: 10_000,
+                shape: 1,
+                window: SCRIPTED_WINDOW,
+                counted: own,
+                pushed: [0, 0],
+                touched: true,
+            },
+        );
+        (cluster, syncer, serve)
+    }
+
+    #[tokio::test]
+    async fn the_view_holds_the_rest_of_the_cluster_and_each_count_is_pushed_once() {
+        let (cluster, mut syncer, serve) = connected([40, 100], [10, 4]).await;
+        let now_ms = cluster.cluster_ms_now();
+        syncer.push(now_ms, false).await;
+        let rest = syncer.view[&1];
+        // Redis holds 50 and 104 now; the rest of the cluster is what this node did not count.
+        assert_eq!(
+            (rest.window, rest.current, rest.previous),
+            (SCRIPTED_WINDOW, 40, 100)
+        );
+        assert_eq!(cluster.view.load().get(&1).copied(), Some(rest));
+        assert_eq!(syncer.own[&1].pushed, [10, 4]);
+        assert_eq!(cluster.metrics.alone.get(), 0, "joined");
+        // Nothing new here, and the view holds it: not pushed nor read again (no script sent:
+        // see the count of scripts below).
+        syncer.push(now_ms, false).await;
+        // 5 more here. An early round leaves out a suspect the others have counted (it is
+        // settled): it waits for the next regular round.
+        syncer.own.get_mut(&1).unwrap().counted[0] += 5;
+        syncer.own.get_mut(&1).unwrap().touched = true;
+        syncer.push(now_ms + 1, true).await;
+        assert_eq!(syncer.own[&1].pushed, [10, 4]);
+        // The regular round pushes only the 5, and the rest stays 40 and 100 (pushing 15
+        // again would make it 50, an overcount that throttles the source early everywhere).
+        syncer.push(now_ms + 100, false).await;
+        let rest = syncer.view[&1];
+        assert_eq!((rest.current, rest.previous), (40, 100));
+        assert_eq!((rest.growth, rest.growth_ms), (0, 100));
+        assert_eq!(syncer.own[&1].pushed, [15, 4]);
+        // The next window: what was current is previous, and the rest of it is still 40
+        // (the 15 of this node taken out, not 0 nor 55); no growth across the edge.
+        let next_ms = now_ms + 10_000;
+        let own = syncer.own.get_mut(&1).unwrap();
+        own.roll(next_ms / 10_000);
+        own.counted[0] += 1;
+        own.touched = true;
+        syncer.push(next_ms, false).await;
+        let rest = syncer.view[&1];
+        assert_eq!(
+            (rest.window, rest.current, rest.previous),
+            (SCRIPTED_WINDOW + 1, 0, 40)
+        );
+        assert_eq!((rest.growth, rest.growth_ms), (0, 0));
+        // Every round wrote its lists' part with a token of its own.
+        assert_eq!(syncer.lists_writes, 5);
+        // Each counter lives two periods: the previous window's count is there to be read
+        // until that window has passed out of every estimate.
+        drop(syncer);
+        let exchanges = serve.await.unwrap();
+        let scripts: Vec<_> = exchanges
+            .iter()
+            .filter(|e| e.args[0] == b"EVALSHA")
+            .collect();
+        // The first round, the regular one with 5 more, the next window's: not the one with
+        // nothing new, nor the early one.
+        assert_eq!(scripts.len(), 3);
+        for script in scripts {
+            // EVALSHA sha 3 dataset-key current previous dataset ttl add-current add-previous
+            assert_eq!(script.args[7], b"20000");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_round_while_the_clock_is_refused_shares_nothing_and_pushes_nothing() {
+        let (cluster, mut syncer, _serve) = connected([40, 0], [10, 0]).await;
+        syncer.clock_refused = true;
+        let now_ms = cluster.cluster_ms_now();
+        syncer.push(now_ms, false).await;
+        assert!(syncer.view.is_empty());
+        assert_eq!(syncer.own[&1].pushed, [0, 0]);
+        // The next round agrees again: the 10 counted here reach Redis once, not twice.
+        syncer.push(now_ms + 1, false).await;
+        assert_eq!(syncer.view[&1].current, 40);
+    }
+
+    #[tokio::test]
+    async fn a_round_reconnects_only_once_its_wait_is_over_and_to_the_next_server() {
+        // Nothing listens on either: each attempt is refused at once.
+        let cluster = cluster_at("127.0.0.1:1\", \"127.0.0.1:2", r#"sync = "100ms""#);
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let first: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let second: std::net::SocketAddr = "127.0.0.1:2".parse().unwrap();
+        syncer.round(false).await;
+        assert_eq!(cluster.metrics.redis_errors.get(), 1);
+        assert_eq!(syncer.current, Some(first));
+        // Within the backoff: no attempt.
+        syncer.round(false).await;
+        assert_eq!(cluster.metrics.redis_errors.get(), 1);
+        for expected in [second, first] {
+            syncer.retry_at = Instant::now();
+            syncer.round(false).await;
+            assert_eq!(syncer.current, Some(expected));
+        }
+        assert_eq!(cluster.metrics.redis_errors.get(), 3);
+    }
+
+    #[test]
+    fn a_suspect_with_nothing_in_either_window_is_forgotten_and_leaves_the_view() {
+        let cluster = cluster_at("127.0.0.1:1", "");
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let now_ms = 1_700_000_000_000;
+        for (hash, window) in [(2, now_ms / 10_000 - 2), (4, now_ms / 10_000 - 1)] {
+            syncer.own.insert(
+                hash,
+                Own {
+                    key: [0; tollgate_filter::LimitKey::LEN],
+                    period_ms: 10_000,
+                    shape: 0,
+                    window,
+                    counted: [1, 0],
+                    pushed: [1, 0],
+                    touched: false,
+                },
+            );
+            syncer.view.insert(hash, Rest::default());
+        }
+        syncer.collect(now_ms);
+        // Two windows on, nothing left; one window on, its count is the previous window's.
+        assert!(!syncer.own.contains_key(&2) && !syncer.view.contains_key(&2));
+        let kept = syncer.own[&4];
+        assert_eq!((kept.window, kept.counted), (now_ms / 10_000, [0, 1]));
+        assert!(syncer.view.contains_key(&4));
+    }
+
+    #[tokio::test]
+    async fn a_redis_that_lost_the_counts_gets_them_again_and_one_that_kept_them_does_not() {
+        use super::super::redis::tests::{Answers, ID, scripted};
+        const LEN: usize = tollgate_filter::LimitKey::LEN;
+        for (before, lost) in [(ID, false), ("an id of another dataset", true)] {
+            let (address, _serve) = scripted(Answers::default()).await;
+            let cluster = cluster_at(&address.to_string(), r#"max_clock_error = "1h""#);
+            let far = cluster.cluster_ms_now() + 3_600_000;
+            cluster
+                .penalties_in
+                .store(Arc::new(HashMap::from([([1; LEN], far), ([2; LEN], 1)])));
+            let mut syncer = Syncer::new(Arc::clone(&cluster));
+            syncer.dataset = Some(before.to_owned());
+            syncer.own.insert(
+                1,
+                Own {
+                    key: [3; LEN],
+                    period_ms: 10_000,
+                    shape: 1,
+                    window: SCRIPTED_WINDOW,
+                    counted: [10, 4],
+                    pushed: [10, 4],
+                    touched: false,
+                },
+            );
+            syncer.connect().await;
+            assert_eq!(syncer.dataset.as_deref(), Some(ID));
+            let (pushed, again) = if lost {
+                ([0, 0], vec![([1; LEN], far)])
+            } else {
+                // Pushing them again would count them twice after every failover.
+                ([10, 4], Vec::new())
+            };
+            assert_eq!(syncer.own[&1].pushed, pushed, "lost: {lost}");
+            assert_eq!(syncer.penalties_again, again, "lost: {lost}");
+        }
+    }
 }
