@@ -213,10 +213,10 @@ async fn a_delayed_connection_is_held_until_under_the_limit_or_its_bound() {
 #[tokio::test]
 async fn a_connection_through_an_upstream_whose_handshake_is_slow_arrives_whole() {
     use std::io::{Read, Write};
-    let (listener, queued) = common::stalled_upstream();
+    let (listener, queued) = common::handshake::stalled_upstream();
     let address = listener.local_addr().unwrap();
     let upstream = std::thread::spawn(move || {
-        common::wait_connecting(address);
+        common::handshake::wait_connecting(address);
         // Free the queue: the proxy's next SYN gets in.
         drop(listener.accept().unwrap());
         drop(queued);

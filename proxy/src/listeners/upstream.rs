@@ -127,6 +127,12 @@ async fn open(upstream: SocketAddr, first: &[u8]) -> io::Result<(TcpStream, usiz
     Ok((stream, sent))
 }
 
+/// The stalled upstream the tests share with the integration tests (see the file).
+#[cfg(test)]
+#[path = "../../tests/common/handshake.rs"]
+#[allow(unreachable_pub)] // `pub` for the integration tests' `common`
+mod handshake;
+
 #[cfg(test)]
 mod tests {
     use std::io::Read;
@@ -134,6 +140,7 @@ mod tests {
 
     use tokio::io::AsyncWriteExt;
 
+    use super::handshake::{stalled_upstream, wait_connecting};
     use super::*;
 
     /// What one connection to `listener` delivers until it closes.
@@ -185,64 +192,12 @@ mod tests {
         }
     }
 
-    /// An upstream whose handshakes are not done at once, as on a real network: it listens with
-    /// a backlog of 0 and one connection waits, unaccepted, in its queue, so the kernel drops
-    /// each SYN that arrives (a full accept queue) and the connecting side retransmits it after
-    /// its initial retransmission timeout (1 s). On loopback a handshake is otherwise complete
-    /// before `connect` returns, which the paths below never see. The second value holds the
-    /// queued connection: accepting it lets the next retransmitted SYN in.
-    fn stalled() -> (TcpListener, std::net::TcpStream) {
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
-        socket
-            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .unwrap();
-        socket.listen(0).unwrap();
-        let listener: TcpListener = socket.into();
-        let queued = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        (listener, queued)
-    }
-
-    /// Whether a socket of this network namespace is in SYN-SENT towards `upstream` (IPv4):
-    /// its handshake started and is not done.
-    fn connecting_to(upstream: SocketAddr) -> bool {
-        let std::net::IpAddr::V4(ip) = upstream.ip() else {
-            panic!("IPv4 only: {upstream}")
-        };
-        // /proc/net/tcp: `sl local rem st ...`, addresses as the hex of the address in host
-        // order (little-endian here) and the port; state 02 is SYN-SENT.
-        let remote = format!(
-            "{:08X}:{:04X}",
-            u32::from_le_bytes(ip.octets()),
-            upstream.port()
-        );
-        std::fs::read_to_string("/proc/net/tcp")
-            .unwrap()
-            .lines()
-            .skip(1)
-            .any(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                fields.get(2) == Some(&remote.as_str()) && fields.get(3) == Some(&"02")
-            })
-    }
-
-    /// Waits (bounded) until a connect towards `upstream` is in its handshake.
-    fn wait_connecting(upstream: SocketAddr) {
-        let started = std::time::Instant::now();
-        while !connecting_to(upstream) {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "no connect towards {upstream} in SYN-SENT"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     /// The path production takes (an upstream a millisecond or more away): the handshake is
     /// not done when `connect` returns, so the first bytes are refused with EAGAIN. That is not
     /// an error, and the stream comes back only once connected, with the bytes still to send.
     #[tokio::test]
     async fn a_connect_whose_handshake_is_not_done_at_once_waits_for_it() {
-        let (listener, queued) = stalled();
+        let (listener, queued) = stalled_upstream();
         let address = listener.local_addr().unwrap();
         let upstream = std::thread::spawn(move || {
             wait_connecting(address);
@@ -276,7 +231,7 @@ mod tests {
     /// connection would then wait on an upstream that never answers, with no retry).
     #[tokio::test]
     async fn a_handshake_that_does_not_finish_in_time_is_retried_on_the_next_upstream() {
-        let (stalled, _queued) = stalled();
+        let (stalled, _queued) = stalled_upstream();
         let stalled = stalled.local_addr().unwrap();
         let listening = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listening.local_addr().unwrap();

@@ -9,6 +9,8 @@ pub mod cluster;
 pub mod process;
 pub mod redis;
 
+pub mod handshake;
+
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -238,55 +240,4 @@ async fn admin_request(
         .split_once("\r\n\r\n")
         .map_or(String::new(), |(_, body)| body.to_owned());
     (status, body)
-}
-
-/// An upstream whose handshakes are not done at once, as on a real network: it listens with a
-/// backlog of 0 and one connection waits, unaccepted, in its queue, so the kernel drops each
-/// SYN that arrives (a full accept queue) and the connecting side retransmits it after its
-/// initial retransmission timeout (1 s). On loopback a handshake is otherwise complete before
-/// `connect` returns. The second value holds the queued connection: accepting it lets the next
-/// retransmitted SYN in.
-pub fn stalled_upstream() -> (std::net::TcpListener, std::net::TcpStream) {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
-    socket
-        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-        .unwrap();
-    socket.listen(0).unwrap();
-    let listener: std::net::TcpListener = socket.into();
-    let queued = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    (listener, queued)
-}
-
-/// Waits (polling, bounded by [`BOUND`]) until a socket of this network namespace is in
-/// SYN-SENT towards `upstream` (IPv4): a connect to it started and its handshake is not done.
-pub fn wait_connecting(upstream: SocketAddr) {
-    let IpAddr::V4(ip) = upstream.ip() else {
-        panic!("IPv4 only: {upstream}")
-    };
-    // /proc/net/tcp: `sl local rem st ...`, an address as the hex of its 32-bit value in host
-    // order (little-endian here) and its port; state 02 is SYN-SENT.
-    let remote = format!(
-        "{:08X}:{:04X}",
-        u32::from_le_bytes(ip.octets()),
-        upstream.port()
-    );
-    let connecting = || {
-        std::fs::read_to_string("/proc/net/tcp")
-            .unwrap()
-            .lines()
-            .skip(1)
-            .any(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                fields.get(2) == Some(&remote.as_str()) && fields.get(3) == Some(&"02")
-            })
-    };
-    let started = std::time::Instant::now();
-    while !connecting() {
-        assert!(
-            started.elapsed() < BOUND,
-            "no connect towards {upstream} in SYN-SENT within {BOUND:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
