@@ -510,3 +510,60 @@ async fn the_lists_in_text_show_each_entry_and_format_text_wins_over_accept() {
     assert!(lines[1].contains(" expires in "), "{text}");
     assert!(lines[1].ends_with("s  \"ticket 7\""), "{text}");
 }
+
+#[tokio::test]
+async fn a_list_entry_in_json_names_its_network_list_reason_and_time_left() {
+    let dir = dir();
+    let server = start(&dir, "100/60s").await;
+    let (status, body) = admin_json(
+        &server,
+        "POST",
+        "/lists/allow",
+        Some(TOKEN),
+        r#"{"cidr": "192.0.2.0/24", "ttl": 600, "reason": "ticket 9"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let added: Value = serde_json::from_str(&body).unwrap();
+    let listed = get(&server, "/lists").await;
+    assert_eq!(listed["max_ttl_s"], 604_800, "{listed}");
+    for entry in [&added, &listed["entries"][0]] {
+        assert_eq!(entry["cidr"], "192.0.2.0/24", "{entry}");
+        assert_eq!(entry["list"], "allow", "{entry}");
+        assert_eq!(entry["reason"], "ticket 9", "{entry}");
+        let left = entry["expires_in_ms"].as_u64().unwrap();
+        assert!((590_000..=600_000).contains(&left), "{entry}");
+        // The end as a wall-clock time: now plus the time left.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let end = entry["expires_unix_ms"].as_u64().unwrap();
+        assert!(end > now + 580_000 && end <= now + 600_000, "{entry}");
+    }
+    // Replaced (the same network, the same list): 200, with the new reason.
+    let (status, body) = admin_json(
+        &server,
+        "POST",
+        "/lists/allow",
+        Some(TOKEN),
+        r#"{"cidr": "192.0.2.0/24", "ttl": 60, "reason": "ticket 10"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let replaced: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(replaced["reason"], "ticket 10", "{replaced}");
+    // Removed: the entry it held.
+    let (status, body) = admin_json(
+        &server,
+        "DELETE",
+        "/lists/allow?cidr=192.0.2.0/24",
+        Some(TOKEN),
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let removed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(removed["cidr"], "192.0.2.0/24", "{removed}");
+    assert_eq!(removed["reason"], "ticket 10", "{removed}");
+}

@@ -224,3 +224,79 @@ async fn a_shutdown_stops_accepting_and_drains_open_connections() {
     let cut = stopping.await.unwrap();
     assert_eq!(cut, 0, "the open connection finished within the drain");
 }
+
+#[tokio::test]
+async fn the_status_json_counts_each_verdict_and_lists_the_offenders_with_their_counts() {
+    let upstream = echo_upstream().await;
+    let rest = "[lists]\ndeny = [\"127.0.0.66/32\"]\n\n[[rule]]\nname = \"per-source\"\n\
+                limits = [{ rate = \"2/60s\" }]";
+    let server = common::start(&common::one_listener(
+        "listen = \"127.0.0.1:0\"",
+        upstream,
+        "",
+        rest,
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    for _ in 0..5 {
+        let _ = attempt("127.0.0.9", front).await;
+    }
+    let _ = attempt("127.0.0.66", front).await;
+    common::eventually(|| server.open_connections() == 0).await;
+    let (status, body) = admin(&server, "GET", "/status.json").await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let counts = |v: &serde_json::Value| {
+        (
+            v["allowed"].clone(),
+            v["throttled"].clone(),
+            v["denied"].clone(),
+        )
+    };
+    let expected = (2.into(), 3.into(), 1.into());
+    assert_eq!(counts(&json["totals"]), expected, "{json}");
+    let listener = &json["listeners"][0];
+    assert_eq!(counts(listener), expected, "{json}");
+    assert_eq!(
+        (&listener["open"], &listener["held"], &listener["sessions"]),
+        (&0.into(), &0.into(), &0.into()),
+        "{json}"
+    );
+    assert_eq!(json["decide_failures"], 0, "{json}");
+    let uptime = json["uptime_seconds"].as_f64().unwrap();
+    assert!(uptime > 0.0 && uptime < 3600.0, "{json}");
+    // Most rejected first, each with its count, error and latest reason.
+    let offenders: Vec<_> = json["offenders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["source"].clone(),
+                o["rejected"].clone(),
+                o["error"].clone(),
+                o["last"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        offenders,
+        [
+            ("127.0.0.9".into(), 3.into(), 0.into(), "per-source".into()),
+            ("127.0.0.66".into(), 1.into(), 0.into(), "deny list".into()),
+        ],
+        "{json}"
+    );
+    let sketch = &json["sketches"][0];
+    assert_eq!(sketch["window"], "1m", "{json}");
+    // The five connections the rule counted, all in this window.
+    assert_eq!(
+        (&sketch["events_current"], &sketch["events_previous"]),
+        (&5.into(), &0.into()),
+        "{json}"
+    );
+    assert!(sketch["memory_bytes"].as_u64().unwrap() > 0, "{json}");
+    let confidence = sketch["confidence"].as_f64().unwrap();
+    assert!(confidence > 0.5 && confidence <= 1.0, "{json}");
+    assert_eq!(json["penalties"], serde_json::json!([]), "{json}");
+}

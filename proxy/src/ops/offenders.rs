@@ -240,4 +240,102 @@ mod tests {
             );
         }
     }
+
+    /// Fails unless `heap` is a min-heap on the count whose index and entries agree.
+    fn assert_sound(heap: &Heap) {
+        for at in 1..heap.entries.len() {
+            let parent = (at - 1) / 2;
+            assert!(
+                heap.entries[parent].count <= heap.entries[at].count,
+                "entry {at} counts less than its parent: {:?}",
+                heap.entries
+            );
+        }
+        assert_eq!(heap.position.len(), heap.entries.len());
+        for (at, entry) in heap.entries.iter().enumerate() {
+            assert_eq!(heap.position.get(&entry.source), Some(&at), "{entry:?}");
+        }
+    }
+
+    #[test]
+    fn the_heap_stays_a_heap_at_every_step_and_never_grows_past_its_capacity() {
+        // A skewed stream over 40 sources into 12 places: insertions, increments deep in the
+        // heap and replacements of the root all happen many times.
+        let offenders = Offenders::new(12);
+        let mut state = 99u64;
+        for step in 0..5_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let pick = (state >> 33) % 100;
+            let host = if pick < 60 { pick % 6 } else { 6 + pick % 34 } as u8;
+            offenders.record(IpAddr::from([10, 0, 0, host]), "r");
+            let heap = offenders.heap.lock().unwrap();
+            assert_sound(&heap);
+            assert!(
+                heap.entries.len() <= 12,
+                "step {step}: {}",
+                heap.entries.len()
+            );
+        }
+        assert_eq!(offenders.top(usize::MAX).len(), 12);
+    }
+
+    #[test]
+    fn a_new_source_replaces_the_least_counted_one_and_inherits_its_count_as_error() {
+        let offenders = Offenders::new(3);
+        let source = |host: u8| IpAddr::from([192, 0, 2, host]);
+        // Recorded heaviest first, so each newcomer has to climb to the root.
+        for (host, times) in [(1, 3), (2, 2), (3, 1)] {
+            for _ in 0..times {
+                offenders.record(source(host), "r");
+            }
+        }
+        offenders.record(source(4), "r");
+        let listed: Vec<_> = offenders
+            .top(usize::MAX)
+            .iter()
+            .map(|o| (o.source, o.count, o.error))
+            .collect();
+        assert_eq!(
+            listed,
+            [(source(1), 3, 0), (source(2), 2, 0), (source(4), 2, 1)]
+        );
+    }
+
+    #[test]
+    fn the_last_reason_is_the_latest_one() {
+        let offenders = Offenders::new(4);
+        let source = IpAddr::from([192, 0, 2, 1]);
+        offenders.record(source, "per-network");
+        offenders.record(source, "banned");
+        assert_eq!(offenders.top(1)[0].last, "banned");
+    }
+
+    #[test]
+    fn the_hint_spreads_a_floods_sources_over_its_slots() {
+        // A hint shared by every source would send each lookup to the index: consecutive
+        // addresses, and IPv6 ones that differ in either half, take many slots.
+        let slots = |sources: Vec<IpAddr>| {
+            let taken: std::collections::HashSet<usize> =
+                sources.into_iter().map(hint_slot).collect();
+            taken.len()
+        };
+        let v4 = (0..64u32).map(|n| IpAddr::from((0xc000_0200 + n).to_be_bytes()));
+        let high = (0..64u16).map(|n| IpAddr::from([0x2001, 0xdb8, n, 0, 0, 0, 0, 1]));
+        let low = (0..64u16).map(|n| IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, n]));
+        // Halves folded with `|` instead of `^` would put these in one slot: the high half's
+        // ones hide every bit in which the low halves differ.
+        let under_ones = (0..64u16)
+            .map(|n| IpAddr::from([0x2001, 0xdb8, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, n]));
+        for (name, sources) in [
+            ("IPv4", v4.collect::<Vec<_>>()),
+            ("IPv6, high half", high.collect()),
+            ("IPv6, low half", low.collect()),
+            ("IPv6, low half under ones", under_ones.collect()),
+        ] {
+            let taken = slots(sources);
+            assert!(taken >= 16, "{name}: 64 sources in {taken} slots");
+        }
+    }
 }
