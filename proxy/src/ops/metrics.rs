@@ -1134,4 +1134,50 @@ mod tests {
         let at_start = Metrics::for_sections(false, true).render(&policy, Tick::ZERO);
         assert!(at_start.contains("tollgate_kernel_active 0"), "{at_start}");
     }
+
+    /// Every refusal reason has its own slot and series: the reasons' table holds
+    /// [`REFUSALS`] slots, one per variant (one short and counting the last reason panics in
+    /// the proxy's path), and each reason's count lands under its own label.
+    #[test]
+    fn each_refusal_reason_counts_in_its_own_series() {
+        use Refusal::*;
+        let reasons = [
+            Listed,
+            Penalty,
+            ConnectionCap,
+            ListenerFull,
+            PrefixCap,
+            HeldFull,
+            HeaderWaitsFull,
+            HeaderWaitsPerPeer,
+            HeldPerSource,
+            HeldPerPrefix,
+            UntrustedHeader,
+            BadHeader,
+            SessionsFull,
+            SourceSessions,
+            PrefixSessions,
+            SessionSocket,
+        ];
+        assert_eq!(reasons.len(), REFUSALS, "a reason missing from this test");
+        let metrics = Metrics::new();
+        let front = metrics.listener("front");
+        for (times, &reason) in (1..).zip(&reasons) {
+            for _ in 0..times {
+                metrics.refused(&front, reason);
+            }
+        }
+        let text = metrics.render(&policy(&[]), Tick::ZERO);
+        for (times, reason) in (1..).zip(reasons) {
+            let series = format!(
+                "tollgate_refused_total{{listener=\"front\",reason=\"{}\"}} {times}\n",
+                reason.as_str()
+            );
+            assert!(text.contains(&series), "{series} missing from\n{text}");
+        }
+        let denied = reasons.len() * (reasons.len() + 1) / 2;
+        let total =
+            format!("tollgate_decisions_total{{listener=\"front\",verdict=\"denied\"}} {denied}\n");
+        assert!(text.contains(&total), "{total} missing from\n{text}");
+    }
 }
