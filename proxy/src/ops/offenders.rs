@@ -338,4 +338,24 @@ mod tests {
             assert!(taken >= 16, "{name}: 64 sources in {taken} slots");
         }
     }
+
+    /// A newcomer inserted where its parent is not its index's half (index 4's parent is 1,
+    /// not 2) climbs past the right parent: with the parent taken as `at / 2` it stopped at a
+    /// sibling's equal count and stayed below a heavier parent, so the heap no longer held:
+    /// the entry replaced next (the root) need not be the least counted, and a heavier source
+    /// could fall off `/top` before a lighter one.
+    #[test]
+    fn a_newcomer_climbs_past_its_own_parent_not_its_indexs_half() {
+        let offenders = Offenders::new(8);
+        let source = |host: u8| IpAddr::from([198, 51, 100, host]);
+        // A, B, C at 1 each, then B at 3: [A 1, B 3, C 1]; D arrives under B and takes its
+        // place, then counts 3: [A 1, D 3, C 1, B 3]; E then arrives at index 4, under D.
+        for (host, times) in [(1, 1), (2, 1), (3, 1), (2, 2), (4, 3), (5, 1)] {
+            for _ in 0..times {
+                offenders.record(source(host), "r");
+                assert_sound(&offenders.heap.lock().unwrap());
+            }
+        }
+        assert_eq!(offenders.top(usize::MAX).len(), 5);
+    }
 }
