@@ -467,6 +467,13 @@ impl Syncer {
                         },
                     );
                 }
+                if self.link.is_none() {
+                    // The lists' read after the round failed: `failed` cleared the view and
+                    // said the node is alone until a round on a new link. The counts above
+                    // went with this round and are not pushed again.
+                    self.view.clear();
+                    return;
+                }
                 self.cluster.view.store(Arc::new(self.view.clone()));
                 // Relaxed: a hint (see `Cluster::wake_early`); the suspects seen so far are in
                 // the view now.
@@ -1289,6 +1296,26 @@ mod tests {
             // EVALSHA sha 3 dataset-key current previous dataset ttl add-current add-previous
             assert_eq!(script.args[7], b"20000");
         }
+    }
+
+    /// A round whose script went through but whose lists' read after it failed: the link is
+    /// dropped and the node is alone (limits count this node only) until a round on a new
+    /// link, so it must not say it joined; the round's counts went to Redis and are not
+    /// pushed again.
+    #[tokio::test]
+    async fn a_lists_read_that_fails_after_the_round_leaves_the_node_alone() {
+        let (cluster, mut syncer, _serve) = connected([40, 100], [10, 4]).await;
+        // A version other than the one the round finds: the lists are read after it, and the
+        // scripted Redis cannot answer that read.
+        syncer.lists_version = Some("v6".to_owned());
+        syncer.push(cluster.cluster_ms_now(), false).await;
+        assert!(
+            syncer.link.is_none(),
+            "the read failed: the link is dropped"
+        );
+        assert_eq!(syncer.own[&1].pushed, [10, 4], "pushed once");
+        assert_eq!(cluster.metrics.alone.get(), 1, "alone, not joined");
+        assert!(syncer.view.is_empty() && cluster.view.load().is_empty());
     }
 
     #[tokio::test]
