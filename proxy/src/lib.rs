@@ -14,6 +14,8 @@ pub mod listeners;
 pub mod ops;
 pub mod server;
 pub mod shared;
+#[cfg(test)]
+mod test_log;
 pub mod tools;
 
 use std::io::Write;

@@ -404,6 +404,7 @@ mod tests {
     use tollgate_filter::{Config, Event, Policy, Source, Transport, Verdict};
 
     use super::*;
+    use crate::test_log::logged;
 
     /// A fresh directory, removed when dropped (not named after the process id: ids are
     /// reused, and a directory an earlier process left would hold its files).
@@ -616,30 +617,6 @@ mod tests {
             assert_eq!(entry.deny, kind == ListKind::Deny);
             assert_eq!(SavedEntry::from(entry), saved);
         }
-    }
-
-    /// What `run` logs on this thread, as text.
-    fn logged(run: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = Sink::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, run);
-        let bytes = sink.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
     }
 
     #[test]
