@@ -26,7 +26,8 @@
 //! For counting instructions (callgrind), `TOLLGATE_FRAMES_PASSES=N` skips criterion and runs
 //! exactly N passes of the capture one at a time (`one_at_a_time`), then N batched
 //! (`batched`), each on a filter of its own from zero counts, then N of the floor
-//! (`sketch_only_batched`, on a sketch of its own), prints what they decided, and exits: the
+//! (`sketch_only_batched`, on a sketch of its own), then N of the floor with the streams
+//! (`sketch_only_streamed`, on another), prints what they decided, and exits: the
 //! same work whatever the machine's load (criterion's `--profile-time` is wall time).
 //!
 //! ```text
@@ -273,10 +274,26 @@ fn profile(passes: u64) {
         .zip(&estimates)
         .filter(|((_, cap), estimate)| **estimate <= (cap - 1) / 8)
         .count();
+    let streamed = new_sketch();
+    let mut streamed_now = 0;
+    let mut written = Vec::with_capacity(FRAMES);
+    for _ in 0..passes {
+        sketch_only_streamed(
+            &streamed,
+            &keys,
+            &frames,
+            &mut streamed_now,
+            &mut estimates,
+            &mut written,
+        );
+    }
     println!(
         "{passes} passes of {FRAMES} frames; allowed in the last: one at a time {allowed}, \
-         batched {batch_allowed}; sketch only: {under} of {} estimates within their limit",
-        estimates.len()
+         batched {batch_allowed}; sketch only: {under} of {} estimates within their limit \
+         (streamed: {} estimates, {} decisions' bytes written)",
+        estimates.len(),
+        estimates.len(),
+        written.len()
     );
 }
 
