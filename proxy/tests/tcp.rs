@@ -249,3 +249,50 @@ async fn a_connection_through_an_upstream_whose_handshake_is_slow_arrives_whole(
         "{got:?}"
     );
 }
+
+/// A flood of connections waiting to be accepted does not take the runtime from the other
+/// tasks (the relays of connections already served): the accept loop yields after each batch
+/// of 64. The connections are queued in the kernel before the proxy runs (this test's runtime
+/// has one thread, which the proxy shares), then this task reads the count of decided
+/// connections every time it gets a turn: it must never see more than a batch decided between
+/// two of its turns.
+#[tokio::test]
+async fn a_flood_of_queued_connections_is_accepted_a_batch_at_a_time() {
+    // Within the smallest accept queue a system may have (`somaxconn` was 128 before Linux
+    // 5.4), so that every connect completes while the proxy cannot run.
+    const FLOOD: u32 = 100;
+    const BATCH: f64 = 64.0;
+    let upstream = echo_upstream().await;
+    let server = start(&config(upstream, "limits = [{ rate = \"1/60s\" }]")).await;
+    let front = server.local_addr("front").unwrap();
+    // Blocking connects: they complete in the kernel's accept queue without a turn of the
+    // runtime, so none is accepted yet.
+    let queued: Vec<std::net::TcpStream> = (0..FLOOD)
+        .map(|_| std::net::TcpStream::connect_timeout(&front, common::BOUND).unwrap())
+        .collect();
+    let decided = || {
+        ["allowed", "throttled"]
+            .map(|verdict| {
+                metric(
+                    &server,
+                    &format!(
+                        "tollgate_decisions_total{{listener=\"front\",verdict=\"{verdict}\"}}"
+                    ),
+                )
+            })
+            .iter()
+            .sum::<f64>()
+    };
+    let mut seen = vec![decided()];
+    while *seen.last().unwrap() < f64::from(FLOOD) {
+        assert!(seen.len() < 10_000, "not all accepted: {seen:?}");
+        tokio::task::yield_now().await;
+        seen.push(decided());
+    }
+    seen.dedup();
+    assert!(
+        seen.windows(2).all(|pair| pair[1] - pair[0] <= BATCH),
+        "more than a batch accepted between two turns of another task: {seen:?}"
+    );
+    drop(queued);
+}
