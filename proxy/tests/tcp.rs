@@ -296,3 +296,77 @@ async fn a_flood_of_queued_connections_is_accepted_a_batch_at_a_time() {
     );
     drop(queued);
 }
+
+/// A source in its penalty gets its rule's action, as over its limit: here the reply, which
+/// names the rule's first limit and the penalty as the time to wait. (A penalty reset by
+/// mistake, or answered as a listed source, tells the client nothing of when to come back.)
+#[tokio::test]
+async fn a_source_in_its_penalty_gets_the_rules_reply() {
+    let upstream = echo_upstream().await;
+    let server = start(&config(
+        upstream,
+        "limits = [{ rate = \"1/60s\" }]\npenalty = \"10m\"\naction = \"reply\"",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
+    // Over the limit: the penalty starts.
+    let over = attempt("127.0.0.2", front).await;
+    assert!(matches!(over, Wire::Closed(_)), "{over:?}");
+    let penalised = attempt("127.0.0.2", front).await;
+    let Wire::Closed(bytes) = penalised else {
+        panic!("{penalised:?}")
+    };
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("Retry-After: 600\r\n"), "{text}");
+    assert!(text.contains("RateLimit-Policy: 1;w=60\r\n"), "{text}");
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_refused_total{listener=\"front\",reason=\"penalty\"}"
+        ),
+        1.0
+    );
+}
+
+/// Connections reset at once never take a held slot: a flood of them, queued and accepted in
+/// one batch, leaves the held budget (`max_held = 1` here) to the rejections that keep their
+/// connection. (Had resets gone through the held budget, the flood would have filled it and a
+/// held rejection of anyone else would have been refused as `held_full`.)
+#[tokio::test]
+async fn connections_reset_at_once_take_no_held_slot() {
+    let upstream = echo_upstream().await;
+    let text = config(
+        upstream,
+        "limits = [{ rate = \"1/60s\" }]\naction = \"reset\"",
+    )
+    .replace("upstreams =", "max_held = 1\nupstreams =");
+    let server = start(&text).await;
+    let front = server.local_addr("front").unwrap();
+    // The source the queued connections come from (a plain connect's) is over its limit.
+    assert_eq!(attempt("127.0.0.1", front).await, Wire::Echoed);
+    // Queued while the proxy cannot run (see the flood test above), so that they are all
+    // decided in one turn of the accept loop.
+    let queued: Vec<std::net::TcpStream> = (0..10)
+        .map(|_| std::net::TcpStream::connect_timeout(&front, common::BOUND).unwrap())
+        .collect();
+    let throttled = || {
+        metric(
+            &server,
+            "tollgate_decisions_total{listener=\"front\",verdict=\"throttled\"}",
+        )
+    };
+    common::eventually(|| throttled() == 10.0).await;
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_refused_total{listener=\"front\",reason=\"held_full\"}"
+        ),
+        0.0
+    );
+    drop(queued);
+}
