@@ -370,3 +370,51 @@ async fn connections_reset_at_once_take_no_held_slot() {
     );
     drop(queued);
 }
+
+/// Only a connection to forward has its opening bytes read at accept: a rejected one is not
+/// read (no syscall spent on it), so a PROXY header it sent first changes nothing: it gets
+/// its rule's action (here a close), not the refusal of an untrusted header.
+#[tokio::test]
+async fn a_rejected_connections_opening_is_not_read_at_accept() {
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    let upstream = echo_upstream().await;
+    let server = start(&config(
+        upstream,
+        "limits = [{ rate = \"1/60s\" }]\naction = \"close\"",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    // The source of a plain connect goes over its limit.
+    assert_eq!(attempt("127.0.0.1", front).await, Wire::Echoed);
+    // Connected and its header sent before the proxy runs (see the flood test above): the
+    // bytes are there when it is accepted.
+    let mut queued = std::net::TcpStream::connect_timeout(&front, common::BOUND).unwrap();
+    let client: std::net::SocketAddr = "198.51.100.7:4000".parse().unwrap();
+    queued
+        .write_all(&tollgate::listeners::proxy_protocol::encode_v1(
+            client, front,
+        ))
+        .unwrap();
+    queued.set_nonblocking(true).unwrap();
+    let mut stream = tokio::net::TcpStream::from_std(queued).unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(common::BOUND, stream.read_to_end(&mut rest))
+        .await
+        .expect("closed by the proxy");
+    assert!(read.is_ok() && rest.is_empty(), "{read:?} {rest:?}");
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_decisions_total{listener=\"front\",verdict=\"throttled\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "tollgate_refused_total{listener=\"front\",reason=\"untrusted_proxy_header\"}"
+        ),
+        0.0
+    );
+}
