@@ -239,3 +239,65 @@ async fn one_trickling_peer_cannot_take_the_other_peers_header_waits() {
     drop(trickling);
     eventually(|| header_waits(&server) == 0.0).await;
 }
+
+#[tokio::test]
+async fn the_open_count_is_forwarded_plus_header_waits_plus_held() {
+    let upstream = echo_upstream().await;
+    let server = start(&config(
+        upstream,
+        "trusted_proxies = [\"127.0.9.0/24\"]\nproxy_header_timeout = \"60s\"",
+        "limits = [{ rate = \"1/60s\" }]\naction = \"delay\"\ndelay = \"60s\"",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    // One of each, held open: relayed, waiting for its header, held over its limit.
+    let forwarded = connect_from("127.0.0.2", front).await.unwrap();
+    eventually(|| metric(&server, "tollgate_open_connections{listener=\"front\"}") == 1.0).await;
+    let waiting = trickle("127.0.9.1", front).await;
+    eventually(|| header_waits(&server) == 1.0).await;
+    let held = connect_from("127.0.0.2", front).await.unwrap();
+    eventually(|| server.held_connections() == 1).await;
+    // The drain at shutdown waits for this count: every kind counts.
+    assert_eq!(server.open_connections(), 3);
+    drop((forwarded, waiting, held));
+    eventually(|| server.open_connections() == 0).await;
+}
+
+/// A source refused by its own or its network's cap is an offender (listed in `/top`, with the
+/// cap that refused it); one refused because the listener as a whole is full is not: that is
+/// no fault of its own, and listing it would blame whoever came last.
+#[tokio::test]
+async fn a_cap_of_its_own_makes_a_source_an_offender_a_full_listener_does_not() {
+    let upstream = echo_upstream().await;
+    let server = start(&config(
+        upstream,
+        "max_connections = 2\nmax_connections_per_source = 1",
+        "limits = [{ rate = \"1000/60s\" }]",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    let first = connect_from("127.0.12.1", front).await.unwrap();
+    eventually(|| server.open_connections() == 1).await;
+    assert_eq!(
+        attempt("127.0.12.1", front).await,
+        Wire::Reset,
+        "per source"
+    );
+    let second = connect_from("127.0.13.1", front).await.unwrap();
+    eventually(|| server.open_connections() == 2).await;
+    assert_eq!(attempt("127.0.14.1", front).await, Wire::Reset, "in all");
+    assert_eq!(refused(&server, "connection_cap"), 1.0);
+    assert_eq!(refused(&server, "listener_full"), 1.0);
+    let top: Vec<(String, u64, String)> = server
+        .shared()
+        .offenders
+        .top(10)
+        .into_iter()
+        .map(|o| (o.source.to_string(), o.count, o.last))
+        .collect();
+    assert_eq!(
+        top,
+        [("127.0.12.1".to_owned(), 1, "connection_cap".to_owned())]
+    );
+    drop((first, second));
+}

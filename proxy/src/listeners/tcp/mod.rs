@@ -607,3 +607,144 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::Poll;
+
+    use super::*;
+    use crate::config::ProxyConfig;
+
+    /// The shared state and listener of one rule that holds a source over 1 connection an
+    /// hour for at most `delay`: its verdict stays a throttle for the whole hold.
+    fn holding(delay: &str) -> (Arc<Shared>, Frontend) {
+        let text = format!(
+            "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:1\"]\n\n\
+             [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"1/3600s\" }}]\naction = \"delay\"\n\
+             delay = \"{delay}\"\n"
+        );
+        let config = ProxyConfig::parse(&text).unwrap();
+        let listener = config.listeners[0].clone();
+        let shared = Arc::new(Shared::new(config, None).unwrap());
+        let frontend = Frontend::new(listener, &shared);
+        (shared, frontend)
+    }
+
+    /// A held connection sleeps between its rechecks: on a paused clock it wakes at most once
+    /// per `TARPIT_STEP` (plus its first poll and the wake at its bound), and is let go at its
+    /// bound. A hold whose next wake lands in the past rechecks in a loop, burning CPU for every
+    /// connection an attacker keeps held; on a paused clock no time passes while it spins, so
+    /// the count of wakes against the clock stops it here instead of hanging.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_connection_wakes_once_per_recheck_not_in_a_loop() {
+        let (shared, frontend) = holding("2s");
+        let source = Source::new("192.0.2.1".parse().unwrap());
+        let first = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
+        assert_eq!(first.decision.verdict, Verdict::Allow);
+        let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
+        assert!(
+            matches!(decided.decision.verdict, Verdict::Throttle(_)),
+            "{:?}",
+            decided.decision.verdict
+        );
+        let start = tokio::time::Instant::now();
+        // Held from a verdict that says to retry at once: the step is the floor.
+        let mut hold = std::pin::pin!(tarpit(&shared, &frontend, &decided, Duration::ZERO, source));
+        let mut wakes = 0_u32;
+        let mut most = 0_u32;
+        let released = std::future::poll_fn(|cx| {
+            wakes += 1;
+            let steps = start.elapsed().as_nanos() / TARPIT_STEP.as_nanos();
+            most = 2 + u32::try_from(steps).unwrap();
+            if wakes > most {
+                return Poll::Ready(None);
+            }
+            hold.as_mut().poll(cx).map(Some)
+        })
+        .await;
+        assert_eq!(
+            released,
+            Some(false),
+            "{wakes} wakes in {:?} (at most {most}): rechecked in a loop",
+            start.elapsed()
+        );
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(2),
+            "let go at its bound"
+        );
+        assert!(wakes >= 3, "rechecked before its bound: {wakes} wakes");
+        assert_eq!(frontend.metrics.released.get(), 0);
+    }
+
+    /// A stream that gives `left` bytes to reads, counting them, and takes every write.
+    struct Bulk {
+        left: usize,
+        reads: usize,
+    }
+
+    impl tokio::io::AsyncRead for Bulk {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let n = self.left.min(buf.remaining());
+            buf.put_slice(&vec![b'x'; n]);
+            self.left -= n;
+            self.reads += 1;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl tokio::io::AsyncWrite for Bulk {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A bulk upload moves in reads of the relay's full buffer: a megabyte in about 64
+    /// reads, not a syscall per few bytes (CPU a client could make the proxy spend per byte).
+    #[tokio::test]
+    async fn a_bulk_transfer_is_relayed_in_full_buffers() {
+        const SIZE: usize = 1 << 20;
+        let mut client = Bulk {
+            left: SIZE,
+            reads: 0,
+        };
+        let mut upstream = Bulk { left: 0, reads: 0 };
+        let idle = Duration::from_secs(60);
+        let ended = relay::relay(
+            &mut client,
+            &mut upstream,
+            RELAY_BUFFER,
+            idle,
+            Screen::Nothing,
+        );
+        assert_eq!(ended.await, Ended::Finished);
+        assert_eq!(client.left, 0);
+        // The first read's small buffer, the full ones, the end of the stream.
+        assert!(
+            client.reads <= 1 + SIZE / (16 << 10) + 1,
+            "{} reads",
+            client.reads
+        );
+    }
+}
