@@ -734,4 +734,14 @@ mod tests {
             Some(&"the reload's thread panicked")
         );
     }
+
+    /// The least `[proxy] connection_memory` the config accepts is the least the
+    /// open-connection counts can be built in: a smaller floor would let through a size the
+    /// start then refuses, a larger one refuse a size that works.
+    #[test]
+    fn the_least_connection_memory_accepted_is_the_least_the_counts_fit_in() {
+        let build = |bytes| ConcurrencySketch::new(bytes, CONNECTION_DEPTH, 0);
+        assert!(build(MIN_CONNECTION_MEMORY).is_ok());
+        assert!(build(MIN_CONNECTION_MEMORY - 1).is_err());
+    }
 }
