@@ -505,6 +505,8 @@ mod tests {
             r#"
             [proxy]
             drain = "20s"
+            [admin]
+            enabled = false
             [[rule]]
             name = "r"
             limits = [{ rate = "100/10s" }]
@@ -519,6 +521,55 @@ mod tests {
             started.elapsed() < Duration::from_secs(20),
             "{:?}",
             started.elapsed()
+        );
+    }
+
+    /// A relay still open when the drain ends is cut and counted, after the whole drain and
+    /// no longer: a restart neither drops a live connection early nor waits forever for one.
+    /// On a paused clock, as above.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_waits_out_the_drain_for_an_open_connection_then_counts_it_cut() {
+        // An upstream that never accepts: the relay stays open until it is cut.
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let config = ProxyConfig::parse(&format!(
+            r#"
+            [proxy]
+            drain = "20s"
+            [admin]
+            enabled = false
+            [[listener]]
+            name = "front"
+            listen = "127.0.0.1:0"
+            upstreams = ["{}"]
+            idle_timeout = "1h"
+            [[rule]]
+            name = "r"
+            limits = [{{ rate = "100/10s" }}]
+            "#,
+            upstream.local_addr().expect("bound"),
+        ))
+        .expect("valid");
+        let server = Server::start(config, None).await.expect("starts");
+        let front = server.local_addr("front").expect("bound");
+        let _client = tokio::net::TcpStream::connect(front)
+            .await
+            .expect("accepted");
+        for _ in 0..10_000 {
+            if server.open_connections() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(server.open_connections(), 1, "the relay is open");
+        let started = tokio::time::Instant::now();
+        let cut = tokio::time::timeout(Duration::from_secs(60), server.shutdown())
+            .await
+            .expect("the drain ends");
+        assert_eq!(cut, 1);
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(20) && waited < Duration::from_secs(21),
+            "{waited:?}"
         );
     }
 }

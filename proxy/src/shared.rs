@@ -557,4 +557,191 @@ mod tests {
         assert!(matches!(without.reload(), Err(ReloadError::NoFile)));
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// The line an operator acts on when a reload's sections need a restart.
+    const RESTART: &str = "take effect on restart; the policy is reloaded now";
+
+    /// What applying GOOD's policy with `sections` over a proxy started from GOOD logs.
+    fn applied(sections: &str) -> String {
+        let shared = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), None).expect("fits");
+        let config = ProxyConfig::parse(&format!("{sections}\n{GOOD}"))
+            .unwrap_or_else(|e| panic!("{sections}: {e}"));
+        crate::test_log::logged(|| shared.apply(config).expect("applied"))
+    }
+
+    #[test]
+    fn an_apply_says_once_which_sections_wait_for_a_restart_and_nothing_when_none_changed() {
+        let shared = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), None).expect("fits");
+        let log = crate::test_log::logged(|| {
+            shared
+                .apply(ProxyConfig::parse(CHANGED).expect("valid"))
+                .expect("applied");
+        });
+        assert!(!log.contains(RESTART), "only the policy changed: {log}");
+        // Each section alone: a restart is needed, and the line says so once.
+        for sections in [
+            "[[listener]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:9\"]",
+            "[admin]\nlisten = \"127.0.0.1:1\"",
+            "[proxy]\ndrain = \"7s\"",
+            "[proxy]\nstate_file = \"/nonexistent/tollgate.state\"",
+            "[cluster]\nredis = [\"127.0.0.1:1\"]\nname = \"edge\"",
+        ] {
+            let log = applied(sections);
+            let lines: Vec<_> = log.lines().filter(|l| l.contains(RESTART)).collect();
+            assert_eq!(lines.len(), 1, "{sections}: {log}");
+            assert!(lines[0].contains("WARN"), "{sections}: {log}");
+        }
+    }
+
+    #[test]
+    fn a_reload_says_once_whether_it_applied_and_a_refused_one_names_its_error() {
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-shared-{}-reload-log", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir writable");
+        let path = dir.join("tollgate.toml");
+        std::fs::write(&path, GOOD).unwrap();
+        let shared = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), Some(path.clone()))
+            .expect("fits");
+        let reload = || {
+            let mut result = None;
+            let log = crate::test_log::logged(|| result = Some(shared.reload()));
+            (result.expect("ran"), log)
+        };
+        let count = |log: &str, needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+        const REFUSED: &str = "reload refused, the old policy stays: ";
+
+        // Refused: the error, located in the file, on one ERROR line; nothing says it applied.
+        std::fs::write(&path, "[[rule]]\nname = ").unwrap();
+        let (result, log) = reload();
+        assert!(matches!(result, Err(ReloadError::Invalid(..))), "{log}");
+        assert_eq!(count(&log, REFUSED), 1, "{log}");
+        let line = log.lines().find(|l| l.contains(REFUSED)).unwrap();
+        let located = format!("{}:2:8: ", path.display());
+        assert!(line.contains("ERROR") && line.contains(&located), "{log}");
+        assert_eq!(count(&log, "policy reloaded"), 0, "{log}");
+
+        // A file gone: the path and why it cannot be read.
+        std::fs::remove_file(&path).unwrap();
+        let (result, log) = reload();
+        assert!(matches!(result, Err(ReloadError::Read(..))), "{log}");
+        let said = format!("{REFUSED}{}: cannot read: ", path.display());
+        assert_eq!(count(&log, &said), 1, "{log}");
+
+        // Applied: said once, and nothing says it was refused.
+        std::fs::write(&path, CHANGED).unwrap();
+        let (result, log) = reload();
+        result.expect("a good file");
+        assert_eq!(count(&log, "policy reloaded"), 1, "{log}");
+        assert_eq!(count(&log, "refused"), 0, "{log}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A config file holding `text`, in a directory removed when the first is dropped.
+    fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-shared")
+            .tempdir()
+            .expect("temp dir writable");
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    /// A proxy's shared state started from GOOD, reloading from `path`.
+    fn reloading_from(path: PathBuf) -> Arc<Shared> {
+        let config = ProxyConfig::parse(GOOD).expect("valid");
+        Arc::new(Shared::new(config, Some(path)).expect("fits"))
+    }
+
+    #[tokio::test]
+    async fn a_reload_off_the_runtime_answers_what_the_reload_decided() {
+        let (_dir, path) = config_file(GOOD);
+        let shared = reloading_from(path.clone());
+        let first = shared.filter.policy();
+        std::fs::write(&path, "[[rule]]\nname = ").unwrap();
+        let refused = shared.reload_off_runtime().await;
+        assert!(
+            matches!(refused, Err(ReloadError::Invalid(..))),
+            "{refused:?}"
+        );
+        assert!(Arc::ptr_eq(&first, &shared.filter.policy()));
+        std::fs::write(&path, CHANGED).unwrap();
+        shared.reload_off_runtime().await.expect("a good file");
+        let rule = shared.filter.policy().rule(1).map(|r| r.name.clone());
+        assert_eq!(rule.as_deref(), Some("s"));
+    }
+
+    /// A SIGHUP or POST /reload whose thread never runs (the runtime stopped first): refused as
+    /// cancelled, not a panic, and the policy in force stays.
+    #[test]
+    fn a_reload_asked_for_as_the_runtime_stops_is_cancelled_and_changes_nothing() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+
+        let (_dir, path) = config_file(CHANGED);
+        let shared = reloading_from(path);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let handle = runtime.handle().clone();
+        drop(runtime);
+        let _inside = handle.enter();
+        let mut reload = std::pin::pin!(shared.reload_off_runtime());
+        let mut context = Context::from_waker(Waker::noop());
+        let result = (0..1_000)
+            .find_map(|_| match reload.as_mut().poll(&mut context) {
+                Poll::Ready(result) => Some(result),
+                Poll::Pending => None,
+            })
+            .expect("a stopped runtime answers at once");
+        assert!(matches!(result, Err(ReloadError::Cancelled)), "{result:?}");
+        assert!(shared.filter.policy().rule(1).is_none(), "GOOD's one rule");
+    }
+
+    /// A log line that panics, to make a reload panic on the thread it runs on.
+    struct Panicking;
+
+    impl std::io::Write for Panicking {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            panic!("the reload's thread panicked");
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A reload that panics is a bug: it surfaces where the reload was asked for, as it would
+    /// inline, not as a quiet "cancelled".
+    #[test]
+    fn a_reload_that_panics_off_the_runtime_panics_where_it_was_asked_for() {
+        let (_dir, path) = config_file("[[rule]]\nname = ");
+        let shared = reloading_from(path);
+        // Only the runtime's own threads (the blocking one the reload runs on) log through it.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .on_thread_start(|| {
+                let panicking = tracing_subscriber::fmt().with_writer(|| Panicking).finish();
+                std::mem::forget(tracing::subscriber::set_default(panicking));
+            })
+            .build()
+            .unwrap();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            runtime.block_on(shared.reload_off_runtime())
+        }));
+        let panic = outcome.expect_err("the reload's panic surfaces");
+        assert_eq!(
+            panic.downcast_ref::<&str>(),
+            Some(&"the reload's thread panicked")
+        );
+    }
+
+    /// The least `[proxy] connection_memory` the config accepts is the least the
+    /// open-connection counts can be built in: a smaller floor would let through a size the
+    /// start then refuses, a larger one refuse a size that works.
+    #[test]
+    fn the_least_connection_memory_accepted_is_the_least_the_counts_fit_in() {
+        let build = |bytes| ConcurrencySketch::new(bytes, CONNECTION_DEPTH, 0);
+        assert!(build(MIN_CONNECTION_MEMORY).is_ok());
+        assert!(build(MIN_CONNECTION_MEMORY - 1).is_err());
+    }
 }

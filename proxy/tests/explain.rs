@@ -9,6 +9,7 @@ use std::sync::Arc;
 use common::{Wire, admin_json, attempt, echo_upstream, eventually};
 use serde_json::Value;
 use tollgate::config::ProxyConfig;
+use tollgate::ops::saved_lists::unix_ms_now;
 use tollgate::server::Server;
 use tollgate::shared::Shared;
 use tollgate_filter::{Source, Transport};
@@ -241,6 +242,9 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     let front = server.local_addr("front").unwrap();
     assert_eq!(attempt("127.0.0.7", front).await, Wire::Echoed);
 
+    // The add and the read of its time left happen between these two readings, however slow
+    // the machine.
+    let before = unix_ms_now();
     let (status, body) = admin_json(
         &server,
         "POST",
@@ -258,12 +262,21 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     assert_eq!(attempt("127.0.0.8", front).await, Wire::Echoed);
 
     let why = get(&server, "/explain?source=127.0.0.7").await;
+    let after = unix_ms_now();
+    // Plus a millisecond for the server's own rounding.
+    let span = after - before + 1;
     assert_eq!(why["verdict"]["reason"], "listed", "{why}");
     assert_eq!(why["list"]["origin"], "runtime");
     assert_eq!(why["list"]["cidr"], "127.0.0.7/32");
     assert_eq!(why["list"]["reason"], "ticket 42");
+    // An hour less at most the time since the add; ending an hour after the add.
     let left = why["list"]["expires_in_ms"].as_u64().unwrap();
-    assert!(left > 3_500_000 && left <= 3_600_000, "{why}");
+    assert!((3_600_000 - span..=3_600_000).contains(&left), "{why}");
+    let end = why["list"]["expires_unix_ms"].as_u64().unwrap();
+    assert!(
+        (before + 3_600_000 - span..=after + 3_600_000).contains(&end),
+        "{why}"
+    );
 
     let lists = get(&server, "/lists").await;
     assert_eq!(lists["entries"].as_array().unwrap().len(), 1, "{lists}");
