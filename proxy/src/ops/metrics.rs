@@ -1180,4 +1180,44 @@ mod tests {
             format!("tollgate_decisions_total{{listener=\"front\",verdict=\"denied\"}} {denied}\n");
         assert!(text.contains(&total), "{total} missing from\n{text}");
     }
+
+    /// Each penalty length's two sketches are one series: their memory summed (the operator
+    /// sizing the box reads this), events and bound the larger of the two. Two lengths, so a
+    /// length's sketches are not summed into another's.
+    #[test]
+    fn each_penalty_length_reports_its_two_sketches_as_one_series() {
+        let mut text = String::from("[sketch]\nmemory = \"1MiB\"\n");
+        for (rule, length) in [("a", "5m"), ("b", "1h")] {
+            text += &format!(
+                "[[rule]]\nname = \"{rule}\"\nlimits = [{{ rate = \"1/1h\" }}]\n\
+                 penalty = \"{length}\"\n"
+            );
+        }
+        let policy = Policy::compile(tollgate_filter::Config::parse(&text).unwrap(), None).unwrap();
+        let stats = policy.penalty_stats(Tick::ZERO);
+        let rendered = Metrics::new().render(&policy, Tick::ZERO);
+        for length in ["5m", "1h"] {
+            let two: Vec<&Stats> = stats
+                .iter()
+                .filter(|s| DurationText(s.window).to_string() == length)
+                .collect();
+            assert_eq!(two.len(), 2, "{length}: {stats:?}");
+            assert!(two.iter().all(|s| s.memory_bytes > 0), "{stats:?}");
+            let memory: usize = two.iter().map(|s| s.memory_bytes).sum();
+            let events = two.iter().map(|s| s.events_current).max().unwrap();
+            let bound = two.iter().map(|s| s.overcount_bound).max().unwrap();
+            for (name, value) in [
+                ("memory_bytes", memory as u64),
+                ("events", events),
+                ("overcount_bound", bound),
+            ] {
+                let series =
+                    format!("tollgate_penalty_sketch_{name}{{length=\"{length}\"}} {value}\n");
+                assert!(
+                    rendered.contains(&series),
+                    "{series} missing from\n{rendered}"
+                );
+            }
+        }
+    }
 }
