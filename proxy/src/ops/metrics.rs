@@ -1220,4 +1220,45 @@ mod tests {
             }
         }
     }
+
+    /// The counts an operator reads on a bad day land in their series, so the lib's own
+    /// tests see them (the integration targets do too, at a build each): upstream errors by
+    /// upstream, reloads by result, the run-time lists, the kernel sets' elements, and the
+    /// cluster's metrics when that section is configured.
+    #[test]
+    fn upstream_reload_list_kernel_and_cluster_counts_land_in_their_series() {
+        let metrics = Metrics::for_sections(true, true);
+        let front = metrics.listener("front");
+        let down: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        metrics.upstream_error(&front, down);
+        metrics.upstream_error(&front, down);
+        metrics.reloaded(true);
+        metrics.reloaded(false);
+        metrics.reloaded(false);
+        metrics.set_lists(&ListStats {
+            allow: 1,
+            deny: 2,
+            added: 3,
+            expired: 4,
+            removed: 5,
+        });
+        metrics.kernel.set_elements("v4", 6);
+        let text = metrics.render(&policy(&[]), Tick::ZERO);
+        for series in [
+            "tollgate_upstream_errors_total{listener=\"front\",upstream=\"127.0.0.1:9\"} 2\n",
+            "tollgate_reloads_total{result=\"ok\"} 1\n",
+            "tollgate_reloads_total{result=\"error\"} 2\n",
+            "tollgate_list_entries{list=\"allow\"} 1\n",
+            "tollgate_list_entries{list=\"deny\"} 2\n",
+            "tollgate_list_added_total 3\n",
+            "tollgate_list_expired_total 4\n",
+            "tollgate_list_removed_total 5\n",
+            "tollgate_kernel_elements{set=\"v4\"} 6\n",
+            "# TYPE tollgate_cluster_sync_seconds histogram\n",
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+        let alone = Metrics::new().render(&policy(&[]), Tick::ZERO);
+        assert!(!alone.contains("tollgate_cluster_"), "{alone}");
+    }
 }
