@@ -1180,4 +1180,85 @@ mod tests {
             format!("tollgate_decisions_total{{listener=\"front\",verdict=\"denied\"}} {denied}\n");
         assert!(text.contains(&total), "{total} missing from\n{text}");
     }
+
+    /// Each penalty length's two sketches are one series: their memory summed (the operator
+    /// sizing the box reads this), events and bound the larger of the two. Two lengths, so a
+    /// length's sketches are not summed into another's.
+    #[test]
+    fn each_penalty_length_reports_its_two_sketches_as_one_series() {
+        let mut text = String::from("[sketch]\nmemory = \"1MiB\"\n");
+        for (rule, length) in [("a", "5m"), ("b", "1h")] {
+            text += &format!(
+                "[[rule]]\nname = \"{rule}\"\nlimits = [{{ rate = \"1/1h\" }}]\n\
+                 penalty = \"{length}\"\n"
+            );
+        }
+        let policy = Policy::compile(tollgate_filter::Config::parse(&text).unwrap(), None).unwrap();
+        let stats = policy.penalty_stats(Tick::ZERO);
+        let rendered = Metrics::new().render(&policy, Tick::ZERO);
+        for length in ["5m", "1h"] {
+            let two: Vec<&Stats> = stats
+                .iter()
+                .filter(|s| DurationText(s.window).to_string() == length)
+                .collect();
+            assert_eq!(two.len(), 2, "{length}: {stats:?}");
+            assert!(two.iter().all(|s| s.memory_bytes > 0), "{stats:?}");
+            let memory: usize = two.iter().map(|s| s.memory_bytes).sum();
+            let events = two.iter().map(|s| s.events_current).max().unwrap();
+            let bound = two.iter().map(|s| s.overcount_bound).max().unwrap();
+            for (name, value) in [
+                ("memory_bytes", memory as u64),
+                ("events", events),
+                ("overcount_bound", bound),
+            ] {
+                let series =
+                    format!("tollgate_penalty_sketch_{name}{{length=\"{length}\"}} {value}\n");
+                assert!(
+                    rendered.contains(&series),
+                    "{series} missing from\n{rendered}"
+                );
+            }
+        }
+    }
+
+    /// The counts an operator reads on a bad day land in their series, so the lib's own
+    /// tests see them (the integration targets do too, at a build each): upstream errors by
+    /// upstream, reloads by result, the run-time lists, the kernel sets' elements, and the
+    /// cluster's metrics when that section is configured.
+    #[test]
+    fn upstream_reload_list_kernel_and_cluster_counts_land_in_their_series() {
+        let metrics = Metrics::for_sections(true, true);
+        let front = metrics.listener("front");
+        let down: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        metrics.upstream_error(&front, down);
+        metrics.upstream_error(&front, down);
+        metrics.reloaded(true);
+        metrics.reloaded(false);
+        metrics.reloaded(false);
+        metrics.set_lists(&ListStats {
+            allow: 1,
+            deny: 2,
+            added: 3,
+            expired: 4,
+            removed: 5,
+        });
+        metrics.kernel.set_elements("v4", 6);
+        let text = metrics.render(&policy(&[]), Tick::ZERO);
+        for series in [
+            "tollgate_upstream_errors_total{listener=\"front\",upstream=\"127.0.0.1:9\"} 2\n",
+            "tollgate_reloads_total{result=\"ok\"} 1\n",
+            "tollgate_reloads_total{result=\"error\"} 2\n",
+            "tollgate_list_entries{list=\"allow\"} 1\n",
+            "tollgate_list_entries{list=\"deny\"} 2\n",
+            "tollgate_list_added_total 3\n",
+            "tollgate_list_expired_total 4\n",
+            "tollgate_list_removed_total 5\n",
+            "tollgate_kernel_elements{set=\"v4\"} 6\n",
+            "# TYPE tollgate_cluster_sync_seconds histogram\n",
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+        let alone = Metrics::new().render(&policy(&[]), Tick::ZERO);
+        assert!(!alone.contains("tollgate_cluster_"), "{alone}");
+    }
 }
