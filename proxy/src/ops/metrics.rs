@@ -363,7 +363,7 @@ impl Default for ClusterMetrics {
 
 impl ClusterMetrics {
     /// All at zero (`alone` at 1 until a first sync), registered nowhere (see
-    /// [`Metrics::with_cluster`]).
+    /// [`Metrics::for_sections`]).
     #[must_use]
     pub fn new() -> ClusterMetrics {
         let metrics = ClusterMetrics {
@@ -593,12 +593,6 @@ impl Metrics {
     #[must_use]
     pub fn new() -> Metrics {
         Metrics::build(false, false)
-    }
-
-    /// As [`Metrics::new`], and the cluster's metrics exported too.
-    #[must_use]
-    pub fn with_cluster() -> Metrics {
-        Metrics::build(true, false)
     }
 
     /// As [`Metrics::new`], with the cluster's and the kernel fast path's metrics exported
