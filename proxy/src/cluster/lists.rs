@@ -359,4 +359,39 @@ mod tests {
         let replies = "$23\r\nedge-1:1700000000000:17\r\n*0\r\n";
         assert_eq!(cost.received, replies.len() as u64);
     }
+
+    #[test]
+    fn a_write_costs_two_commands_per_change_and_a_read_the_digits_of_its_fields() {
+        let keys = Keys::new("c");
+        let deny = (ListKind::Deny, Cidr::parse("192.0.2.0/24").unwrap());
+        for n in [1, 3] {
+            let changes = vec![Change::Remove(deny); n];
+            let mut pipe = redis::pipe();
+            let mut cost = Cost::default();
+            Outgoing {
+                keys: &keys,
+                changes: &changes,
+                now_ms: 1_700_000_000_000,
+                token: "edge-1:1700000000000:7",
+            }
+            .append(&mut pipe, &mut cost);
+            assert_eq!(cost.commands, 6 + 2 * n as u64 + 1, "{n} changes");
+            assert_eq!(cost.sent, pipe.get_packed_pipeline().len() as u64);
+        }
+        // Five fields: the reply's array says ten items, two digits.
+        let value = serde_json::to_string(&travelled(1_700_000_060_000)).unwrap();
+        let fields: Vec<(String, String)> = (0..5)
+            .map(|i| (format!("deny 192.0.2.{i}/32"), value.clone()))
+            .collect();
+        let mut replies = "$-1\r\n*10\r\n".to_owned();
+        for (name, value) in &fields {
+            for text in [name, value] {
+                replies += &format!("${}\r\n{text}\r\n", text.len());
+            }
+        }
+        let mut cost = Cost::default();
+        let state = parse_state((None, fields), &mut cost);
+        assert_eq!(state.entries.len(), 5);
+        assert_eq!(cost.received, replies.len() as u64);
+    }
 }

@@ -867,6 +867,7 @@ mod tests {
     use super::*;
     use crate::config::ProxyConfig;
     use crate::ops::metrics::ClusterMetrics;
+    use crate::test_log::Capture;
 
     #[test]
     fn a_new_suspect_pushes_each_windows_part_in_its_window() {
@@ -1421,5 +1422,339 @@ mod tests {
             assert_eq!(syncer.own[&1].pushed, pushed, "lost: {lost}");
             assert_eq!(syncer.penalties_again, again, "lost: {lost}");
         }
+    }
+
+    /// A capture of this test's lines, kept from its start, and a second subscriber registered
+    /// while it lives. tracing caches whether a call site is of interest when it is first hit,
+    /// and with one subscriber registered it asks only the default of the thread that hits it:
+    /// another test's thread (no subscriber) hitting a line first turned it off for the capture
+    /// (seen twice in 30 runs under load, the "lost its counts" line missing).
+    fn capture() -> (tracing::Dispatch, Capture) {
+        let second = tracing::Dispatch::new(tracing_subscriber::registry());
+        (second, Capture::start())
+    }
+
+    /// What `capture` took since `seen` bytes (moved on to its end).
+    fn since(capture: &Capture, seen: &mut usize) -> String {
+        let text = capture.text();
+        let new = text[*seen..].to_owned();
+        *seen = text.len();
+        new
+    }
+
+    /// Lines of `log` that contain `needle`.
+    fn count(log: &str, needle: &str) -> usize {
+        log.lines().filter(|line| line.contains(needle)).count()
+    }
+
+    #[test]
+    fn a_known_suspects_new_weight_is_added_to_its_count() {
+        // A count that shrinks or grows wrong here reaches the others: too little lets a
+        // source spread over the nodes through each one's limit, too much throttles it early.
+        let cluster = cluster_at("127.0.0.1:1", "");
+        let remote = Arc::clone(&cluster) as Arc<dyn Remote>;
+        let config = ProxyConfig::parse(
+            r#"
+            [[rule]]
+            name = "r"
+            limits = [{ rate = "100/10s" }]
+            "#,
+        )
+        .expect("valid");
+        let filter = Filter::with_remote(config.policy.clone(), remote).expect("fits");
+        let event = Event {
+            source: Source::from(Ipv4Addr::new(192, 0, 2, 1)),
+            transport: Transport::Tcp,
+            bytes: 1,
+        };
+        let now = Tick::from_nanos(1_000_000_000);
+        let now_ms = cluster.cluster_ms(now);
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let mut counted = Vec::new();
+        // 30 events make it a suspect (threshold 25); 7 more come after the first collect.
+        for events in [30, 7] {
+            for _ in 0..events {
+                let _ = filter.decide(&event, now);
+            }
+            syncer.collect(now_ms);
+            let owns: Vec<Own> = syncer.own.values().copied().collect();
+            let [own] = owns[..] else {
+                panic!("one suspect, got {owns:?}");
+            };
+            // In the window Redis keys it by: one off, it would never roll nor be forgotten.
+            assert_eq!(own.window, now_ms / 10_000);
+            counted.push(own.counted[0]);
+        }
+        assert_eq!(counted[1].checked_sub(counted[0]), Some(7), "{counted:?}");
+    }
+
+    #[tokio::test]
+    async fn a_new_redis_process_is_logged_once_as_a_failover_or_a_lost_dataset() {
+        use super::super::redis::tests::{Answers, ID, scripted};
+        const FAILOVER: &str = "another Redis process with the same dataset";
+        const LOST: &str = "Redis holds another dataset";
+        // The scripted Redis's process is `r1`, its dataset `ID`.
+        let (_second, capture) = capture();
+        let mut seen = 0;
+        for (run_id, dataset, failover, lost) in [
+            ("r1", ID, 0, 0),
+            ("r0", ID, 1, 0),
+            ("r0", "an id of another dataset", 0, 1),
+        ] {
+            let (address, _serve) = scripted(Answers::default()).await;
+            let cluster = cluster_at(&address.to_string(), r#"max_clock_error = "1h""#);
+            let mut syncer = Syncer::new(Arc::clone(&cluster));
+            syncer.run_id = Some(run_id.to_owned());
+            syncer.dataset = Some(dataset.to_owned());
+            syncer.connect().await;
+            assert!(syncer.link.is_some(), "connected");
+            let log = since(&capture, &mut seen);
+            assert_eq!(count(&log, FAILOVER), failover, "{run_id}: {log}");
+            assert_eq!(count(&log, LOST), lost, "{run_id} {dataset}: {log}");
+            let said = log
+                .lines()
+                .find(|l| l.contains(FAILOVER) || l.contains(LOST));
+            if let Some(line) = said {
+                assert!(line.contains(&format!("redis={address}")), "{line}");
+            }
+        }
+    }
+
+    #[test]
+    fn going_alone_is_logged_at_once_then_at_most_every_thirty_seconds() {
+        let cluster = cluster_at("127.0.0.1:1", "");
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        syncer.current = Some("127.0.0.1:1".parse().unwrap());
+        let cut = LinkError::from("connection refused");
+        let (_second, capture) = capture();
+        let mut seen = 0;
+        let mut fail = |syncer: &mut Syncer| {
+            syncer.failed(&cut);
+            since(&capture, &mut seen)
+                .lines()
+                .filter(|l| l.contains("cluster: Redis unreachable"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        // The node starts alone: its first failure says so, with the server and the error.
+        let lines = fail(&mut syncer);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("redis=127.0.0.1:1") && lines[0].contains("error=connection refused"),
+            "{lines:?}"
+        );
+        // Still alone, within 30 s of the last line (set in the future: however slow the
+        // machine): nothing, not a line per retry while Redis is down.
+        let later = Instant::now() + Duration::from_secs(3600);
+        syncer.alone_logged = Some(later);
+        assert_eq!(fail(&mut syncer), Vec::<String>::new());
+        // 30 s after the last line: said again.
+        syncer.alone_logged = Instant::now().checked_sub(ALONE_LOG_EVERY);
+        assert_eq!(fail(&mut syncer).len(), 1);
+        // Joined, then lost within 30 s of the last line: said at once (limits count this
+        // node only from now on).
+        syncer.alone_logged = Some(later);
+        cluster.metrics.alone.set(0);
+        assert_eq!(fail(&mut syncer).len(), 1);
+        assert_eq!(cluster.metrics.alone.get(), 1);
+    }
+
+    #[test]
+    fn a_clock_refusal_is_logged_as_it_starts_and_ends_and_every_thirty_seconds_between() {
+        const REFUSED: &str = "not sharing counts until a reading agrees";
+        const AGREES: &str = "within max_clock_error again";
+        let cluster = cluster_at("127.0.0.1:1", r#"max_clock_error = "250ms""#);
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let (_second, capture) = capture();
+        let mut seen = 0;
+        let mut read = |syncer: &mut Syncer, error_ms: u64| {
+            syncer.clock_read(0, Duration::from_millis(error_ms));
+            let log = since(&capture, &mut seen);
+            (count(&log, REFUSED), count(&log, AGREES), log)
+        };
+        // Within the budget, as before: nothing to say.
+        let (refused, agrees, log) = read(&mut syncer, 250);
+        assert_eq!((refused, agrees), (0, 0), "{log}");
+        // Beyond it: said once, with the figures.
+        let (refused, agrees, log) = read(&mut syncer, 251);
+        assert_eq!((refused, agrees), (1, 0), "{log}");
+        assert!(
+            log.contains("error_ms=251") && log.contains("max_clock_error_ms=250"),
+            "{log}"
+        );
+        // Still beyond, within 30 s of the line (set in the future: however slow the machine).
+        syncer.clock_logged = Some(Instant::now() + Duration::from_secs(3600));
+        let (refused, agrees, log) = read(&mut syncer, 400);
+        assert_eq!((refused, agrees), (0, 0), "{log}");
+        // 30 s after it: said again.
+        syncer.clock_logged = Instant::now().checked_sub(ALONE_LOG_EVERY);
+        let (refused, agrees, log) = read(&mut syncer, 400);
+        assert_eq!((refused, agrees), (1, 0), "{log}");
+        // Within the budget again: said once.
+        let (refused, agrees, log) = read(&mut syncer, 10);
+        assert_eq!((refused, agrees), (0, 1), "{log}");
+        let (refused, agrees, log) = read(&mut syncer, 10);
+        assert_eq!((refused, agrees), (0, 0), "{log}");
+    }
+
+    #[test]
+    fn list_changes_from_others_are_logged_when_some_are_applied_or_dropped_and_only_then() {
+        use tollgate_filter::{Cidr, ListKind, RuntimeLists};
+        const APPLIED: &str = "run-time list changes from other nodes applied";
+        let cluster = cluster_at("127.0.0.1:1", "");
+        // Entries live at most an hour here.
+        let lists = Arc::new(RuntimeLists::new(100, Duration::from_secs(3600)));
+        cluster.attach_lists(Arc::clone(&lists));
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let now_ms = cluster.cluster_ms(cluster.clock.now());
+        let entry = |cidr: &str, in_ms: u64| {
+            (
+                (ListKind::Deny, Cidr::parse(cidr).unwrap()),
+                Travelled {
+                    until_ms: now_ms + in_ms,
+                    node: "b".to_owned(),
+                    reason: "a flood".to_owned(),
+                },
+            )
+        };
+        let new = entry("10.1.0.0/16", 60_000);
+        // A peer's entry that would outlive this node's longest time to live (forged, or from a
+        // node configured otherwise): dropped, counted and said.
+        let long = entry("10.2.0.0/16", 2 * 3_600_000);
+        let (_second, capture) = capture();
+        let mut seen = 0;
+        let mut apply = |version: &str, entries: Vec<(ListKey, Travelled)>| {
+            syncer.apply_lists(State {
+                version: Some(version.to_owned()),
+                entries: entries.into_iter().collect(),
+            });
+            since(&capture, &mut seen)
+                .lines()
+                .filter(|l| l.contains(APPLIED))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        let lines = apply("v1", vec![new.clone()]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("applied=1 dropped=0"), "{lines:?}");
+        // Nothing new: nothing said.
+        assert_eq!(apply("v2", vec![new.clone()]), Vec::<String>::new());
+        let lines = apply("v3", vec![new, long.clone()]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("applied=0 dropped=1"), "{lines:?}");
+        let held = lists.entries(cluster.clock.now());
+        assert!(held.iter().all(|e| e.cidr != long.0.1), "{held:?}");
+    }
+
+    #[test]
+    fn a_peers_entry_is_not_laid_over_a_change_made_here_nor_once_it_has_ended() {
+        use tollgate_filter::{Cidr, ListKind, RuntimeLists};
+        let cluster = cluster_at("127.0.0.1:1", "");
+        let lists = Arc::new(RuntimeLists::new(100, Duration::from_secs(3600)));
+        cluster.attach_lists(Arc::clone(&lists));
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let deny = |cidr: &str| (ListKind::Deny, Cidr::parse(cidr).unwrap());
+        let (removed, ended) = (deny("192.0.2.0/24"), deny("198.51.100.0/24"));
+        // Removed here since the last round (not written yet): the peer's entry is the older.
+        cluster
+            .lists_out
+            .lock()
+            .unwrap()
+            .push(Change::Remove(removed));
+        let now_ms = cluster.cluster_ms(cluster.clock.now());
+        let peer = |until_ms| Travelled {
+            until_ms,
+            node: "b".to_owned(),
+            reason: "a flood".to_owned(),
+        };
+        // The other ended 5 s ago by Redis's clock (stale, or replayed).
+        syncer.apply_lists(State {
+            version: Some("v1".to_owned()),
+            entries: HashMap::from([
+                (removed, peer(now_ms + 60_000)),
+                (ended, peer(now_ms - 5_000)),
+            ]),
+        });
+        let held = lists.entries(cluster.clock.now());
+        assert!(held.is_empty(), "{held:?}");
+        assert_eq!(cluster.metrics.list_entries_received.get(), 0);
+        assert_eq!(cluster.list_origin(removed.0, removed.1), None);
+    }
+
+    #[test]
+    fn after_redis_lost_the_lists_a_node_writes_again_only_what_it_added_itself() {
+        use tollgate_filter::{Cidr, ListKind, RuntimeLists};
+        let cluster = cluster_at("127.0.0.1:1", "");
+        let lists = Arc::new(RuntimeLists::new(100, Duration::from_secs(3600)));
+        cluster.attach_lists(Arc::clone(&lists));
+        let deny = |cidr: &str| (ListKind::Deny, Cidr::parse(cidr).unwrap());
+        // Added here (this node is `a`), and one another node added.
+        let (own, others) = (deny("192.0.2.0/24"), deny("198.51.100.0/24"));
+        let added = cluster.clock.now();
+        let added_ms = cluster.cluster_ms(added);
+        for key in [own, others] {
+            let ttl = Duration::from_secs(60);
+            let done = lists.add(key.1, key.0, ttl, "a flood".to_owned(), added);
+            done.expect("room");
+        }
+        cluster.list_origins.store(Arc::new(HashMap::from([
+            (own, "a".to_owned()),
+            (others, "b".to_owned()),
+        ])));
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let travelled = Travelled {
+            until_ms: added_ms + 60_000,
+            node: "b".to_owned(),
+            reason: "a flood".to_owned(),
+        };
+        syncer.lists_known.insert(others, travelled);
+        syncer.lists_version = Some("v7".to_owned());
+        syncer.rewrite_own_lists();
+        // Only its own: writing the other's again would bring it back after its node removed
+        // it. It ends when it ends here (ms rounding on either side).
+        let out = cluster.lists_out.lock().unwrap().clone();
+        let [Change::Put(key, travelled)] = &out[..] else {
+            panic!("one put, got {out:?}");
+        };
+        assert_eq!(*key, own);
+        assert_eq!(
+            (&travelled.node[..], &travelled.reason[..]),
+            ("a", "a flood")
+        );
+        let end = added_ms + 60_000;
+        assert!(
+            (end - 2..=end + 1).contains(&travelled.until_ms),
+            "{travelled:?}"
+        );
+        // What it knew of the old Redis is forgotten: the first read of the new one removes
+        // nothing.
+        assert!(syncer.lists_known.is_empty() && syncer.lists_version.is_none());
+        // With the changes' queue full, it stays local and is counted.
+        cluster
+            .lists_out
+            .lock()
+            .unwrap()
+            .resize(super::super::LISTS_OUT, Change::Remove(others));
+        syncer.rewrite_own_lists();
+        assert_eq!(
+            cluster.lists_out.lock().unwrap().len(),
+            super::super::LISTS_OUT
+        );
+        assert_eq!(cluster.metrics.list_entries_dropped.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_sentinel_that_does_not_answer_is_passed_over_for_the_next() {
+        use super::super::redis::tests::{Answers, scripted};
+        // The first sentinel refuses at once; the second (scripted) names 127.0.0.1:6380.
+        let (address, _serve) = scripted(Answers::default()).await;
+        let sentinels = format!("sentinels = [\"127.0.0.1:1\", \"{address}\"]\nmaster = \"m\"");
+        let cluster = cluster_at("127.0.0.1:2", &sentinels);
+        let mut syncer = Syncer::new(Arc::clone(&cluster));
+        let found = syncer.discover().await;
+        let master: std::net::SocketAddr = "127.0.0.1:6380".parse().unwrap();
+        assert_eq!(found, Ok((master, "127.0.0.1".to_owned())));
+        // The one that answered is asked first next time.
+        assert_eq!(syncer.sentinel % 2, 1);
     }
 }
