@@ -1424,24 +1424,6 @@ mod tests {
         }
     }
 
-    /// A capture of this test's lines, kept from its start, and a second subscriber registered
-    /// while it lives. tracing caches whether a call site is of interest when it is first hit,
-    /// and with one subscriber registered it asks only the default of the thread that hits it:
-    /// another test's thread (no subscriber) hitting a line first turned it off for the capture
-    /// (seen twice in 30 runs under load, the "lost its counts" line missing).
-    fn capture() -> (tracing::Dispatch, Capture) {
-        let second = tracing::Dispatch::new(tracing_subscriber::registry());
-        (second, Capture::start())
-    }
-
-    /// What `capture` took since `seen` bytes (moved on to its end).
-    fn since(capture: &Capture, seen: &mut usize) -> String {
-        let text = capture.text();
-        let new = text[*seen..].to_owned();
-        *seen = text.len();
-        new
-    }
-
     /// Lines of `log` that contain `needle`.
     fn count(log: &str, needle: &str) -> usize {
         log.lines().filter(|line| line.contains(needle)).count()
@@ -1494,7 +1476,7 @@ mod tests {
         const FAILOVER: &str = "another Redis process with the same dataset";
         const LOST: &str = "Redis holds another dataset";
         // The scripted Redis's process is `r1`, its dataset `ID`.
-        let (_second, capture) = capture();
+        let capture = Capture::start();
         let mut seen = 0;
         for (run_id, dataset, failover, lost) in [
             ("r1", ID, 0, 0),
@@ -1508,7 +1490,7 @@ mod tests {
             syncer.dataset = Some(dataset.to_owned());
             syncer.connect().await;
             assert!(syncer.link.is_some(), "connected");
-            let log = since(&capture, &mut seen);
+            let log = capture.since(&mut seen);
             assert_eq!(count(&log, FAILOVER), failover, "{run_id}: {log}");
             assert_eq!(count(&log, LOST), lost, "{run_id} {dataset}: {log}");
             let said = log
@@ -1526,11 +1508,12 @@ mod tests {
         let mut syncer = Syncer::new(Arc::clone(&cluster));
         syncer.current = Some("127.0.0.1:1".parse().unwrap());
         let cut = LinkError::from("connection refused");
-        let (_second, capture) = capture();
+        let capture = Capture::start();
         let mut seen = 0;
         let mut fail = |syncer: &mut Syncer| {
             syncer.failed(&cut);
-            since(&capture, &mut seen)
+            capture
+                .since(&mut seen)
                 .lines()
                 .filter(|l| l.contains("cluster: Redis unreachable"))
                 .map(str::to_owned)
@@ -1565,11 +1548,11 @@ mod tests {
         const AGREES: &str = "within max_clock_error again";
         let cluster = cluster_at("127.0.0.1:1", r#"max_clock_error = "250ms""#);
         let mut syncer = Syncer::new(Arc::clone(&cluster));
-        let (_second, capture) = capture();
+        let capture = Capture::start();
         let mut seen = 0;
         let mut read = |syncer: &mut Syncer, error_ms: u64| {
             syncer.clock_read(0, Duration::from_millis(error_ms));
-            let log = since(&capture, &mut seen);
+            let log = capture.since(&mut seen);
             (count(&log, REFUSED), count(&log, AGREES), log)
         };
         // Within the budget, as before: nothing to say.
@@ -1621,14 +1604,15 @@ mod tests {
         // A peer's entry that would outlive this node's longest time to live (forged, or from a
         // node configured otherwise): dropped, counted and said.
         let long = entry("10.2.0.0/16", 2 * 3_600_000);
-        let (_second, capture) = capture();
+        let capture = Capture::start();
         let mut seen = 0;
         let mut apply = |version: &str, entries: Vec<(ListKey, Travelled)>| {
             syncer.apply_lists(State {
                 version: Some(version.to_owned()),
                 entries: entries.into_iter().collect(),
             });
-            since(&capture, &mut seen)
+            capture
+                .since(&mut seen)
                 .lines()
                 .filter(|l| l.contains(APPLIED))
                 .map(str::to_owned)
