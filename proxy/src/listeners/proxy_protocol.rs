@@ -460,3 +460,215 @@ fn as_v6(address: SocketAddr) -> SocketAddrV6 {
 fn escaped(bytes: &[u8]) -> String {
     format!("\"{}\"", bytes.escape_ascii())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `read_header` returns.
+    type Outcome = Result<(Header, Vec<u8>), HeaderError>;
+
+    /// Reads a header from `first` then `second`, each delivered by its own read (a header
+    /// split across TCP segments); also returns the bytes left unread.
+    fn parse_split(first: &[u8], second: &[u8]) -> (Outcome, Vec<u8>) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime");
+        let mut reader = first.chain(second);
+        let outcome = runtime.block_on(read_header(&mut reader));
+        let (first, second) = reader.into_inner();
+        (outcome, [first, second].concat())
+    }
+
+    /// Reads a header from `bytes`, delivered in as few reads as the reader allows.
+    fn parse(bytes: &[u8]) -> (Outcome, Vec<u8>) {
+        parse_split(bytes, b"")
+    }
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().expect("a socket address")
+    }
+
+    fn proxied(source: &str, destination: &str) -> Header {
+        Header::Proxied {
+            source: addr(source),
+            destination: addr(destination),
+        }
+    }
+
+    /// A v2 PROXY/STREAM/INET header from 203.0.113.7:51234 to 192.0.2.1:443 with one
+    /// NOOP TLV of `tlv` value bytes, written out from the spec.
+    fn v2_inet_with_tlv(tlv: usize) -> Vec<u8> {
+        let length = 12 + 3 + tlv;
+        let mut out = V2_SIGNATURE.to_vec();
+        out.extend_from_slice(&[0x21, 0x11]);
+        out.extend_from_slice(&u16::try_from(length).expect("fits").to_be_bytes());
+        out.extend_from_slice(&[203, 0, 113, 7, 192, 0, 2, 1]);
+        out.extend_from_slice(&51234_u16.to_be_bytes());
+        out.extend_from_slice(&443_u16.to_be_bytes());
+        out.push(0x04); // PP2_TYPE_NOOP
+        out.extend_from_slice(&u16::try_from(tlv).expect("fits").to_be_bytes());
+        out.resize(out.len() + tlv, 0);
+        out
+    }
+
+    #[test]
+    fn a_v1_line_gives_its_addresses_and_the_payload_after_it() {
+        let (outcome, unread) = parse(b"PROXY TCP4 203.0.113.7 192.0.2.1 51234 443\r\nGET /");
+        let (header, leftover) = outcome.expect("a valid line");
+        assert_eq!(header, proxied("203.0.113.7:51234", "192.0.2.1:443"));
+        assert_eq!([leftover, unread].concat(), b"GET /");
+    }
+
+    #[test]
+    fn a_v1_line_split_right_after_its_cr_is_read_whole() {
+        let (outcome, unread) = parse_split(
+            b"PROXY TCP6 2001:db8::7 2001:db8::1 51234 443\r",
+            b"\nGET /",
+        );
+        let (header, leftover) = outcome.expect("a valid line in two reads");
+        assert_eq!(header, proxied("[2001:db8::7]:51234", "[2001:db8::1]:443"));
+        assert_eq!([leftover, unread].concat(), b"GET /");
+    }
+
+    /// The longest line the spec allows (107 bytes) is read; one byte more is refused
+    /// after 107 bytes, however the peer goes on.
+    #[test]
+    fn a_v1_line_is_refused_past_107_bytes() {
+        let full = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff";
+        let longest = format!("PROXY UNKNOWN {full} {full} 65535 65535\r\n");
+        assert_eq!(longest.len(), MAX_V1_LEN);
+        let (outcome, _) = parse(longest.as_bytes());
+        assert_eq!(outcome.expect("the longest line").0, Header::Local);
+
+        let too_long = format!("PROXY UNKNOWN {full} {full} 65535 655350\r\n");
+        let (outcome, _) = parse(too_long.as_bytes());
+        assert!(
+            matches!(outcome, Err(HeaderError::TooLong { length: MAX_V1_LEN })),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_v1_cr_without_lf_is_refused_and_quoted() {
+        let (outcome, _) = parse(b"PROXY TCP4 1\rX 192.0.2.1 51234 443\r\n");
+        match outcome {
+            Err(HeaderError::Invalid(why)) => {
+                assert!(why.contains("\"PROXY TCP4 1\\rX\""), "{why}")
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_v2_header_is_read_exactly_even_split_inside_its_fixed_part() {
+        let header = v2_inet_with_tlv(5);
+        let (outcome, unread) = parse_split(&header[..12], &[&header[12..], b"GET /"].concat());
+        let (parsed, leftover) = outcome.expect("a valid v2 header");
+        assert_eq!(parsed, proxied("203.0.113.7:51234", "192.0.2.1:443"));
+        assert!(leftover.is_empty(), "v2 reads no payload: {leftover:?}");
+        assert_eq!(unread, b"GET /");
+    }
+
+    /// 16 + 1024 bytes is read; 16 + 1025 is refused before anything past the fixed part.
+    #[test]
+    fn a_v2_header_is_refused_past_1040_bytes() {
+        let longest = v2_inet_with_tlv(1024 - 15);
+        assert_eq!(longest.len(), MAX_V2_LEN);
+        let (outcome, unread) = parse(&longest);
+        assert_eq!(
+            outcome.expect("the longest header").0,
+            proxied("203.0.113.7:51234", "192.0.2.1:443")
+        );
+        assert!(unread.is_empty());
+
+        let too_long = v2_inet_with_tlv(1025 - 15);
+        let (outcome, unread) = parse(&too_long);
+        assert!(
+            matches!(outcome, Err(HeaderError::TooLong { length }) if length == MAX_V2_LEN + 1),
+            "{outcome:?}"
+        );
+        assert_eq!(unread.len(), too_long.len() - V2_FIXED_LEN);
+    }
+
+    #[test]
+    fn the_encoders_round_trip_with_families_kept_or_mapped() {
+        let cases = [
+            (
+                "203.0.113.7:51234",
+                "192.0.2.1:443",
+                "203.0.113.7:51234",
+                "192.0.2.1:443",
+            ),
+            (
+                "[2001:db8::7]:51234",
+                "[2001:db8::1]:443",
+                "[2001:db8::7]:51234",
+                "[2001:db8::1]:443",
+            ),
+            (
+                "203.0.113.7:51234",
+                "[2001:db8::1]:443",
+                "[::ffff:203.0.113.7]:51234",
+                "[2001:db8::1]:443",
+            ),
+        ];
+        for (source, destination, want_source, want_destination) in cases {
+            let want = proxied(want_source, want_destination);
+            let v1 = encode_v1(addr(source), addr(destination));
+            assert_eq!(parse(&v1).0.expect("our v1").0, want, "{}", escaped(&v1));
+            for transport in [V2Transport::Stream, V2Transport::Datagram] {
+                let v2 = encode_v2(addr(source), addr(destination), transport);
+                assert_eq!(parse(&v2).0.expect("our v2").0, want, "{}", escaped(&v2));
+            }
+        }
+        assert_eq!(
+            encode_v1(addr("203.0.113.7:51234"), addr("192.0.2.1:443")),
+            b"PROXY TCP4 203.0.113.7 192.0.2.1 51234 443\r\n"
+        );
+    }
+
+    #[test]
+    fn the_v2_encoder_says_family_and_transport() {
+        let v4 = (addr("203.0.113.7:1"), addr("192.0.2.1:2"));
+        let v6 = (addr("[2001:db8::7]:1"), addr("[2001:db8::1]:2"));
+        assert_eq!(
+            encode_v2(v4.0, v4.1, V2Transport::Stream)[12..16],
+            [0x21, 0x11, 0, 12]
+        );
+        assert_eq!(encode_v2(v4.0, v4.1, V2Transport::Datagram)[13], 0x12);
+        assert_eq!(
+            encode_v2(v6.0, v6.1, V2Transport::Stream)[12..16],
+            [0x21, 0x21, 0, 36]
+        );
+        assert_eq!(encode_v2(v6.0, v6.1, V2Transport::Datagram)[13], 0x22);
+    }
+
+    #[test]
+    fn only_a_signature_prefix_looks_like_a_header() {
+        assert!(!looks_like_header(b""));
+        assert!(!looks_like_header(b"GET / HTTP/1.1\r\n"));
+        assert!(looks_like_header(b"P"));
+        assert!(looks_like_header(b"PROXY TCP4 "));
+        assert!(looks_like_header(V2_SIGNATURE));
+        assert!(matches!(
+            parse(b"GET / HTTP/1.1\r\n").0,
+            Err(HeaderError::NotProxy)
+        ));
+    }
+
+    #[test]
+    fn errors_say_what_went_wrong_and_keep_their_cause() {
+        use std::error::Error as _;
+        assert!(matches!(
+            parse(b"PROXY TCP4 ").0,
+            Err(HeaderError::Truncated { read: 11 })
+        ));
+        let too_long = HeaderError::TooLong { length: 2000 };
+        assert!(too_long.to_string().contains("2000 bytes"), "{too_long}");
+        assert!(too_long.source().is_none());
+        let io = HeaderError::from(std::io::Error::other("reset"));
+        assert!(io.to_string().contains("reset"), "{io}");
+        assert!(io.source().is_some());
+    }
+}
