@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::Value;
 use tollgate::cluster::read_list_entries;
 use tollgate_filter::{Cidr, ListKind, RuntimeLists};
@@ -63,11 +64,18 @@ fn written_field(kind: ListKind, cidr: Cidr) -> String {
     format!("{} {held}", kind.as_str())
 }
 
-/// The parts of an entry's JSON a node reads; `None` for JSON that is not an object.
-fn travelled(json: &str) -> Option<[Value; 3]> {
-    let value: Value = serde_json::from_str(json).ok()?;
-    let object = value.as_object()?;
-    Some(["until_ms", "node", "reason"].map(|key| object.get(key).cloned().unwrap_or(Value::Null)))
+/// The parts of an entry's JSON a node reads, each as JSON (other members are ignored, as
+/// a node ignores them; a number past `f64`'s range among them is not a `Value`).
+#[derive(Debug, PartialEq, Deserialize)]
+struct Read {
+    until_ms: Value,
+    node: Value,
+    reason: Value,
+}
+
+/// `json` read as [`Read`]; `None` if it is not an object with those three members.
+fn travelled(json: &str) -> Option<Read> {
+    serde_json::from_str(json).ok()
 }
 
 /// Reads `data`'s replies as a node does.
