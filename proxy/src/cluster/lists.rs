@@ -34,7 +34,7 @@ use std::collections::HashMap;
 
 use redis::{Pipeline, Value};
 use serde::{Deserialize, Serialize};
-use tollgate_filter::{Cidr, ListKind};
+use tollgate_filter::{Cidr, ListKind, Source};
 
 use super::redis::{Cost, digits, resp_array};
 
@@ -81,15 +81,24 @@ pub(crate) fn field((kind, cidr): ListKey) -> String {
     format!("{} {cidr}", kind.as_str())
 }
 
-/// The key a hash field names, if it is one.
-pub(crate) fn parse_field(field: &str) -> Option<ListKey> {
-    let (kind, cidr) = field.split_once(' ')?;
+/// The key a hash field names, if the field is [`field`] of it: the one spelling a node
+/// writes, of a network as the lists hold it (host bits cleared, no IPv4-mapped address).
+///
+/// Any other spelling (`deny 192.0.2.1/24`, `deny  192.0.2.0/24`, `deny 192.0.2.7`,
+/// `allow 2001:DB8::/32`), which only something else writing to Redis makes, is skipped:
+/// the lists would hold it under the written spelling, whose `HDEL` (what a removal on any
+/// node sends) leaves it in the hash, so every read would put it back until it ended.
+pub(crate) fn parse_field(name: &str) -> Option<ListKey> {
+    let (kind, cidr) = name.split_once(' ')?;
     let kind = match kind {
         "allow" => ListKind::Allow,
         "deny" => ListKind::Deny,
         _ => return None,
     };
-    Some((kind, Cidr::parse(cidr).ok()?))
+    let cidr = Cidr::parse(cidr).ok()?;
+    let as_held = Source::new(cidr.addr).masked(cidr.prefix) == cidr.addr;
+    let key = (kind, cidr);
+    (as_held && field(key) == name).then_some(key)
 }
 
 /// The Redis keys of one cluster's travelling entries.

@@ -237,6 +237,30 @@ use view::View;
 
 pub use sync::run;
 
+/// For the fuzz harness (`tests/fuzz/src/cluster_lists.rs`): what a node makes of one read of
+/// the travelling list entries, Redis's replies as they came (the version, then the hash's
+/// fields with their values; see `lists.rs`): the version, each entry it took as its hash
+/// field and its value as this node would write them, and the reply bytes it counted.
+#[doc(hidden)]
+#[must_use]
+pub fn read_list_entries(
+    version: Option<String>,
+    fields: Vec<(String, String)>,
+) -> (Option<String>, Vec<(String, String)>, u64) {
+    let mut cost = redis::Cost::default();
+    let state = lists::parse_state((version, fields), &mut cost);
+    let entries = state
+        .entries
+        .into_iter()
+        // A `Travelled` (a number and two strings) always encodes.
+        .map(|(key, travelled)| {
+            let value = serde_json::to_string(&travelled).unwrap_or_default();
+            (lists::field(key), value)
+        })
+        .collect();
+    (state.version, entries, cost.received)
+}
+
 /// One node's part of a cluster: the suspects table the decide path writes, the view of the
 /// rest of the cluster it reads, and what the sync task ([`run`]) needs.
 #[derive(Debug)]

@@ -46,8 +46,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use hyper::body::Incoming;
-use hyper::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::Full;
+use hyper::body::{Body, Bytes};
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -240,14 +241,7 @@ pub async fn serve(
                 state.answer();
                 let shared = Arc::clone(&shared);
                 let access = Arc::clone(&access);
-                async move {
-                    let format = Format::of(&request);
-                    let answer = match access.refuses(request.method(), request.headers(), format) {
-                        Some(refused) => refused,
-                        None => respond(&shared, request).await,
-                    };
-                    Ok::<_, Infallible>(answer)
-                }
+                async move { Ok::<_, Infallible>(handle(&shared, &access, request).await) }
             });
             let mut stream = stream;
             let moved = AtomicU64::new(0);
@@ -266,7 +260,31 @@ pub async fn serve(
     }
 }
 
-async fn respond(shared: &Arc<Shared>, request: Request<Incoming>) -> Answer {
+/// The answer to one request whose head is in: refused by `access`, or served. [`serve`]
+/// answers every request with it; the fuzz harness (`tests/fuzz/src/admin.rs`) calls it on
+/// requests built from any bytes, without a socket.
+#[doc(hidden)]
+pub async fn handle<B>(
+    shared: &Arc<Shared>,
+    access: &Access,
+    request: Request<B>,
+) -> Response<Full<Bytes>>
+where
+    B: Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let format = Format::of(&request);
+    match access.refuses(request.method(), request.headers(), format) {
+        Some(refused) => refused,
+        None => respond(shared, request).await,
+    }
+}
+
+async fn respond<B>(shared: &Arc<Shared>, request: Request<B>) -> Answer
+where
+    B: Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let format = Format::of(&request);
     let path = request.uri().path().to_owned();
     if let Some(kind) = lists::kind_of(&path) {

@@ -1,5 +1,6 @@
 //! Fuzz harnesses for every parser of outside input: Ethernet frames, PROXY protocol v1/v2
-//! headers, config files, capture files and warm-restart state files.
+//! headers, config files, capture files, warm-restart state files, admin requests and the
+//! cluster's list entries read back from Redis.
 //!
 //! Each module has one `check(&[u8])` that feeds the bytes to a public parser and asserts its
 //! invariants: no panic, errors that stay inside their input, and round trips where an encoder
@@ -16,11 +17,15 @@
 //! tollgate_fuzz::config::check(b"[[rule]]\nname = \"x\"\nlimits = [{ rate = \"0/1s\" }]\n");
 //! tollgate_fuzz::capture::check(&[0xd4, 0xc3, 0xb2, 0xa1]);
 //! tollgate_fuzz::state::check(b"TGSTATE\0 cut short");
+//! tollgate_fuzz::admin::check(b"DELETE /lists/deny?cidr=192.0.2.0%2F24\nAuthorization: Bearer fuzz\n\n");
+//! tollgate_fuzz::cluster_lists::check(b"$v1\ndeny 192.0.2.0/24\n{\"until_ms\": 1, \"node\": \"a\", \"reason\": \"\"}");
 //! ```
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod capture;
+pub mod cluster_lists;
 pub mod config;
 pub mod frame;
 pub mod proxy_header;

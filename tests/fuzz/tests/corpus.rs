@@ -62,3 +62,13 @@ fn capture() {
 fn state() {
     replay("state", tollgate_fuzz::state::check);
 }
+
+#[test]
+fn admin() {
+    replay("admin", tollgate_fuzz::admin::check);
+}
+
+#[test]
+fn cluster_lists() {
+    replay("cluster_lists", tollgate_fuzz::cluster_lists::check);
+}

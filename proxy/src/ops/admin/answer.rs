@@ -3,7 +3,7 @@
 //! that say what was wrong in the same form.
 
 use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Bytes;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
@@ -22,7 +22,7 @@ pub(crate) enum Format {
 impl Format {
     /// What `request` asks for: `?format=json|text` first, then the `Accept` header; text if
     /// neither says.
-    pub(crate) fn of(request: &Request<Incoming>) -> Format {
+    pub(crate) fn of<B>(request: &Request<B>) -> Format {
         match query(request, "format").as_deref() {
             Some("json") => return Format::Json,
             Some("text") => return Format::Text,
@@ -73,7 +73,7 @@ fn answer(status: StatusCode, body: String, kind: &'static str) -> Answer {
 
 /// The value of query parameter `name`, percent-decoded; `None` if absent or not UTF-8
 /// once decoded.
-pub(crate) fn query(request: &Request<Incoming>, name: &str) -> Option<String> {
+pub(crate) fn query<B>(request: &Request<B>, name: &str) -> Option<String> {
     request.uri().query()?.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=')?;
         if key != name {

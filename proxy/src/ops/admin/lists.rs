@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
+use hyper::body::Body;
 use hyper::{Request, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -139,12 +139,16 @@ pub(crate) fn list(shared: &Shared, format: Format) -> Answer {
 }
 
 /// `POST /lists/allow` or `/lists/deny` with its body.
-pub(crate) async fn add(
+pub(crate) async fn add<B>(
     shared: &Shared,
     format: Format,
     kind: ListKind,
-    request: Request<Incoming>,
-) -> Answer {
+    request: Request<B>,
+) -> Answer
+where
+    B: Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let collected = tokio::time::timeout(
         BODY_TIMEOUT,
         Limited::new(request.into_body(), MAX_BODY).collect(),
@@ -235,11 +239,11 @@ pub(crate) async fn add(
 }
 
 /// `DELETE /lists/allow?cidr=...` or `/lists/deny?cidr=...`.
-pub(crate) fn remove(
+pub(crate) fn remove<B>(
     shared: &Shared,
     format: Format,
     kind: ListKind,
-    request: &Request<Incoming>,
+    request: &Request<B>,
 ) -> Answer {
     let Some(cidr) = query(request, "cidr") else {
         return format.refuse(
