@@ -209,14 +209,23 @@ impl Outgoing<'_> {
 
 /// The version a round's `GET` found (`None`: no entry was ever written, or Redis lost them).
 pub(crate) fn version_of(reply: Value, cost: &mut Cost) -> Result<Option<String>, String> {
-    let version: Option<String> =
+    let version: Option<Vec<u8>> =
         redis::from_redis_value(reply).map_err(|e| format!("lists version: {e}"))?;
     cost.received += version_bytes(version.as_deref());
-    Ok(version)
+    Ok(version.as_deref().map(version_text))
+}
+
+/// A version as this node compares it: the bytes Redis holds, escaped (`escape_ascii`, which
+/// gives no two byte strings the same text; a node's own tokens are printable ASCII and read
+/// as they are). Bytes, not text, are asked of Redis, so that a version that is not UTF-8
+/// (only something else writing to Redis makes one) is a version, not a read that fails
+/// every round and leaves the node alone.
+fn version_text(bytes: &[u8]) -> String {
+    bytes.escape_ascii().to_string()
 }
 
 /// Bytes of the version's reply: a bulk string (`$`, its length, `\r\n`, it, `\r\n`) or nil.
-fn version_bytes(version: Option<&str>) -> u64 {
+fn version_bytes(version: Option<&[u8]>) -> u64 {
     version.map_or(5, |v| {
         1 + digits(v.len() as u64) as u64 + 4 + v.len() as u64
     })
@@ -246,22 +255,30 @@ pub(crate) fn read_pipeline(keys: &Keys, cost: &mut Cost) -> Pipeline {
     pipe
 }
 
+/// What [`read_pipeline`] returns: the version, and the hash's fields with their values, as
+/// bytes (a field or value that is not UTF-8 is skipped by [`parse_state`], not a failed read).
+pub(crate) type Reply = (Option<Vec<u8>>, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// Parses what [`read_pipeline`] returned.
-pub(crate) fn parse_state(
-    (version, fields): (Option<String>, Vec<(String, String)>),
-    cost: &mut Cost,
-) -> State {
+pub(crate) fn parse_state((version, fields): Reply, cost: &mut Cost) -> State {
     let mut entries = HashMap::with_capacity(fields.len());
     cost.received += 3 + digits(fields.len() as u64 * 2) as u64;
     for (name, value) in fields {
         cost.received += resp_array(&[name.len(), value.len()]) - 4;
-        let parsed = parse_field(&name).zip(serde_json::from_str::<Travelled>(&value).ok());
+        let (Ok(name), Ok(value)) = (std::str::from_utf8(&name), std::str::from_utf8(&value))
+        else {
+            continue;
+        };
+        let parsed = parse_field(name).zip(serde_json::from_str::<Travelled>(value).ok());
         if let Some((key, travelled)) = parsed {
             entries.insert(key, travelled);
         }
     }
     cost.received += version_bytes(version.as_deref());
-    State { version, entries }
+    State {
+        version: version.as_deref().map(version_text),
+        entries,
+    }
 }
 
 #[cfg(test)]
@@ -278,6 +295,15 @@ mod tests {
         assert_eq!(parse_field("block 192.0.2.0/24"), None);
         assert_eq!(parse_field("deny nowhere"), None);
         assert_eq!(redis::Script::new(WRITE).get_hash().len(), 40);
+    }
+
+    /// A read's reply from text.
+    fn reply(version: Option<&str>, fields: Vec<(String, String)>) -> Reply {
+        let fields = fields
+            .into_iter()
+            .map(|(name, value)| (name.into_bytes(), value.into_bytes()))
+            .collect();
+        (version.map(|v| v.as_bytes().to_vec()), fields)
     }
 
     fn travelled(until_ms: u64) -> Travelled {
@@ -341,7 +367,7 @@ mod tests {
             ("block 192.0.2.0/24".to_owned(), value.clone()),
         ];
         let mut cost = Cost::default();
-        let state = parse_state((None, fields), &mut cost);
+        let state = parse_state(reply(None, fields), &mut cost);
         let deny = (ListKind::Deny, Cidr::parse("192.0.2.0/24").unwrap());
         assert_eq!(
             state.entries.len(),
@@ -357,13 +383,13 @@ mod tests {
             + &bulk(&value);
         assert_eq!(cost.received, replies.len() as u64);
         let mut cost = Cost::default();
-        let state = parse_state((None, Vec::new()), &mut cost);
+        let state = parse_state(reply(None, Vec::new()), &mut cost);
         assert!(state.version.is_none() && state.entries.is_empty());
         assert_eq!(cost.received, "$-1\r\n*0\r\n".len() as u64);
         // A version as `version_of` counts it: `$`, its length's digits, `\r\n` twice.
         let mut cost = Cost::default();
-        let version = Some("edge-1:1700000000000:17".to_owned());
-        let state = parse_state((version, Vec::new()), &mut cost);
+        let version = Some("edge-1:1700000000000:17");
+        let state = parse_state(reply(version, Vec::new()), &mut cost);
         assert_eq!(state.version.as_deref(), Some("edge-1:1700000000000:17"));
         let replies = "$23\r\nedge-1:1700000000000:17\r\n*0\r\n";
         assert_eq!(cost.received, replies.len() as u64);
@@ -399,8 +425,56 @@ mod tests {
             }
         }
         let mut cost = Cost::default();
-        let state = parse_state((None, fields), &mut cost);
+        let state = parse_state(reply(None, fields), &mut cost);
         assert_eq!(state.entries.len(), 5);
         assert_eq!(cost.received, replies.len() as u64);
+    }
+
+    /// Bytes that are not UTF-8 in the lists' hash or version (only something else writing to
+    /// Redis puts them there) are not a read that fails: asked as text, the whole reply failed
+    /// to convert, the link was dropped and the node left alone, every round until the field
+    /// ended. Now such a field is skipped, the others are applied, and such a version is a
+    /// version, its bytes counted as they came.
+    #[test]
+    fn bytes_that_are_not_utf8_skip_their_field_and_do_not_fail_the_read() {
+        let value = serde_json::to_string(&travelled(1_700_000_060_000)).unwrap();
+        let bulk = |bytes: &[u8]| Value::BulkString(bytes.to_vec());
+        let redis_reply = Value::Array(vec![
+            bulk(b"edge-1:\xff:3"),
+            Value::Array(vec![
+                bulk(b"deny 192.0.2.0/24"),
+                bulk(value.as_bytes()),
+                bulk(b"deny 198.51.100.0/24\xff"),
+                bulk(value.as_bytes()),
+                bulk(b"deny 203.0.113.0/24"),
+                bulk(b"{\"until_ms\":\xff}"),
+            ]),
+        ]);
+        let read: Reply = redis::from_redis_value(redis_reply).expect("a reply in bytes converts");
+        let mut cost = Cost::default();
+        let state = parse_state(read, &mut cost);
+        let deny = (ListKind::Deny, Cidr::parse("192.0.2.0/24").unwrap());
+        assert_eq!(state.entries.len(), 1, "{:?}", state.entries);
+        assert_eq!(state.entries[&deny], travelled(1_700_000_060_000));
+        assert_eq!(state.version.as_deref(), Some("edge-1:\\xff:3"));
+        // Counted as the bytes came: the version's 10 (not its escaped 13), the six items' own lengths.
+        let items = [17, value.len(), 21, value.len(), 19, 14];
+        let expected = "$10\r\n".len()
+            + 10
+            + 2
+            + "*6\r\n".len()
+            + items
+                .iter()
+                .map(|n| 1 + n.to_string().len() + 4 + n)
+                .sum::<usize>();
+        assert_eq!(cost.received, expected as u64);
+        let mut cost = Cost::default();
+        let version = version_of(bulk(b"edge-1:\xff:3"), &mut cost);
+        assert_eq!(
+            version,
+            Ok(Some("edge-1:\\xff:3".to_owned())),
+            "as the read names it"
+        );
+        assert_eq!(cost.received, "$10\r\n".len() as u64 + 10 + 2);
     }
 }

@@ -248,7 +248,11 @@ pub fn read_list_entries(
     fields: Vec<(String, String)>,
 ) -> (Option<String>, Vec<(String, String)>, u64) {
     let mut cost = redis::Cost::default();
-    let state = lists::parse_state((version, fields), &mut cost);
+    let fields = fields
+        .into_iter()
+        .map(|(name, value)| (name.into_bytes(), value.into_bytes()))
+        .collect();
+    let state = lists::parse_state((version.map(String::into_bytes), fields), &mut cost);
     let entries = state
         .entries
         .into_iter()
