@@ -238,21 +238,18 @@ use view::View;
 pub use sync::run;
 
 /// For the fuzz harness (`tests/fuzz/src/cluster_lists.rs`): what a node makes of one read of
-/// the travelling list entries, Redis's replies as they came (the version, then the hash's
-/// fields with their values; see `lists.rs`): the version, each entry it took as its hash
-/// field and its value as this node would write them, and the reply bytes it counted.
+/// the travelling list entries, Redis's replies as they came, in bytes (the version, then the
+/// hash's fields with their values; see `lists.rs`): the version as the node names it, each
+/// entry it took as its hash field and its value as this node would write them, and the
+/// reply bytes it counted.
 #[doc(hidden)]
 #[must_use]
 pub fn read_list_entries(
-    version: Option<String>,
-    fields: Vec<(String, String)>,
+    version: Option<Vec<u8>>,
+    fields: Vec<(Vec<u8>, Vec<u8>)>,
 ) -> (Option<String>, Vec<(String, String)>, u64) {
     let mut cost = redis::Cost::default();
-    let fields = fields
-        .into_iter()
-        .map(|(name, value)| (name.into_bytes(), value.into_bytes()))
-        .collect();
-    let state = lists::parse_state((version.map(String::into_bytes), fields), &mut cost);
+    let state = lists::parse_state((version, fields), &mut cost);
     let entries = state
         .entries
         .into_iter()

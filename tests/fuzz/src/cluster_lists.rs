@@ -2,9 +2,10 @@
 //! ([`read_list_entries`], over the lists module's `parse_state` and `parse_field`): the hash's
 //! fields and values are written by any node, or by anyone who can write to that Redis.
 //!
-//! The input is text, one reply per line: the first line is the version (`$TEXT` for a
-//! version, anything else for none, as `GET` of a missing key), then a field and its value
-//! per two lines (the field names are made unique, first one kept, as a hash holds them).
+//! The input is bytes, one reply per line (any bytes but `\n`, UTF-8 or not, as Redis holds
+//! them): the first line is the version (`$BYTES` for a version, anything else for none, as
+//! `GET` of a missing key), then a field and its value per two lines (the field names are
+//! made unique, first one kept, as a hash holds them).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -16,34 +17,33 @@ use tollgate_filter::{Cidr, ListKind, RuntimeLists};
 use tollgate_sketch::Tick;
 
 /// A read's replies: the version, and the hash's fields with their values.
-type Replies = (Option<String>, Vec<(String, String)>);
+type Replies = (Option<Vec<u8>>, Vec<(Vec<u8>, Vec<u8>)>);
 
 /// The replies `data` stands for.
-fn replies(data: &[u8]) -> Option<Replies> {
-    let text = std::str::from_utf8(data).ok()?;
-    let mut lines = text.split('\n');
+fn replies(data: &[u8]) -> Replies {
+    let mut lines = data.split(|&byte| byte == b'\n');
     let version = lines
         .next()
-        .and_then(|line| line.strip_prefix('$'))
-        .map(str::to_owned);
-    let mut fields: Vec<(String, String)> = Vec::new();
+        .and_then(|line| line.strip_prefix(b"$"))
+        .map(<[u8]>::to_vec);
+    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
         if fields.iter().all(|(held, _)| held != name) {
-            fields.push((name.to_owned(), value.to_owned()));
+            fields.push((name.to_vec(), value.to_vec()));
         }
     }
-    Some((version, fields))
+    (version, fields)
 }
 
 /// Bytes of the replies as Redis sends them (RESP): the version's bulk string (or nil), then
 /// the hash as one array of bulk strings, field and value in turn.
-fn resp_bytes(version: Option<&str>, fields: &[(String, String)]) -> u64 {
-    let bulk = |text: &str| format!("${}\r\n{text}\r\n", text.len());
-    let mut resp = version.map_or_else(|| "$-1\r\n".to_owned(), bulk);
-    resp.push_str(&format!("*{}\r\n", 2 * fields.len()));
+fn resp_bytes(version: Option<&[u8]>, fields: &[(Vec<u8>, Vec<u8>)]) -> u64 {
+    let bulk = |bytes: &[u8]| [format!("${}\r\n", bytes.len()).as_bytes(), bytes, b"\r\n"].concat();
+    let mut resp = version.map_or_else(|| b"$-1\r\n".to_vec(), bulk);
+    resp.extend_from_slice(format!("*{}\r\n", 2 * fields.len()).as_bytes());
     for (name, value) in fields {
-        resp.push_str(&bulk(name));
-        resp.push_str(&bulk(value));
+        resp.extend(bulk(name));
+        resp.extend(bulk(value));
     }
     resp.len() as u64
 }
@@ -87,25 +87,28 @@ fn travelled(json: &str) -> Option<Read> {
 /// names the written field, would leave it in Redis), differs from the JSON it was read
 /// from, or does not read back the same once written as a node writes it.
 pub fn check(data: &[u8]) {
-    let Some((version, fields)) = replies(data) else {
-        return;
-    };
+    let (version, fields) = replies(data);
     let (read_version, entries, received) = read_list_entries(version.clone(), fields.clone());
-    assert_eq!(read_version, version, "the version read");
+    assert_eq!(
+        read_version,
+        version.as_deref().map(|v| v.escape_ascii().to_string()),
+        "the version read"
+    );
     assert_eq!(
         received,
         resp_bytes(version.as_deref(), &fields),
         "reply bytes counted"
     );
     assert!(entries.len() <= fields.len(), "more entries than fields");
-    let sent: HashMap<&str, &str> = fields
+    let sent: HashMap<&[u8], &[u8]> = fields
         .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .map(|(name, value)| (name.as_slice(), value.as_slice()))
         .collect();
     for (field, json) in &entries {
         let value = sent
-            .get(field.as_str())
+            .get(field.as_bytes())
             .unwrap_or_else(|| panic!("entry {field:?} comes from no field of {fields:?}"));
+        let value = std::str::from_utf8(value).expect("an entry's value is UTF-8");
         let (kind, cidr) = field.split_once(' ').expect("a field is `LIST NETWORK`");
         let kind = match kind {
             "allow" => ListKind::Allow,
@@ -124,7 +127,11 @@ pub fn check(data: &[u8]) {
             Some(read),
             "entry {field:?}: read from {value:?}, written as {json:?}"
         );
-        let again = read_list_entries(None, vec![(field.clone(), json.clone())]).1;
+        let again = read_list_entries(
+            None,
+            vec![(field.clone().into_bytes(), json.clone().into_bytes())],
+        )
+        .1;
         assert_eq!(again, [(field.clone(), json.clone())], "written, read back");
     }
 }
