@@ -516,12 +516,7 @@ mod tests {
 
     #[test]
     fn a_refused_reload_keeps_the_last_good_policy_and_a_good_one_replaces_it() {
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-shared-{}-reload", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir writable");
-        let path = dir.join("tollgate.toml");
-        std::fs::write(&path, GOOD).unwrap();
+        let (_dir, path) = config_file(GOOD);
         let config = ProxyConfig::parse(GOOD).expect("valid");
         let shared = Shared::new(config, Some(path.clone())).expect("fits");
         let first = shared.filter.policy();
@@ -555,7 +550,6 @@ mod tests {
         assert!(shared.filter.policy().rule(1).is_none(), "GOOD's one rule");
         let without = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), None).expect("fits");
         assert!(matches!(without.reload(), Err(ReloadError::NoFile)));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The line an operator acts on when a reload's sections need a restart.
@@ -595,12 +589,7 @@ mod tests {
 
     #[test]
     fn a_reload_says_once_whether_it_applied_and_a_refused_one_names_its_error() {
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-shared-{}-reload-log", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir writable");
-        let path = dir.join("tollgate.toml");
-        std::fs::write(&path, GOOD).unwrap();
+        let (_dir, path) = config_file(GOOD);
         let shared = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), Some(path.clone()))
             .expect("fits");
         let reload = || {
@@ -634,7 +623,6 @@ mod tests {
         result.expect("a good file");
         assert_eq!(count(&log, "policy reloaded"), 1, "{log}");
         assert_eq!(count(&log, "refused"), 0, "{log}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A config file holding `text`, in a directory removed when the first is dropped.
