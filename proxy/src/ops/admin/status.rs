@@ -263,4 +263,26 @@ mod tests {
         }
         assert!(!SCRIPT.contains("innerHTML"), "values go in as text only");
     }
+
+    /// The page and its script are never cached (a stale page after an upgrade would draw the
+    /// new JSON with the old code, or show an operator old figures) nor sniffed into another
+    /// type, and the page carries its policy (script and data from this endpoint only).
+    #[test]
+    fn the_page_and_script_are_not_cached_nor_sniffed_and_the_page_has_its_policy() {
+        for (response, kind) in [
+            (page(), "text/html; charset=utf-8"),
+            (script(), "text/javascript; charset=utf-8"),
+        ] {
+            let headers = response.headers();
+            assert_eq!(headers[header::CONTENT_TYPE], kind);
+            assert_eq!(headers[header::CACHE_CONTROL], "no-store", "{kind}");
+            assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{kind}");
+        }
+        assert_eq!(page().headers()[header::CONTENT_SECURITY_POLICY], POLICY);
+        assert!(
+            !script()
+                .headers()
+                .contains_key(header::CONTENT_SECURITY_POLICY)
+        );
+    }
 }
