@@ -597,32 +597,39 @@ mod tests {
             let log = crate::test_log::logged(|| result = Some(shared.reload()));
             (result.expect("ran"), log)
         };
-        let count = |log: &str, needle: &str| log.lines().filter(|l| l.contains(needle)).count();
         const REFUSED: &str = "reload refused, the old policy stays: ";
 
         // Refused: the error, located in the file, on one ERROR line; nothing says it applied.
         std::fs::write(&path, "[[rule]]\nname = ").unwrap();
         let (result, log) = reload();
         assert!(matches!(result, Err(ReloadError::Invalid(..))), "{log}");
-        assert_eq!(count(&log, REFUSED), 1, "{log}");
+        assert_eq!(crate::test_log::lines_with(&log, REFUSED), 1, "{log}");
         let line = log.lines().find(|l| l.contains(REFUSED)).unwrap();
         let located = format!("{}:2:8: ", path.display());
         assert!(line.contains("ERROR") && line.contains(&located), "{log}");
-        assert_eq!(count(&log, "policy reloaded"), 0, "{log}");
+        assert_eq!(
+            crate::test_log::lines_with(&log, "policy reloaded"),
+            0,
+            "{log}"
+        );
 
         // A file gone: the path and why it cannot be read.
         std::fs::remove_file(&path).unwrap();
         let (result, log) = reload();
         assert!(matches!(result, Err(ReloadError::Read(..))), "{log}");
         let said = format!("{REFUSED}{}: cannot read: ", path.display());
-        assert_eq!(count(&log, &said), 1, "{log}");
+        assert_eq!(crate::test_log::lines_with(&log, &said), 1, "{log}");
 
         // Applied: said once, and nothing says it was refused.
         std::fs::write(&path, CHANGED).unwrap();
         let (result, log) = reload();
         result.expect("a good file");
-        assert_eq!(count(&log, "policy reloaded"), 1, "{log}");
-        assert_eq!(count(&log, "refused"), 0, "{log}");
+        assert_eq!(
+            crate::test_log::lines_with(&log, "policy reloaded"),
+            1,
+            "{log}"
+        );
+        assert_eq!(crate::test_log::lines_with(&log, "refused"), 0, "{log}");
     }
 
     /// A config file holding `text`, in a directory removed when the first is dropped.

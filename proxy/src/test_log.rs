@@ -85,6 +85,11 @@ pub(crate) fn logged(run: impl FnOnce()) -> String {
     sink.text()
 }
 
+/// How many lines of `log` contain `needle`.
+pub(crate) fn lines_with(log: &str, needle: &str) -> usize {
+    log.lines().filter(|line| line.contains(needle)).count()
+}
+
 /// Everything logged on this thread while it lives.
 pub(crate) struct Capture {
     sink: Sink,
@@ -117,10 +122,7 @@ impl Capture {
 
     /// How many lines so far contain `needle`.
     pub(crate) fn count(&self, needle: &str) -> usize {
-        self.text()
-            .lines()
-            .filter(|line| line.contains(needle))
-            .count()
+        lines_with(&self.text(), needle)
     }
 }
 

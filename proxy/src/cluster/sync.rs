@@ -867,7 +867,7 @@ mod tests {
     use super::*;
     use crate::config::ProxyConfig;
     use crate::ops::metrics::ClusterMetrics;
-    use crate::test_log::Capture;
+    use crate::test_log::{Capture, lines_with};
 
     #[test]
     fn a_new_suspect_pushes_each_windows_part_in_its_window() {
@@ -965,6 +965,20 @@ mod tests {
 
     /// A node of cluster `t` whose first `redis` address is `redis`, with `extra` settings in
     /// its `[cluster]` section (a limit of 100 per 10 s).
+    /// A filter of one rule (100 per 10 s) whose suspects go to `cluster`.
+    fn counting_to(cluster: &Arc<Cluster>) -> Filter {
+        let config = ProxyConfig::parse(
+            r#"
+            [[rule]]
+            name = "r"
+            limits = [{ rate = "100/10s" }]
+            "#,
+        )
+        .expect("valid");
+        let remote = Arc::clone(cluster) as Arc<dyn Remote>;
+        Filter::with_remote(config.policy.clone(), remote).expect("fits")
+    }
+
     fn cluster_at(redis: &str, extra: &str) -> Arc<Cluster> {
         let config = ProxyConfig::parse(&format!(
             r#"
@@ -1068,16 +1082,7 @@ mod tests {
     #[test]
     fn own_counts_stop_growing_at_their_cap_and_count_the_overflow() {
         let cluster = cluster_at("127.0.0.1:1", "suspects = 64");
-        let remote = Arc::clone(&cluster) as Arc<dyn Remote>;
-        let config = ProxyConfig::parse(
-            r#"
-            [[rule]]
-            name = "r"
-            limits = [{ rate = "100/10s" }]
-            "#,
-        )
-        .expect("valid");
-        let filter = Filter::with_remote(config.policy.clone(), remote).expect("fits");
+        let filter = counting_to(&cluster);
         let now = Tick::from_nanos(1_000_000_000);
         // Two sources over the threshold: two new suspects.
         for last in [1, 2] {
@@ -1424,26 +1429,12 @@ mod tests {
         }
     }
 
-    /// Lines of `log` that contain `needle`.
-    fn count(log: &str, needle: &str) -> usize {
-        log.lines().filter(|line| line.contains(needle)).count()
-    }
-
     #[test]
     fn a_known_suspects_new_weight_is_added_to_its_count() {
         // A count that shrinks or grows wrong here reaches the others: too little lets a
         // source spread over the nodes through each one's limit, too much throttles it early.
         let cluster = cluster_at("127.0.0.1:1", "");
-        let remote = Arc::clone(&cluster) as Arc<dyn Remote>;
-        let config = ProxyConfig::parse(
-            r#"
-            [[rule]]
-            name = "r"
-            limits = [{ rate = "100/10s" }]
-            "#,
-        )
-        .expect("valid");
-        let filter = Filter::with_remote(config.policy.clone(), remote).expect("fits");
+        let filter = counting_to(&cluster);
         let event = Event {
             source: Source::from(Ipv4Addr::new(192, 0, 2, 1)),
             transport: Transport::Tcp,
@@ -1491,8 +1482,8 @@ mod tests {
             syncer.connect().await;
             assert!(syncer.link.is_some(), "connected");
             let log = capture.since(&mut seen);
-            assert_eq!(count(&log, FAILOVER), failover, "{run_id}: {log}");
-            assert_eq!(count(&log, LOST), lost, "{run_id} {dataset}: {log}");
+            assert_eq!(lines_with(&log, FAILOVER), failover, "{run_id}: {log}");
+            assert_eq!(lines_with(&log, LOST), lost, "{run_id} {dataset}: {log}");
             let said = log
                 .lines()
                 .find(|l| l.contains(FAILOVER) || l.contains(LOST));
@@ -1553,7 +1544,7 @@ mod tests {
         let mut read = |syncer: &mut Syncer, error_ms: u64| {
             syncer.clock_read(0, Duration::from_millis(error_ms));
             let log = capture.since(&mut seen);
-            (count(&log, REFUSED), count(&log, AGREES), log)
+            (lines_with(&log, REFUSED), lines_with(&log, AGREES), log)
         };
         // Within the budget, as before: nothing to say.
         let (refused, agrees, log) = read(&mut syncer, 250);
