@@ -210,9 +210,10 @@
 //!   event a suspect's), none measurable when few are.
 
 mod clock;
+#[cfg(test)]
+mod fake_redis;
 mod lists;
 mod redis;
-
 mod sync;
 mod tls;
 mod view;
