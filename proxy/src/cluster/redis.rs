@@ -10,7 +10,7 @@
 //! call first checks the dataset id and writes nothing into another dataset.
 
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{
@@ -95,9 +95,7 @@ pub(crate) fn dataset_key(cluster: &str) -> Vec<u8> {
 /// ids coincide only if both parts do, so a Redis that lost its data never comes back with
 /// the id it had.
 fn new_dataset_id() -> String {
-    let unix_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let unix_us = crate::unix_time::unix_us();
     format!("{unix_us:x}-{:016x}", rand::random::<u64>())
 }
 
@@ -581,22 +579,7 @@ pub(crate) async fn master_of(
 /// A message naming the file or variable when it cannot be read or is empty (never the
 /// password).
 pub(crate) fn read_password(source: &TokenSource) -> Result<String, String> {
-    let (text, place) = match source {
-        TokenSource::File(path) => (
-            std::fs::read_to_string(path)
-                .map_err(|e| format!("[cluster] password_file {}: {e}", path.display()))?,
-            format!("[cluster] password_file {}", path.display()),
-        ),
-        TokenSource::Env(name) => (
-            std::env::var(name).map_err(|e| format!("[cluster] password_env {name}: {e}"))?,
-            format!("[cluster] password_env {name}"),
-        ),
-    };
-    let password = text.trim();
-    if password.is_empty() {
-        return Err(format!("{place} holds no password"));
-    }
-    Ok(password.to_owned())
+    source.read("cluster", "password")
 }
 
 /// Decimal digits of `n`.

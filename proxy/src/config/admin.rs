@@ -80,20 +80,8 @@ fn admin_section(raw: &RawAdmin, errors: &mut Errors<'_>) -> Option<Admin> {
             errors.at(env, "give token_file or token_env, not both".to_owned());
             None
         }
-        (Some(file), None) => errors.check(file, |f| {
-            if f.is_empty() {
-                Err("token_file is empty: name the file that holds the token".to_owned())
-            } else {
-                Ok(TokenSource::File(f.into()))
-            }
-        }),
-        (None, Some(env)) => errors.check(env, |e| {
-            if e.is_empty() || e.contains('=') || e.contains('\0') {
-                Err(format!("`{e}` is not an environment variable name"))
-            } else {
-                Ok(TokenSource::Env(e.clone()))
-            }
-        }),
+        (Some(file), None) => errors.check(file, |f| TokenSource::file(f, "token")),
+        (None, Some(env)) => errors.check(env, |e| TokenSource::env(e)),
         (None, None) => None,
     };
     if token.is_none()

@@ -459,20 +459,8 @@ fn redis_auth(raw: &RawCluster, errors: &mut Errors<'_>) -> Option<Option<RedisA
             );
             return None;
         }
-        (Some(file), None) => Some(errors.check(file, |f| {
-            if f.is_empty() {
-                Err("password_file is empty: name the file that holds the password".to_owned())
-            } else {
-                Ok(TokenSource::File(f.into()))
-            }
-        })?),
-        (None, Some(env)) => Some(errors.check(env, |e| {
-            if e.is_empty() || e.contains('=') || e.contains('\0') {
-                Err(format!("`{e}` is not an environment variable name"))
-            } else {
-                Ok(TokenSource::Env(e.clone()))
-            }
-        })?),
+        (Some(file), None) => Some(errors.check(file, |f| TokenSource::file(f, "password"))?),
+        (None, Some(env)) => Some(errors.check(env, |e| TokenSource::env(e))?),
         (None, None) => None,
     };
     let user = match &raw.user {

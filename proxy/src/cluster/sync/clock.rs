@@ -2,7 +2,7 @@
 //! whether the next round may share.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::{ALONE_LOG_EVERY, Syncer};
 use crate::cluster::view::View;
@@ -14,9 +14,7 @@ impl Syncer {
     pub(super) fn clock_read(&mut self, redis_ns: u64, error: Duration) {
         let config = &self.cluster.config;
         let metrics = &self.cluster.metrics;
-        let wall_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let wall_ns = crate::unix_time::unix_ns();
         metrics
             .clock_offset
             .set((redis_ns as f64 - wall_ns as f64) / 1e9);

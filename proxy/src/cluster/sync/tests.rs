@@ -2,7 +2,6 @@
 //! link's back-off and failures, the lists and the clock.
 
 use std::net::Ipv4Addr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tollgate_filter::{Event, Filter, ListEntry, Remote, Source, Transport};
 use tollgate_sketch::{Clock, MonotonicClock, Tick};
@@ -203,9 +202,7 @@ fn a_clock_reading_beyond_max_clock_error_stops_sharing_until_one_agrees() {
     syncer.view.insert(7, Rest::default());
     cluster.view.store(Arc::new(syncer.view.clone()));
     let metrics = &cluster.metrics;
-    let wall_ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let wall_ns = crate::unix_time::unix_ns();
     // Redis 5 s ahead of this node's wall clock; edges off by exactly the budget: shared.
     syncer.clock_read(wall_ns + 5_000_000_000, Duration::from_millis(250));
     assert!(!syncer.clock_refused);
