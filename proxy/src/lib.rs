@@ -17,6 +17,7 @@ pub mod shared;
 #[cfg(test)]
 mod test_log;
 pub mod tools;
+mod unix_time;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -210,9 +210,10 @@
 //!   event a suspect's), none measurable when few are.
 
 mod clock;
+#[cfg(test)]
+mod fake_redis;
 mod lists;
 mod redis;
-
 mod sync;
 mod tls;
 mod view;
@@ -220,7 +221,7 @@ mod view;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::Notify;
@@ -306,9 +307,7 @@ impl Cluster {
     /// `metrics`. Nothing runs until [`run`] is spawned; until it syncs, the node limits alone.
     #[must_use]
     pub fn new(config: ClusterConfig, clock: MonotonicClock, metrics: ClusterMetrics) -> Cluster {
-        let unix_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let unix_ns = crate::unix_time::unix_ns();
         let suspects = SuspectTable::new(config.suspects);
         metrics
             .memory

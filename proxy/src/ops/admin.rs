@@ -85,21 +85,7 @@ impl Token {
     /// # Errors
     /// A message naming the file or variable when it cannot be read or holds no token.
     pub fn read(source: &TokenSource) -> Result<Token, String> {
-        let (text, place) = match source {
-            TokenSource::File(path) => (
-                std::fs::read_to_string(path)
-                    .map_err(|e| format!("[admin] token_file {}: {e}", path.display()))?,
-                format!("[admin] token_file {}", path.display()),
-            ),
-            TokenSource::Env(name) => (
-                std::env::var(name).map_err(|e| format!("[admin] token_env {name}: {e}"))?,
-                format!("[admin] token_env {name}"),
-            ),
-        };
-        let token = text.trim();
-        if token.is_empty() {
-            return Err(format!("{place} holds no token"));
-        }
+        let token = source.read("admin", "token")?;
         Ok(Token(token.as_bytes().into()))
     }
 

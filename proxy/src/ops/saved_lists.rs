@@ -2,7 +2,7 @@
 //! milliseconds instead of ticks of this process's monotonic clock. The state file writes
 //! what [`save`] returns and gives it back to [`restore`] at start.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tollgate_filter::{Cidr, ListEntry, ListError, ListKind, RuntimeLists};
 use tollgate_sketch::Tick;
@@ -22,13 +22,7 @@ pub struct SavedEntry {
     pub reason: String,
 }
 
-/// Milliseconds since the Unix epoch now (0 if the system clock is before it).
-#[must_use]
-pub fn unix_ms_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use crate::unix_time::unix_ms as unix_ms_now;
 
 /// The entries of `lists` in force at `now`, which is `unix_ms` on the system clock.
 ///
@@ -113,6 +107,8 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
     use super::*;
 
     #[test]

@@ -34,7 +34,7 @@ pub mod format;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -149,13 +149,7 @@ pub fn load(path: &Path, memory: usize, now_unix_ms: u64) -> Result<Option<Resum
     }))
 }
 
-/// Unix time now in milliseconds (0 if the clock is before 1970).
-#[must_use]
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use crate::unix_time::unix_ms;
 
 /// What one save wrote.
 #[derive(Clone, Copy, Debug)]
@@ -400,6 +394,7 @@ impl StateMetrics {
 mod tests {
     use std::net::Ipv4Addr;
     use std::os::unix::fs::PermissionsExt;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     use tollgate_filter::{Config, Event, Policy, Source, Transport, Verdict};
 
