@@ -129,8 +129,7 @@ async fn open(upstream: SocketAddr, first: &[u8]) -> io::Result<(TcpStream, usiz
 
 /// The stalled upstream the tests share with the integration tests (see the file).
 #[cfg(test)]
-#[path = "../../tests/common/handshake.rs"]
-#[allow(unreachable_pub)] // `pub` for the integration tests' `common`
+#[path = "../../tests/e2e/support/handshake.rs"]
 mod handshake;
 
 #[cfg(test)]

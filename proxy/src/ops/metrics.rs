@@ -1216,7 +1216,7 @@ mod tests {
     }
 
     /// The counts an operator reads on a bad day land in their series, so the lib's own
-    /// tests see them (the integration targets do too, at a build each): upstream errors by
+    /// tests see them (the end-to-end tests do too, in a build of their own): upstream errors by
     /// upstream, reloads by result, the run-time lists, the kernel sets' elements, and the
     /// cluster's metrics when that section is configured.
     #[test]

@@ -6,18 +6,16 @@
 //!
 //! The tests that need `redis-server` (built with TLS, as Debian's is) are `#[ignore]`d with
 //! that reason, so a plain `cargo test` reports them as ignored, never as passed. Run them
-//! with `cargo test -p tollgate --test cluster_tls -- --include-ignored`; once asked for, a
+//! with `cargo test -p tollgate --test e2e -- --include-ignored cluster_tls::`; once asked for, a
 //! missing `redis-server` fails them.
-
-mod common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::cluster::{alone, cluster_of, errors, two_rounds};
-use common::process::{Launch, Proxy};
-use common::redis::{Pki, Redis, secret_file};
-use common::{BOUND, Wire, attempt, echo_upstream, eventually, start};
+use crate::support::cluster::{alone, cluster_of, errors, two_rounds};
+use crate::support::process::{Launch, Proxy};
+use crate::support::redis::{Pki, Redis, secret_file};
+use crate::support::{self, BOUND, Wire, attempt, echo_upstream, eventually, start};
 use tollgate::config::{ClientCertificate, ProxyConfig, RedisTls};
 use tollgate::server::Server;
 
@@ -33,7 +31,7 @@ fn config(upstream: SocketAddr, redis: SocketAddr, node: &str, extra: &str, limi
         "{}\n[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/60s\" }}]",
         cluster(redis, node, extra)
     );
-    common::one_listener(common::NO_ADMIN, upstream, "", &rest)
+    support::one_listener(support::NO_ADMIN, upstream, "", &rest)
 }
 
 /// The `[cluster]` section of [`config`].
@@ -446,7 +444,7 @@ async fn three_processes_over_tls_hold_a_spread_source_near_its_limit() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // One source at 10x its limit, spread in turn over the three, for one 10 s period.
-    let (served, _) = common::process::shared_flood(
+    let (served, _) = support::process::shared_flood(
         &nodes,
         &["127.0.0.2", "127.0.0.22"],
         10 * limit,

@@ -7,15 +7,13 @@
 //! Without nft (a `PATH` with none) the proxy refuses to start when `[kernel] required =
 //! true`, and otherwise serves without the fast path: that half runs anywhere.
 
-mod common;
-
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::{Launch, Proxy};
-use common::{BOUND, connect_from, echo_upstream, exchange};
+use crate::support::process::{Launch, Proxy};
+use crate::support::{self, BOUND, connect_from, echo_upstream, exchange};
 
 /// Set in the re-executed test binary that runs inside the namespace.
 const INSIDE: &str = "TOLLGATE_KERNEL_TEST_NETNS";
@@ -23,13 +21,18 @@ const TABLE: &str = "tollgate_test";
 const FLOODER: &str = "127.0.0.2";
 const LEGIT: &str = "127.0.0.3";
 
-/// Runs test `name` of this binary again inside a new network namespace.
+/// Runs test `name` of this module again, alone, inside a new network namespace.
 fn in_namespace(name: &str) {
     let exe = std::env::current_exe().expect("the test binary's path");
+    // A test's name in the binary is its path below the crate root: `kernel::NAME`.
+    let (_, module) = module_path!()
+        .split_once("::")
+        .expect("a module of the test binary");
+    let exact = format!("{module}::{name}");
     let status = Command::new("unshare")
         .arg("-n")
         .arg(exe)
-        .args([name, "--exact", "--include-ignored", "--nocapture"])
+        .args([&exact, "--exact", "--include-ignored", "--nocapture"])
         .env(INSIDE, "1")
         .status()
         .expect("unshare runs (util-linux)");
@@ -73,7 +76,7 @@ enum Met {
 async fn attempt(from: &str, to: SocketAddr) -> Met {
     match connect_from(from, to).await {
         Ok(stream) => match exchange(stream, b"hello\n").await {
-            common::Wire::Echoed => Met::Served,
+            support::Wire::Echoed => Met::Served,
             _ => Met::RejectedByProxy,
         },
         // The handshake completed (the SYN passed), then the proxy reset it.
@@ -336,7 +339,7 @@ fn a_flooding_udp_source_is_dropped_in_the_kernel() {
 }
 
 async fn flood_udp() {
-    let upstream = common::udp_echo_upstream().await;
+    let upstream = support::udp_echo_upstream().await;
     let mut proxy = Launch::new(
         "kernel-udp",
         &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
@@ -513,7 +516,7 @@ async fn runtime_denied() {
     use tollgate::server::Server;
     const TOKEN: &str = "kernel-token";
     let upstream = echo_upstream().await;
-    let scratch = common::scratch("kernel-runtime");
+    let scratch = support::scratch("kernel-runtime");
     let dir = scratch.path();
     std::fs::write(dir.join("token"), TOKEN).unwrap();
     let config = format!(
@@ -543,7 +546,7 @@ async fn runtime_denied() {
     assert_eq!(attempt(LEGIT, front).await, Met::Served);
 
     // Deleted: out of the kernel within an interval, served again.
-    let (status, body) = common::admin_json(
+    let (status, body) = support::admin_json(
         &server,
         "DELETE",
         "/lists/deny?cidr=127.0.0.6",
@@ -577,7 +580,7 @@ async fn runtime_denied() {
 async fn deny_at_run_time(server: &tollgate::server::Server, token: &str, cidr: &str, ttl: &str) {
     let entry = format!(r#"{{"cidr": "{cidr}", "ttl": "{ttl}", "reason": "test"}}"#);
     let (status, body) =
-        common::admin_json(server, "POST", "/lists/deny", Some(token), &entry).await;
+        support::admin_json(server, "POST", "/lists/deny", Some(token), &entry).await;
     assert_eq!(status, 201, "{cidr}: {body}");
     poll_async(&format!("{cidr} in the kernel"), || in_kernel(cidr)).await;
 }
@@ -684,7 +687,7 @@ async fn reload_kernel() {
 
 /// An empty directory to stand for a `PATH` without nft; removed when dropped.
 fn no_nft_path() -> tempfile::TempDir {
-    common::scratch("no-nft")
+    support::scratch("no-nft")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -713,7 +716,7 @@ async fn without_nft_the_proxy_refuses_to_start_or_runs_without_the_fast_path() 
     drop(proxy);
 
     // Required: it refuses to start, and says why.
-    let dir = common::scratch("kernel-required");
+    let dir = support::scratch("kernel-required");
     let config = dir.path().join("tollgate.toml");
     std::fs::write(
         &config,

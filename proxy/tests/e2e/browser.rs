@@ -5,15 +5,13 @@
 //! Ignored by the plain run: they need Chromium (`apt-get install -y chromium`); CI installs
 //! it and runs them with `--include-ignored`. Without it they fail, never pass silently.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::browser::{self, assert_rendered};
-use common::capture::{v4_frame, write_timed_pcap};
-use common::{BOUND, attempt, echo_upstream, start};
+use crate::support::browser::{self, assert_rendered};
+use crate::support::capture::{v4_frame, write_timed_pcap};
+use crate::support::{self, BOUND, attempt, echo_upstream, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate::server::Server;
@@ -29,7 +27,7 @@ const HOSTILE: &str = "<script>document.title='owned'</script><img src=x onerror
 /// A fresh scratch directory, removed when dropped; `TOLLGATE_KEEP_SCRATCH=1` keeps it and
 /// its screenshots for a look.
 fn scratch(name: &str) -> tempfile::TempDir {
-    common::scratch(&format!("browser-{name}"))
+    support::scratch(&format!("browser-{name}"))
 }
 
 /// Sixty seconds of capture: ten steady sources (one SYN a second each), a flood from one
@@ -124,7 +122,7 @@ deny = ["127.0.0.99/32"]
 name = {HOSTILE:?}
 limits = [{{ rate = "200/10s" }}]"#
     );
-    start(&common::one_listener(
+    start(&support::one_listener(
         "listen = \"127.0.0.1:0\"",
         upstream,
         "",
@@ -258,7 +256,7 @@ async fn the_status_page_draws_live_rates_and_shows_markup_as_text() {
     let stop = Arc::new(AtomicBool::new(false));
     let driver = tokio::spawn(traffic(Arc::clone(&server), Arc::clone(&stop)));
     // Past the heavy source's limit before the page opens, so every verdict has a rate.
-    common::eventually(|| {
+    support::eventually(|| {
         let shared = server.shared();
         shared
             .offenders

@@ -6,12 +6,11 @@
 //! tools: run with `--include-ignored` after installing `systemd` and `promtool`, and then a
 //! missing tool fails them.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+use crate::support;
 use tollgate::ops::metrics::Metrics;
 
 fn deploy_dir() -> PathBuf {
@@ -284,8 +283,8 @@ fn alert_exprs(text: &str) -> Vec<(String, String)> {
 /// from the admin endpoint. The kernel fast path's names come from the registry with
 /// `[kernel]` on: a real start would program the host's nftables.
 async fn exported() -> BTreeSet<String> {
-    let closed = common::closed_port().await;
-    let server = common::start(&format!(
+    let closed = support::closed_port().await;
+    let server = support::start(&format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\n\n[cluster]\nredis = [\"{closed}\"]\nname = \
          \"deploy\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nupstreams = \
          [\"{closed}\"]\nmax_connections = 100\n\n[[listener]]\nname = \"dns\"\nprotocol = \
@@ -298,11 +297,11 @@ async fn exported() -> BTreeSet<String> {
     let web = server.local_addr("web").expect("web is bound");
     // Allowed (then the upstream is unreachable), throttled by `r` and `s`, listed.
     for from in ["127.0.0.2", "127.0.0.2", "127.0.0.9"] {
-        let _ = common::attempt(from, web).await;
+        let _ = support::attempt(from, web).await;
     }
-    common::eventually(|| common::metric(&server, "tollgate_upstream_errors_total") > 0.0).await;
+    support::eventually(|| support::metric(&server, "tollgate_upstream_errors_total") > 0.0).await;
     let _ = server.shared().reload();
-    let (status, body) = common::admin(&server, "GET", "/metrics").await;
+    let (status, body) = support::admin(&server, "GET", "/metrics").await;
     assert_eq!(status, 200, "{body}");
     let (policy, now) = (server.shared().filter.policy(), server.shared().now());
     server.shutdown().await;
@@ -435,7 +434,7 @@ fn the_unit_is_hardened_and_reloads_with_sighup() {
         // Only binding low ports; CAP_NET_ADMIN is for [kernel] alone, added by hand.
         ("CapabilityBoundingSet", "CAP_NET_BIND_SERVICE"),
         ("AmbientCapabilities", "CAP_NET_BIND_SERVICE"),
-        // server.rs reloads on SIGHUP (proxy/tests/signals.rs shows it).
+        // server.rs reloads on SIGHUP (proxy/tests/e2e/signals.rs shows it).
         ("ExecReload", "/bin/kill -HUP $MAINPID"),
         ("KillSignal", "SIGTERM"),
     ] {
@@ -459,7 +458,7 @@ fn the_unit_is_hardened_and_reloads_with_sighup() {
 fn unit_for_this_build(name: &str) -> (tempfile::TempDir, PathBuf) {
     let unit = read(&deploy_dir().join("tollgate.service"))
         .replace("/usr/local/bin/tollgate", env!("CARGO_BIN_EXE_tollgate"));
-    let dir = common::scratch(&format!("unit-{name}"));
+    let dir = support::scratch(&format!("unit-{name}"));
     let path = dir.path().join("tollgate.service");
     std::fs::write(&path, unit).unwrap();
     (dir, path)
@@ -549,7 +548,7 @@ fn promtool_accepts_the_rules_their_unit_tests_and_every_dashboard_query() {
             "      - record: dashboard_query_{index}\n        expr: {quoted}\n"
         ));
     }
-    let dir = common::scratch("promtool");
+    let dir = support::scratch("promtool");
     std::fs::write(dir.path().join("dashboard.yml"), rules).unwrap();
     promtool(dir.path(), &["check", "rules", "dashboard.yml"]);
 }

@@ -7,14 +7,14 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `tollgate run`, killed when dropped.
-pub struct Proxy {
+pub(crate) struct Proxy {
     child: Child,
     /// Its TCP listener.
-    pub front: SocketAddr,
+    pub(crate) front: SocketAddr,
     /// Its admin endpoint.
-    pub admin: SocketAddr,
+    pub(crate) admin: SocketAddr,
     /// Its config file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Whether its stderr is copied to the test's when it ends (the test did not ask to
     /// read it).
     show_log: bool,
@@ -34,7 +34,7 @@ impl Drop for Proxy {
 }
 
 /// A loopback port free at the time of asking.
-pub fn free_port() -> SocketAddr {
+pub(crate) fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -47,7 +47,7 @@ pub fn free_port() -> SocketAddr {
 ///
 /// # Errors
 /// `child`'s exit status, if it exits first.
-pub fn until_answering(child: &mut Child, admin: SocketAddr) -> Result<(), ExitStatus> {
+pub(crate) fn until_answering(child: &mut Child, admin: SocketAddr) -> Result<(), ExitStatus> {
     let deadline = Instant::now() + 3 * super::BOUND;
     while std::net::TcpStream::connect(admin).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -60,7 +60,7 @@ pub fn until_answering(child: &mut Child, admin: SocketAddr) -> Result<(), ExitS
 }
 
 /// Waits (polling, bounded) for `child` to exit; its exit status.
-pub fn exited(child: &mut Child) -> ExitStatus {
+pub(crate) fn exited(child: &mut Child) -> ExitStatus {
     let deadline = Instant::now() + super::BOUND;
     loop {
         if let Some(status) = child.try_wait().expect("the child's status") {
@@ -73,7 +73,7 @@ pub fn exited(child: &mut Child) -> ExitStatus {
 
 /// A `tollgate run` to start for a test: its config and how to start it. [`Launch::start`]
 /// starts it.
-pub struct Launch<'a> {
+pub(crate) struct Launch<'a> {
     name: &'a str,
     admin_body: &'a str,
     listener_body: &'a str,
@@ -87,7 +87,7 @@ impl<'a> Launch<'a> {
     /// listener's lines but `name` and `listen`) and `rest` (what follows the listener);
     /// `[admin]` and the listener's `name`/`listen` lines are added. Its stderr is kept in a
     /// file ([`Proxy::log`]) and shown on the test's stderr when it ends.
-    pub fn new(name: &'a str, listener_body: &'a str, rest: &'a str) -> Launch<'a> {
+    pub(crate) fn new(name: &'a str, listener_body: &'a str, rest: &'a str) -> Launch<'a> {
         Launch {
             name,
             admin_body: "",
@@ -99,19 +99,19 @@ impl<'a> Launch<'a> {
     }
 
     /// With `body` (such as a `token_env` line) in `[admin]`.
-    pub fn admin(mut self, body: &'a str) -> Launch<'a> {
+    pub(crate) fn admin(mut self, body: &'a str) -> Launch<'a> {
         self.admin_body = body;
         self
     }
 
     /// With `shell` (such as `"ulimit -Sn 256 && "`) run before the proxy, in the same `sh`.
-    pub fn shell(mut self, shell: impl Into<String>) -> Launch<'a> {
+    pub(crate) fn shell(mut self, shell: impl Into<String>) -> Launch<'a> {
         self.shell = shell.into();
         self
     }
 
     /// Without showing its stderr on the test's when it ends: the test reads it itself.
-    pub fn quiet(mut self) -> Launch<'a> {
+    pub(crate) fn quiet(mut self) -> Launch<'a> {
         self.quiet = true;
         self
     }
@@ -124,7 +124,7 @@ impl<'a> Launch<'a> {
     ///
     /// # Panics
     /// If the proxy exits before it comes up, for another reason or too often.
-    pub fn start(&self) -> Proxy {
+    pub(crate) fn start(&self) -> Proxy {
         const ATTEMPTS: usize = 5;
         for attempt in 1..=ATTEMPTS {
             match self.try_start() {
@@ -187,7 +187,7 @@ impl<'a> Launch<'a> {
 
 impl Proxy {
     /// Sends `signal` (a `kill -s` name such as `HUP`) to the child.
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args(["-s", signal, &self.pid().to_string()])
             .status()
@@ -196,22 +196,22 @@ impl Proxy {
     }
 
     /// Waits (bounded) for the child to exit; its exit status.
-    pub fn wait_exit(&mut self) -> ExitStatus {
+    pub(crate) fn wait_exit(&mut self) -> ExitStatus {
         exited(&mut self.child)
     }
 
     /// What the child wrote to stderr so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.path.with_file_name("stderr.log")).unwrap_or_default()
     }
 
     /// The child's process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Resident memory of the child, in KiB.
-    pub fn rss_kib(&self) -> u64 {
+    pub(crate) fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         status
             .lines()
@@ -221,7 +221,7 @@ impl Proxy {
     }
 
     /// The value of the metric line starting with `prefix`, from the admin endpoint.
-    pub fn metric(&self, prefix: &str) -> f64 {
+    pub(crate) fn metric(&self, prefix: &str) -> f64 {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(self.admin).unwrap();
         stream.set_read_timeout(Some(super::BOUND)).unwrap();
@@ -241,8 +241,7 @@ impl Proxy {
 /// the processes; how many were served. `steady`: an attempt that a loaded machine delays
 /// pushes the next ones back rather than into a burst (a source meant to stay under its
 /// limit then does in every window).
-#[allow(dead_code)] // Only the cluster tests flood processes.
-pub async fn flood(
+pub(crate) async fn flood(
     processes: &[Proxy],
     from: &str,
     total: u64,
@@ -272,7 +271,6 @@ pub async fn flood(
 
 /// What the cluster's processes count against sharing: Redis errors and clock refusals, all
 /// of them together.
-#[allow(dead_code)] // Only the cluster tests flood processes.
 fn lapses(processes: &[Proxy]) -> f64 {
     processes
         .iter()
@@ -293,8 +291,7 @@ fn lapses(processes: &[Proxy]) -> f64 {
 /// # Panics
 /// If every flood had a process alone: the sharing was never measured, and the test must not
 /// pass.
-#[allow(dead_code)] // Only the cluster tests flood processes.
-pub async fn shared_flood<'a>(
+pub(crate) async fn shared_flood<'a>(
     processes: &[Proxy],
     sources: &[&'a str],
     total: u64,

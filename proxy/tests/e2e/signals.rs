@@ -1,10 +1,8 @@
 //! Signals to the real binary: SIGHUP reloads (a bad file is refused and the old policy
 //! stays), SIGTERM drains and exits cleanly.
 
-mod common;
-
-use common::process::Launch;
-use common::{Wire, attempt, echo_upstream};
+use crate::support::process::Launch;
+use crate::support::{self, Wire, attempt, echo_upstream};
 use tollgate::config::ProxyConfig;
 use tollgate::server::{Server, Signals};
 
@@ -28,13 +26,13 @@ async fn sighup_reloads_and_sigterm_stops() {
     let text = std::fs::read_to_string(&proxy.path).unwrap();
     std::fs::write(&proxy.path, text.replace("2/60s", "4/60s")).unwrap();
     proxy.signal("HUP");
-    common::eventually(|| proxy.metric("tollgate_reloads_total{result=\"ok\"}") == 1.0).await;
+    support::eventually(|| proxy.metric("tollgate_reloads_total{result=\"ok\"}") == 1.0).await;
     assert_eq!(attempt("127.0.0.2", proxy.front).await, Wire::Echoed);
     assert_eq!(attempt("127.0.0.2", proxy.front).await, Wire::Reset);
     // A bad file: refused, the limit of 4 stays.
     std::fs::write(&proxy.path, "this is not toml").unwrap();
     proxy.signal("HUP");
-    common::eventually(|| proxy.metric("tollgate_reloads_total{result=\"error\"}") == 1.0).await;
+    support::eventually(|| proxy.metric("tollgate_reloads_total{result=\"error\"}") == 1.0).await;
     assert_eq!(attempt("127.0.0.3", proxy.front).await, Wire::Echoed);
     proxy.signal("TERM");
     assert!(proxy.wait_exit().success());
@@ -43,7 +41,7 @@ async fn sighup_reloads_and_sigterm_stops() {
 /// SIGTERM to this process until `run` ends (its handlers may not be installed yet: a signal
 /// before them is not queued for them); what it answered.
 async fn terminated<T>(run: tokio::task::JoinHandle<T>) -> T {
-    common::eventually(|| {
+    support::eventually(|| {
         let sent = std::process::Command::new("kill")
             .args(["-s", "TERM", &std::process::id().to_string()])
             .status()
@@ -58,9 +56,9 @@ async fn terminated<T>(run: tokio::task::JoinHandle<T>) -> T {
 /// In process, a proxy reloading from its file, with a drain of 100 ms; a relay to the echo
 /// upstream held open through it if `hold`.
 async fn serving(hold: bool) -> (Server, tempfile::TempDir, Option<tokio::net::TcpStream>) {
-    let dir = common::scratch("signals-in-process");
+    let dir = support::scratch("signals-in-process");
     let path = dir.path().join("tollgate.toml");
-    let text = common::one_listener(
+    let text = support::one_listener(
         "enabled = false",
         echo_upstream().await,
         "",
@@ -71,8 +69,8 @@ async fn serving(hold: bool) -> (Server, tempfile::TempDir, Option<tokio::net::T
     let server = Server::start(config, Some(path)).await.expect("starts");
     let held = if hold {
         let front = server.local_addr("front").unwrap();
-        let held = common::connect_from("127.0.0.2", front).await.unwrap();
-        common::eventually(|| server.open_connections() == 1).await;
+        let held = support::connect_from("127.0.0.2", front).await.unwrap();
+        support::eventually(|| server.open_connections() == 1).await;
         Some(held)
     } else {
         None
@@ -101,7 +99,7 @@ async fn in_process_sighup_reloads_and_sigterm_answers_how_many_the_drain_cut() 
         .status()
         .expect("kill runs");
     assert!(hangup.success());
-    common::eventually(|| shared.filter.policy().rule(1).is_some()).await;
+    support::eventually(|| shared.filter.policy().rule(1).is_some()).await;
     assert_eq!(terminated(run).await, 1, "the held relay was cut");
 
     let (server, _dir, _) = serving(false).await;

@@ -3,13 +3,11 @@
 //! expiry, the refused TCP settings, and, as separate processes, the open-file limit raised
 //! and a spoofed flood held to the session cap.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::process::Launch;
-use common::{BOUND, metric, start, udp_echo_upstream};
+use crate::support::process::Launch;
+use crate::support::{self, BOUND, metric, start, udp_echo_upstream};
 use tokio::net::UdpSocket;
 
 fn config(upstream: SocketAddr, extra: &str) -> String {
@@ -74,7 +72,7 @@ async fn datagrams_are_limited_per_source_and_replies_reach_their_client() {
         from_b,
         ["echo:b0", "echo:b1", "echo:b2", "echo:b3", "echo:b4"]
     );
-    common::eventually(|| {
+    support::eventually(|| {
         metric(
             &server,
             "tollgate_decisions_total{listener=\"dns\",verdict=\"throttled\"}",
@@ -103,7 +101,7 @@ async fn a_full_session_table_refuses_new_clients_and_keeps_established_ones() {
     a.send_to(b"a1", front).await.unwrap();
     assert_eq!(receive(&a, 1).await, ["echo:a1"]);
     b.send_to(b"b0", front).await.unwrap();
-    common::eventually(|| {
+    support::eventually(|| {
         metric(
             &server,
             "tollgate_refused_total{listener=\"dns\",reason=\"sessions_full\"}",
@@ -165,7 +163,7 @@ async fn sessions_are_capped_per_prefix_and_another_prefix_is_still_served() {
         } else {
             client.send_to(b"over", front).await.unwrap();
             let expected = (i - 3) as f64;
-            common::eventually(|| refused(&server, "prefix_sessions") == expected).await;
+            support::eventually(|| refused(&server, "prefix_sessions") == expected).await;
         }
     }
     assert_eq!(server.udp_sessions(), 4);
@@ -189,7 +187,7 @@ async fn sessions_are_capped_per_source() {
     echoed(&ports[0], front, "p0").await;
     echoed(&ports[1], front, "p1").await;
     ports[2].send_to(b"p2", front).await.unwrap();
-    common::eventually(|| refused(&server, "source_sessions") == 1.0).await;
+    support::eventually(|| refused(&server, "source_sessions") == 1.0).await;
     echoed(&client("127.0.11.2").await, front, "neighbour").await;
     assert_eq!(server.udp_sessions(), 3);
 }
@@ -211,9 +209,9 @@ async fn expiry_frees_sessions_and_their_places_without_traffic() {
     echoed(&a, front, "a").await;
     echoed(&b, front, "b").await;
     c.send_to(b"c", front).await.unwrap();
-    common::eventually(|| refused(&server, "prefix_sessions") == 1.0).await;
+    support::eventually(|| refused(&server, "prefix_sessions") == 1.0).await;
     // No datagram reaches the listener now: the sessions end by themselves.
-    common::eventually(|| metric(&server, "tollgate_udp_sessions{listener=\"dns\"}") == 0.0).await;
+    support::eventually(|| metric(&server, "tollgate_udp_sessions{listener=\"dns\"}") == 0.0).await;
     // Their places are given back to the prefix.
     echoed(&c, front, "c").await;
     assert_eq!(refused(&server, "prefix_sessions"), 1.0);

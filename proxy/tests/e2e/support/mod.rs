@@ -1,15 +1,13 @@
 //! Loopback fixtures for the proxy's end-to-end tests: echo upstreams, clients bound to chosen
 //! 127.x.y.z sources, and what a client saw on the wire.
 
-#![allow(dead_code, unreachable_pub)]
+pub(crate) mod browser;
+pub(crate) mod capture;
+pub(crate) mod cluster;
+pub(crate) mod process;
+pub(crate) mod redis;
 
-pub mod browser;
-pub mod capture;
-pub mod cluster;
-pub mod process;
-pub mod redis;
-
-pub mod handshake;
+pub(crate) mod handshake;
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
@@ -21,13 +19,13 @@ use tollgate::config::ProxyConfig;
 use tollgate::server::Server;
 
 /// Every wait in these tests is bounded by this: a hang fails instead of stalling CI.
-pub const BOUND: Duration = Duration::from_secs(10);
+pub(crate) const BOUND: Duration = Duration::from_secs(10);
 
 /// A fresh directory of the test's own, `$TMPDIR/tollgate-NAME-XXXXXX`, removed when dropped
 /// (when the test ends, passed or failed). Fresh and unique, not named after the process id:
 /// ids are reused, and a directory an earlier process left would hold its files. Set
 /// `TOLLGATE_KEEP_SCRATCH=1` to keep them for a look (the browser tests' screenshots).
-pub fn scratch(name: &str) -> tempfile::TempDir {
+pub(crate) fn scratch(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix(&format!("tollgate-{name}-"))
         .disable_cleanup(std::env::var_os("TOLLGATE_KEEP_SCRATCH").is_some())
@@ -36,7 +34,7 @@ pub fn scratch(name: &str) -> tempfile::TempDir {
 }
 
 /// A TCP echo server on 127.0.0.1; returns its address.
-pub async fn echo_upstream() -> SocketAddr {
+pub(crate) async fn echo_upstream() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -51,7 +49,7 @@ pub async fn echo_upstream() -> SocketAddr {
 }
 
 /// A UDP echo server on 127.0.0.1 that prefixes each reply with "echo:".
-pub async fn udp_echo_upstream() -> SocketAddr {
+pub(crate) async fn udp_echo_upstream() -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let address = socket.local_addr().unwrap();
     tokio::spawn(async move {
@@ -65,18 +63,18 @@ pub async fn udp_echo_upstream() -> SocketAddr {
 }
 
 /// An address nothing listens on (bound, then released).
-pub async fn closed_port() -> SocketAddr {
+pub(crate) async fn closed_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     listener.local_addr().unwrap()
 }
 
 /// `[admin]` lines for no admin endpoint.
-pub const NO_ADMIN: &str = "enabled = false";
+pub(crate) const NO_ADMIN: &str = "enabled = false";
 
 /// A whole config: `[admin]` holding `admin` ([`NO_ADMIN`] for none), one TCP listener
 /// `front` on an ephemeral loopback port in front of `upstream` with the lines `listener`
 /// more, then `rest` (the rules and any other sections).
-pub fn one_listener(
+pub(crate) fn one_listener(
     admin: &str,
     upstream: impl std::fmt::Display,
     listener: &str,
@@ -91,13 +89,13 @@ pub fn one_listener(
 
 /// Starts a proxy from config text (the admin on an ephemeral loopback port unless the text
 /// says otherwise).
-pub async fn start(config: &str) -> Server {
+pub(crate) async fn start(config: &str) -> Server {
     let config = ProxyConfig::parse(config).unwrap_or_else(|e| panic!("{e}\n{config}"));
     Server::start(config, None).await.expect("proxy starts")
 }
 
 /// A connection to `to` from source address `from`.
-pub async fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
     let from: IpAddr = from.parse().unwrap();
     let socket = if from.is_ipv4() {
         TcpSocket::new_v4()?
@@ -112,7 +110,7 @@ pub async fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStre
 
 /// What a client saw after sending a line.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Wire {
+pub(crate) enum Wire {
     /// The line came back (forwarded to the echo upstream).
     Echoed,
     /// An orderly close (FIN) with these bytes before it (empty for a plain close).
@@ -126,7 +124,7 @@ pub enum Wire {
 /// A reset that arrives before the write (the proxy decided while this task was not
 /// scheduled yet) fails the write; the error is then consumed and the read that follows sees
 /// only an end of stream, so the write's error is the reset.
-pub async fn exchange(mut stream: TcpStream, line: &[u8]) -> Wire {
+pub(crate) async fn exchange(mut stream: TcpStream, line: &[u8]) -> Wire {
     if let Err(err) = stream.write_all(line).await
         && err.kind() == ErrorKind::ConnectionReset
     {
@@ -151,7 +149,7 @@ pub async fn exchange(mut stream: TcpStream, line: &[u8]) -> Wire {
 }
 
 /// Connects from `from`, sends a line and reports what came back.
-pub async fn attempt(from: &str, to: SocketAddr) -> Wire {
+pub(crate) async fn attempt(from: &str, to: SocketAddr) -> Wire {
     match connect_from(from, to).await {
         Ok(stream) => exchange(stream, b"hello\n").await,
         Err(err) if err.kind() == ErrorKind::ConnectionReset => Wire::Reset,
@@ -160,7 +158,7 @@ pub async fn attempt(from: &str, to: SocketAddr) -> Wire {
 }
 
 /// The value of the metric line that starts with `prefix` (name and labels), 0 if absent.
-pub fn metric(server: &Server, prefix: &str) -> f64 {
+pub(crate) fn metric(server: &Server, prefix: &str) -> f64 {
     let shared = server.shared();
     let text = shared.metrics.render(&shared.filter.policy(), shared.now());
     text.lines()
@@ -170,7 +168,7 @@ pub fn metric(server: &Server, prefix: &str) -> f64 {
 }
 
 /// Waits (polling, bounded by [`BOUND`]) until `done` holds; panics if it never does.
-pub async fn eventually(mut done: impl FnMut() -> bool) {
+pub(crate) async fn eventually(mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + BOUND;
     while !done() {
         assert!(
@@ -182,12 +180,12 @@ pub async fn eventually(mut done: impl FnMut() -> bool) {
 }
 
 /// A plain HTTP/1.1 request to the admin endpoint; returns (status, body).
-pub async fn admin(server: &Server, method: &str, path: &str) -> (u16, String) {
+pub(crate) async fn admin(server: &Server, method: &str, path: &str) -> (u16, String) {
     admin_as(server, method, path, None).await
 }
 
 /// As [`admin`], with `Authorization: Bearer TOKEN` if `token`.
-pub async fn admin_as(
+pub(crate) async fn admin_as(
     server: &Server,
     method: &str,
     path: &str,
@@ -197,8 +195,7 @@ pub async fn admin_as(
 }
 
 /// As [`admin_as`], asking for JSON and sending `body` as JSON.
-#[allow(dead_code)] // Not every test file that includes this module sends JSON.
-pub async fn admin_json(
+pub(crate) async fn admin_json(
     server: &Server,
     method: &str,
     path: &str,

@@ -9,7 +9,7 @@ use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapWriter};
 
 /// A TCP SYN from `src` to 198.51.100.1:443, in an Ethernet frame.
-pub fn v4_frame(src: [u8; 4]) -> Vec<u8> {
+pub(crate) fn v4_frame(src: [u8; 4]) -> Vec<u8> {
     let mut frame = Vec::new();
     PacketBuilder::ethernet2([2; 6], [4; 6])
         .ipv4(src, [198, 51, 100, 1], 64)
@@ -21,7 +21,7 @@ pub fn v4_frame(src: [u8; 4]) -> Vec<u8> {
 }
 
 /// A one-byte UDP datagram from `src` to [::1]:53, in an Ethernet frame.
-pub fn v6_frame(src: Ipv6Addr) -> Vec<u8> {
+pub(crate) fn v6_frame(src: Ipv6Addr) -> Vec<u8> {
     let mut frame = Vec::new();
     PacketBuilder::ethernet2([2; 6], [4; 6])
         .ipv6(src.octets(), Ipv6Addr::LOCALHOST.octets(), 64)
@@ -32,7 +32,7 @@ pub fn v6_frame(src: Ipv6Addr) -> Vec<u8> {
 }
 
 /// Writes `frames`, each at its offset from the capture's start.
-pub fn write_timed_pcap(path: &Path, frames: &[(Duration, Vec<u8>)]) {
+pub(crate) fn write_timed_pcap(path: &Path, frames: &[(Duration, Vec<u8>)]) {
     let file = std::fs::File::create(path).expect("created");
     let mut writer = PcapWriter::new(file).expect("a pcap writer");
     for (offset, frame) in frames {

@@ -2,11 +2,9 @@
 //! idle timeouts, its connections are capped (at the cap a newcomer evicts the oldest one
 //! still waiting for its request head), and a bearer token guards what changes state.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::{BOUND, admin, admin_as, eventually, metric, start};
+use crate::support::{self, BOUND, admin, admin_as, eventually, metric, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate::config::ProxyConfig;
@@ -28,7 +26,7 @@ limits = [{{ rate = "10/1s" }}]
 
 /// A fresh directory for test `name`, removed when dropped, and a file there holding `token`.
 fn token_file(name: &str, token: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = common::scratch(&format!("admin-{name}"));
+    let dir = support::scratch(&format!("admin-{name}"));
     let path = dir.path().join("token");
     std::fs::write(&path, format!("{token}\n")).unwrap();
     (dir, path)
@@ -158,7 +156,7 @@ async fn a_non_loopback_admin_without_a_token_is_refused_with_its_line() {
 
 #[tokio::test]
 async fn a_token_file_that_cannot_be_read_stops_the_start() {
-    let dir = common::scratch("no-token");
+    let dir = support::scratch("no-token");
     let missing = dir.path().join("token");
     let text = config(&format!("token_file = \"{}\"", missing.display()));
     let err = Server::start(ProxyConfig::parse(&text).unwrap(), None)

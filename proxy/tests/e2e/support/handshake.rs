@@ -1,6 +1,6 @@
 //! An upstream whose TCP handshakes are not done at once, as on a real network, for the
-//! proxy's unit tests (`listeners::upstream`, by `#[path]`) and its integration tests
-//! (`tests/common`): one file, two crates.
+//! proxy's unit tests (`listeners::upstream`, by `#[path]`) and its end-to-end tests
+//! (`tests/e2e/support`): one file, two crates.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -13,7 +13,7 @@ const WAIT: Duration = Duration::from_secs(10);
 /// full accept queue) and the connecting side retransmits it after its initial retransmission
 /// timeout (1 s). On loopback a handshake is otherwise complete before `connect` returns. The
 /// second value holds the queued connection: accepting it lets the next retransmitted SYN in.
-pub fn stalled_upstream() -> (std::net::TcpListener, std::net::TcpStream) {
+pub(crate) fn stalled_upstream() -> (std::net::TcpListener, std::net::TcpStream) {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
     socket
@@ -27,7 +27,7 @@ pub fn stalled_upstream() -> (std::net::TcpListener, std::net::TcpStream) {
 
 /// Waits (polling, bounded by [`WAIT`]) until a socket of this network namespace is in
 /// SYN-SENT towards `upstream` (IPv4): a connect to it started and its handshake is not done.
-pub fn wait_connecting(upstream: SocketAddr) {
+pub(crate) fn wait_connecting(upstream: SocketAddr) {
     let IpAddr::V4(ip) = upstream.ip() else {
         panic!("IPv4 only: {upstream}")
     };

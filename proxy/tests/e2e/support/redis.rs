@@ -12,13 +12,13 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 /// A folder of PEM files, removed when dropped: a CA, a server certificate it signed for
 /// `127.0.0.1` and `localhost`, a client certificate it signed, and another CA that signed
 /// nothing here.
-pub struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
 }
 
 impl Pki {
     /// Makes them in a new folder named after `name`.
-    pub fn new(name: &str) -> Pki {
+    pub(crate) fn new(name: &str) -> Pki {
         let dir = super::scratch(name);
         let ca_key = KeyPair::generate().unwrap();
         let ca_params = ca("tollgate test CA");
@@ -52,12 +52,12 @@ impl Pki {
     }
 
     /// The folder.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// The file `name` in the folder.
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir().join(name)
     }
 }
@@ -75,7 +75,7 @@ fn ca(common_name: &str) -> CertificateParams {
 /// How to start a `redis-server`: [`Redis::plain`] or [`Redis::tls`], the options that differ,
 /// then [`Options::start`] (a server) or [`Options::sentinel`].
 #[derive(Clone, Copy)]
-pub struct Options<'a> {
+pub(crate) struct Options<'a> {
     port: Option<u16>,
     password: Option<&'a str>,
     tls: Option<&'a Pki>,
@@ -86,32 +86,32 @@ pub struct Options<'a> {
 
 impl<'a> Options<'a> {
     /// On `port` (to come back where a dropped one was); else on a free port.
-    pub fn port(mut self, port: u16) -> Options<'a> {
+    pub(crate) fn port(mut self, port: u16) -> Options<'a> {
         self.port = Some(port);
         self
     }
 
     /// Requiring `password` (`requirepass`).
-    pub fn password(mut self, password: &'a str) -> Options<'a> {
+    pub(crate) fn password(mut self, password: &'a str) -> Options<'a> {
         self.password = Some(password);
         self
     }
 
     /// Requiring a client certificate signed by the CA (`tls-auth-clients yes`; else `no`).
-    pub fn client_certificates(mut self) -> Options<'a> {
+    pub(crate) fn client_certificates(mut self) -> Options<'a> {
         self.client_certificates = true;
         self
     }
 
     /// A replica of `master`.
-    pub fn replica_of(mut self, master: &Redis) -> Options<'a> {
+    pub(crate) fn replica_of(mut self, master: &Redis) -> Options<'a> {
         self.replica_of = Some(master.port);
         self
     }
 
     /// Starting from the snapshot at `rdb` (copied into its folder as `dump.rdb`, which Redis
     /// loads at start): a restart with persistence. (It still saves nothing by itself.)
-    pub fn snapshot(mut self, rdb: &'a Path) -> Options<'a> {
+    pub(crate) fn snapshot(mut self, rdb: &'a Path) -> Options<'a> {
         self.snapshot = Some(rdb);
         self
     }
@@ -121,7 +121,7 @@ impl<'a> Options<'a> {
     /// # Panics
     /// If `redis-server` cannot be started or does not get ready: a test that asked for Redis
     /// and did not get it has not run, and must not pass.
-    pub async fn start(self) -> Redis {
+    pub(crate) async fn start(self) -> Redis {
         let mut lines = String::from("save \"\"\nappendonly no\n");
         if let Some(password) = self.password {
             lines += &format!("requirepass {password}\n");
@@ -138,7 +138,7 @@ impl<'a> Options<'a> {
     ///
     /// # Panics
     /// As [`Options::start`].
-    pub async fn sentinel(self, master: &Redis, quorum: u32, settings: &str) -> Redis {
+    pub(crate) async fn sentinel(self, master: &Redis, quorum: u32, settings: &str) -> Redis {
         let lines = format!(
             "sentinel monitor m 127.0.0.1 {} {quorum}\n{settings}",
             master.port
@@ -228,11 +228,11 @@ impl<'a> Options<'a> {
 
 /// A `redis-server` (or a sentinel) on a loopback port, killed when dropped (and resumed
 /// first if stopped), its folder removed.
-pub struct Redis {
+pub(crate) struct Redis {
     child: Child,
-    pub port: u16,
+    pub(crate) port: u16,
     /// `requirepass`, if started with one.
-    pub password: Option<String>,
+    pub(crate) password: Option<String>,
     /// Its folder (config, log, snapshot), removed after it is killed (fields drop after
     /// `Drop::drop`).
     dir: tempfile::TempDir,
@@ -240,7 +240,7 @@ pub struct Redis {
 
 impl Redis {
     /// One reached by plain TCP.
-    pub fn plain() -> Options<'static> {
+    pub(crate) fn plain() -> Options<'static> {
         Options {
             port: None,
             password: None,
@@ -252,7 +252,7 @@ impl Redis {
     }
 
     /// One reached only by TLS (`port 0`), with `pki`'s server certificate.
-    pub fn tls(pki: &Pki) -> Options<'_> {
+    pub(crate) fn tls(pki: &Pki) -> Options<'_> {
         Options {
             tls: Some(pki),
             ..Redis::plain()
@@ -260,22 +260,22 @@ impl Redis {
     }
 
     /// Its address (its TLS one if it has one).
-    pub fn address(&self) -> SocketAddr {
+    pub(crate) fn address(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// Where `SAVE` writes its snapshot (`dump.rdb` in its folder).
-    pub fn snapshot_file(&self) -> PathBuf {
+    pub(crate) fn snapshot_file(&self) -> PathBuf {
         self.dir.path().join("dump.rdb")
     }
 
     /// What it logged so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
     }
 
     /// Sends it `signal` (a `kill` option such as `-STOP`).
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([signal, &self.child.id().to_string()])
             .status()
@@ -295,7 +295,7 @@ impl Drop for Redis {
 }
 
 /// A file holding `text` in `dir`; its path.
-pub fn secret_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub(crate) fn secret_file(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("temp dir writable");
     path

@@ -1,12 +1,10 @@
 //! The admin's `/explain` and run-time lists: what decides for a source, counting nothing;
 //! entries added, seen, expired and kept across a reload; bad requests refused by name.
 
-mod common;
-
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use common::{Wire, admin_json, attempt, echo_upstream, eventually};
+use crate::support::{self, Wire, admin_json, attempt, echo_upstream, eventually};
 use serde_json::Value;
 use tollgate::config::ProxyConfig;
 use tollgate::ops::saved_lists::unix_ms_now;
@@ -19,7 +17,7 @@ const TOKEN: &str = "explain-token";
 /// A fresh directory per call, holding the token file and the config file; removed when
 /// dropped.
 fn dir() -> tempfile::TempDir {
-    let dir = common::scratch("explain");
+    let dir = support::scratch("explain");
     std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
     dir
 }
@@ -43,7 +41,7 @@ sources = ["203.0.113.0/24"]
 penalty = "10m"
 limits = [{{ rate = "1/10s" }}]"#
     );
-    common::one_listener(&admin, upstream, "", &rest)
+    support::one_listener(&admin, upstream, "", &rest)
 }
 
 /// Starts a proxy from a config file in `dir` (so that it can reload).
@@ -135,14 +133,14 @@ async fn explain_names_what_decides_for_allowed_throttled_penalised_and_listed_s
     assert_eq!(why["list"]["origin"], "file");
 
     // The text form says the same for people.
-    let (status, body) = common::admin(&server, "GET", "/explain?source=198.51.100.1").await;
+    let (status, body) = support::admin(&server, "GET", "/explain?source=198.51.100.1").await;
     assert_eq!(status, 200);
     assert!(
         body.contains("verdict  deny: listed (198.51.100.0/24)")
             && body.contains("list     deny 198.51.100.0/24 (config file)"),
         "{body}"
     );
-    let (status, body) = common::admin(&server, "GET", "/explain?source=2001:db8:1:2::1").await;
+    let (status, body) = support::admin(&server, "GET", "/explain?source=2001:db8:1:2::1").await;
     assert_eq!(status, 200);
     assert!(body.contains("counted as 2001:db8:1:2::/64"), "{body}");
     assert!(body.contains("over, back under in"), "{body}");
@@ -169,7 +167,7 @@ async fn a_flood_past_eight_times_its_limit_is_said_to_be_at_least_and_back_at_m
     // The sketch's promise, not the count's decay: past the rest of this minute's window.
     let retry = limit["retry_after_ms"].as_u64().unwrap();
     assert!(retry > 60_000 && retry <= 120_000, "{why}");
-    let (status, body) = common::admin(&server, "GET", "/explain?source=192.0.2.7").await;
+    let (status, body) = support::admin(&server, "GET", "/explain?source=192.0.2.7").await;
     assert_eq!(status, 200);
     assert!(
         body.contains("estimate at least ") && body.contains("back under in at most"),
@@ -177,7 +175,7 @@ async fn a_flood_past_eight_times_its_limit_is_said_to_be_at_least_and_back_at_m
     );
     let estimate = get(&server, "/estimate?source=192.0.2.7").await;
     assert_eq!(estimate["limits"][0]["capped"], true, "{estimate}");
-    let (_, body) = common::admin(&server, "GET", "/estimate?source=192.0.2.7").await;
+    let (_, body) = support::admin(&server, "GET", "/estimate?source=192.0.2.7").await;
     assert!(body.contains(">= 2"), "{body}");
     // A source under the cap reads as exact.
     for _ in 0..5 {
@@ -205,7 +203,7 @@ async fn a_flood_past_eight_times_its_limit_is_said_to_be_at_least_and_back_at_m
     );
     assert!(rows[0]["over"].as_f64().unwrap() > 8.0, "{top}");
     assert_eq!(rows[1]["capped"], false, "{top}");
-    let (_, body) = common::admin(&server, "GET", "/top").await;
+    let (_, body) = support::admin(&server, "GET", "/top").await;
     let first = body.lines().nth(1).unwrap_or_default();
     assert!(
         first.starts_with("192.0.2.7 ") && first.contains(" >=8."),
@@ -371,11 +369,11 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
     );
     // ?format=json says it too; without either, text.
     refused(
-        common::admin(&server, "POST", "/reload?format=json").await,
+        support::admin(&server, "POST", "/reload?format=json").await,
         401,
         "Authorization: Bearer",
     );
-    let (status, body) = common::admin(&server, "POST", "/reload").await;
+    let (status, body) = support::admin(&server, "POST", "/reload").await;
     assert_eq!(
         (status, body.as_str()),
         (401, "send `Authorization: Bearer TOKEN`\n")
@@ -468,7 +466,7 @@ async fn bad_list_requests_are_refused_naming_what_is_wrong() {
 #[tokio::test]
 async fn without_a_token_list_changes_are_refused_while_reads_stay_open() {
     let upstream = echo_upstream().await;
-    let server = common::start(&common::one_listener(
+    let server = support::start(&support::one_listener(
         "listen = \"127.0.0.1:0\"",
         upstream,
         "",

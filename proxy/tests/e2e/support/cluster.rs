@@ -7,32 +7,32 @@ use tollgate::server::Server;
 ///
 /// # Panics
 /// If the server has no `[cluster]`.
-pub fn cluster_of(server: &Server) -> &tollgate::cluster::Cluster {
+pub(crate) fn cluster_of(server: &Server) -> &tollgate::cluster::Cluster {
     server.shared().cluster.as_deref().expect("a cluster node")
 }
 
 /// Whether the node limits alone (Redis away).
-pub fn alone(server: &Server) -> bool {
+pub(crate) fn alone(server: &Server) -> bool {
     cluster_of(server).metrics().alone.get() == 1
 }
 
 /// The node's Redis errors so far.
-pub fn errors(server: &Server) -> u64 {
+pub(crate) fn errors(server: &Server) -> u64 {
     cluster_of(server).metrics().redis_errors.get()
 }
 
 /// The node's finished sync rounds so far.
-pub fn syncs(server: &Server) -> u64 {
+pub(crate) fn syncs(server: &Server) -> u64 {
     cluster_of(server).metrics().syncs.get()
 }
 
 /// Waits until every node has finished two more sync rounds (so the first began after now).
-pub async fn two_rounds(servers: &[Server]) {
+pub(crate) async fn two_rounds(servers: &[Server]) {
     let before: Vec<u64> = servers.iter().map(syncs).collect();
     super::eventually(|| servers.iter().zip(&before).all(|(s, b)| syncs(s) >= b + 2)).await;
 }
 
 /// Waits until no node limits alone.
-pub async fn joined(servers: &[Server]) {
+pub(crate) async fn joined(servers: &[Server]) {
     super::eventually(|| servers.iter().all(|s| !alone(s))).await;
 }

@@ -1,13 +1,11 @@
 //! The TCP proxy end to end on loopback: limits per source and per prefix, each action as the
 //! client sees it on the wire, and upstream failures.
 
-mod common;
-
-use common::{Wire, attempt, closed_port, echo_upstream, metric, start};
+use crate::support::{self, Wire, attempt, closed_port, echo_upstream, metric, start};
 
 fn config(upstream: std::net::SocketAddr, rule: &str) -> String {
     let rule = format!("[[rule]]\nname = \"per-source\"\n{rule}");
-    common::one_listener(common::NO_ADMIN, upstream, "", &rule)
+    support::one_listener(support::NO_ADMIN, upstream, "", &rule)
 }
 
 async fn nth_plus_one(action: &str) -> (Wire, Wire, Wire) {
@@ -146,10 +144,10 @@ async fn idle_connections_are_bounded_by_the_per_source_cap() {
     // Three connections that send nothing and stay open.
     let mut idle = Vec::new();
     for _ in 0..3 {
-        idle.push(common::connect_from("127.0.0.7", front).await.unwrap());
+        idle.push(support::connect_from("127.0.0.7", front).await.unwrap());
     }
     // They are held by the proxy (each has an upstream session) before the fourth comes.
-    common::eventually(|| server.open_connections() == 3).await;
+    support::eventually(|| server.open_connections() == 3).await;
     assert_eq!(attempt("127.0.0.7", front).await, Wire::Reset);
     assert_eq!(
         attempt("127.0.0.8", front).await,
@@ -157,7 +155,7 @@ async fn idle_connections_are_bounded_by_the_per_source_cap() {
         "other sources are not capped"
     );
     drop(idle.pop());
-    common::eventually(|| server.open_connections() == 2).await;
+    support::eventually(|| server.open_connections() == 2).await;
     assert_eq!(
         attempt("127.0.0.7", front).await,
         Wire::Echoed,
@@ -213,15 +211,15 @@ async fn a_delayed_connection_is_held_until_under_the_limit_or_its_bound() {
 #[tokio::test]
 async fn a_connection_through_an_upstream_whose_handshake_is_slow_arrives_whole() {
     use std::io::{Read, Write};
-    let (listener, queued) = common::handshake::stalled_upstream();
+    let (listener, queued) = support::handshake::stalled_upstream();
     let address = listener.local_addr().unwrap();
     let upstream = std::thread::spawn(move || {
-        common::handshake::wait_connecting(address);
+        support::handshake::wait_connecting(address);
         // Free the queue: the proxy's next SYN gets in.
         drop(listener.accept().unwrap());
         drop(queued);
         let (mut stream, _) = listener.accept().unwrap();
-        stream.set_read_timeout(Some(common::BOUND)).unwrap();
+        stream.set_read_timeout(Some(support::BOUND)).unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 256];
         while !got.ends_with(b"hello\n") {
@@ -233,8 +231,8 @@ async fn a_connection_through_an_upstream_whose_handshake_is_slow_arrives_whole(
         got
     });
     // A connect timeout past the SYN's retransmission.
-    let server = start(&common::one_listener(
-        common::NO_ADMIN,
+    let server = start(&support::one_listener(
+        support::NO_ADMIN,
         address,
         "send_proxy = \"v1\"\nconnect_timeout = \"5s\"",
         "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"100/60s\" }]",
@@ -268,7 +266,7 @@ async fn a_flood_of_queued_connections_is_accepted_a_batch_at_a_time() {
     // Blocking connects: they complete in the kernel's accept queue without a turn of the
     // runtime, so none is accepted yet.
     let queued: Vec<std::net::TcpStream> = (0..FLOOD)
-        .map(|_| std::net::TcpStream::connect_timeout(&front, common::BOUND).unwrap())
+        .map(|_| std::net::TcpStream::connect_timeout(&front, support::BOUND).unwrap())
         .collect();
     let decided = || {
         ["allowed", "throttled"]
@@ -352,7 +350,7 @@ async fn connections_reset_at_once_take_no_held_slot() {
     // Queued while the proxy cannot run (see the flood test above), so that they are all
     // decided in one turn of the accept loop.
     let queued: Vec<std::net::TcpStream> = (0..10)
-        .map(|_| std::net::TcpStream::connect_timeout(&front, common::BOUND).unwrap())
+        .map(|_| std::net::TcpStream::connect_timeout(&front, support::BOUND).unwrap())
         .collect();
     let throttled = || {
         metric(
@@ -360,7 +358,7 @@ async fn connections_reset_at_once_take_no_held_slot() {
             "tollgate_decisions_total{listener=\"front\",verdict=\"throttled\"}",
         )
     };
-    common::eventually(|| throttled() == 10.0).await;
+    support::eventually(|| throttled() == 10.0).await;
     assert_eq!(
         metric(
             &server,
@@ -389,7 +387,7 @@ async fn a_rejected_connections_opening_is_not_read_at_accept() {
     assert_eq!(attempt("127.0.0.1", front).await, Wire::Echoed);
     // Connected and its header sent before the proxy runs (see the flood test above): the
     // bytes are there when it is accepted.
-    let mut queued = std::net::TcpStream::connect_timeout(&front, common::BOUND).unwrap();
+    let mut queued = std::net::TcpStream::connect_timeout(&front, support::BOUND).unwrap();
     let client: std::net::SocketAddr = "198.51.100.7:4000".parse().unwrap();
     queued
         .write_all(&tollgate::listeners::proxy_protocol::encode_v1(
@@ -399,7 +397,7 @@ async fn a_rejected_connections_opening_is_not_read_at_accept() {
     queued.set_nonblocking(true).unwrap();
     let mut stream = tokio::net::TcpStream::from_std(queued).unwrap();
     let mut rest = Vec::new();
-    let read = tokio::time::timeout(common::BOUND, stream.read_to_end(&mut rest))
+    let read = tokio::time::timeout(support::BOUND, stream.read_to_end(&mut rest))
         .await
         .expect("closed by the proxy");
     assert!(read.is_ok() && rest.is_empty(), "{read:?} {rest:?}");

@@ -1,13 +1,13 @@
 //! `tollgate check` as an operator runs it: the real binary on files.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::support;
+
 /// The file `name` holding `text` in a fresh directory, removed when dropped.
 fn write(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = common::scratch("check");
+    let dir = support::scratch("check");
     let path = dir.path().join(name);
     std::fs::write(&path, text).expect("written");
     (dir, path)

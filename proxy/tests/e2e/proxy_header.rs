@@ -1,17 +1,15 @@
 //! PROXY headers at the proxy: believed from trusted peers (IPv6 sources and /64 limits behind
 //! a balancer), refused from anyone else, and passed on to upstreams.
 
-mod common;
-
 use std::net::SocketAddr;
 
-use common::{Wire, attempt, connect_from, echo_upstream, exchange, metric, start};
+use crate::support::{self, Wire, attempt, connect_from, echo_upstream, exchange, metric, start};
 use tokio::io::AsyncWriteExt;
 use tollgate::listeners::proxy_protocol::{V2Transport, encode_v1, encode_v2};
 
 fn config(upstream: SocketAddr) -> String {
-    common::one_listener(
-        common::NO_ADMIN,
+    support::one_listener(
+        support::NO_ADMIN,
         upstream,
         "trusted_proxies = [\"127.0.0.5/32\"]\nsend_proxy = \"v1\"",
         r#"[[rule]]
@@ -80,7 +78,7 @@ async fn the_upstream_is_told_the_real_source() {
     let mut buf = [0u8; 256];
     while !got.ends_with(b"hi\n") {
         let n = tokio::time::timeout(
-            common::BOUND,
+            support::BOUND,
             tokio::io::AsyncReadExt::read(&mut stream, &mut buf),
         )
         .await
@@ -173,7 +171,7 @@ async fn sources_behind_a_trusted_balancer_are_capped_per_slash_48() {
         stream.write_all(&v2(client, front)).await.unwrap();
         idle.push(stream);
     }
-    common::eventually(|| {
+    support::eventually(|| {
         metric(
             &server,
             "tollgate_decisions_total{listener=\"front\",verdict=\"allowed\"}",

@@ -4,13 +4,12 @@
 //!
 //! By default 40,000 sources; `TOLLGATE_HEAVY=1` (set by CI) makes it 1,000,000.
 
-mod common;
-
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use common::process::Launch;
+use crate::support;
+use crate::support::process::Launch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tollgate::listeners::proxy_protocol::{V2Transport, encode_v2};
@@ -45,7 +44,7 @@ fn source(index: u32) -> SocketAddr {
 
 /// One connection from `source` through the balancer address `via`; true if echoed.
 async fn connect_as(via: &str, front: SocketAddr, source: SocketAddr) -> bool {
-    let Ok(mut stream) = common::connect_from(via, front).await else {
+    let Ok(mut stream) = support::connect_from(via, front).await else {
         return false;
     };
     let mut hello = encode_v2(source, front, V2Transport::Stream);
@@ -55,7 +54,7 @@ async fn connect_as(via: &str, front: SocketAddr, source: SocketAddr) -> bool {
     }
     let mut back = [0u8; 1];
     let echoed = matches!(
-        tokio::time::timeout(common::BOUND, stream.read_exact(&mut back)).await,
+        tokio::time::timeout(support::BOUND, stream.read_exact(&mut back)).await,
         Ok(Ok(_))
     );
     echoed && back == *b"x"

@@ -2,7 +2,7 @@
 //! makes): a config an operator copies from the README is one the proxy accepts. A fragment
 //! that is not a whole config belongs in a ```text block.
 
-mod common;
+use crate::support as common;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

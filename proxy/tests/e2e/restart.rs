@@ -3,17 +3,15 @@
 //! too, and across a change of the sketches' shape), while a damaged file is refused with a
 //! message and the proxy starts cold.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::process::{Launch, Proxy};
-use common::{Wire, attempt, echo_upstream, eventually, metric};
+use crate::support::process::{Launch, Proxy};
+use crate::support::{self, Wire, attempt, echo_upstream, eventually, metric};
 
 /// A fresh directory for test `name`'s state file (it outlives each proxy the test starts),
 /// and the state file there, not written yet.
 fn state_path(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = common::scratch(name);
+    let dir = support::scratch(name);
     let path = dir.path().join("state.bin");
     (dir, path)
 }
@@ -176,7 +174,7 @@ async fn a_damaged_state_file_is_refused_and_the_start_is_cold() {
 async fn the_state_is_saved_every_interval_and_at_shutdown() {
     let (_dir, state) = state_path("restart-interval");
     let upstream = echo_upstream().await;
-    let server = common::start(&format!(
+    let server = support::start(&format!(
         "[proxy]\nstate_file = \"{}\"\nstate_interval = \"50ms\"\n\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\n\
          [[listener]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"{upstream}\"]\n\n\
@@ -201,7 +199,7 @@ async fn the_state_is_saved_every_interval_and_at_shutdown() {
     server.shutdown().await;
     let after = saves(&shared);
     std::fs::remove_file(&state).unwrap();
-    let again = common::start(&format!(
+    let again = support::start(&format!(
         "[proxy]\nstate_file = \"{}\"\nstate_interval = \"1h\"\n\n[admin]\nenabled = false\n\n\
          [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"3/10m\" }}]\n",
         state.display()
@@ -225,7 +223,7 @@ async fn run_time_list_entries_are_kept_across_a_restart() {
          [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"3/10m\" }}]\n",
         state.display()
     );
-    let server = common::start(&text).await;
+    let server = support::start(&text).await;
     let shared = server.shared();
     let hour = Duration::from_secs(3600);
     let deny = Cidr::parse("192.0.2.0/24").unwrap();
@@ -245,7 +243,7 @@ async fn run_time_list_entries_are_kept_across_a_restart() {
         .unwrap();
     server.shutdown().await;
 
-    let again = common::start(&text).await;
+    let again = support::start(&text).await;
     let shared = again.shared();
     let mut entries: Vec<_> = shared
         .filter

@@ -2,16 +2,16 @@
 //! rejections have a budget of their own, relayed connections that go silent are cut, and the
 //! per-source and per-network caps are on by default.
 
-mod common;
-
 use std::net::SocketAddr;
 
-use common::{Wire, attempt, connect_from, echo_upstream, eventually, exchange, metric, start};
+use crate::support::{
+    self, Wire, attempt, connect_from, echo_upstream, eventually, exchange, metric, start,
+};
 use tokio::io::AsyncReadExt;
 
 fn config(upstream: SocketAddr, listener: &str, rule: &str) -> String {
     let rule = format!("[[rule]]\nname = \"limit\"\n{rule}");
-    common::one_listener(common::NO_ADMIN, upstream, listener, &rule)
+    support::one_listener(support::NO_ADMIN, upstream, listener, &rule)
 }
 
 fn refused(server: &tollgate::server::Server, reason: &str) -> f64 {
@@ -84,7 +84,7 @@ async fn a_silent_relay_is_closed_after_the_idle_timeout() {
     for mut stream in [spoke, silent] {
         let mut rest = Vec::new();
         // Bounded: a relay that is never cut fails here.
-        tokio::time::timeout(common::BOUND, stream.read_to_end(&mut rest))
+        tokio::time::timeout(support::BOUND, stream.read_to_end(&mut rest))
             .await
             .expect("closed by the proxy")
             .unwrap();

@@ -1,14 +1,13 @@
 //! `tollgate replay` end to end: a generated capture with known traffic replays to the verdicts
 //! the policy implies, and a cut capture reports what it read, then fails.
 
-mod common;
-
 use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::capture::{v4_frame, v6_frame, write_timed_pcap};
+use crate::support;
+use crate::support::capture::{v4_frame, v6_frame, write_timed_pcap};
 
 const POLICY: &str = r#"
 [sketch]
@@ -86,7 +85,7 @@ fn replay_under(policy_text: &str, capture: &PathBuf, json: bool) -> (bool, Stri
 
 #[test]
 fn a_known_capture_replays_to_the_expected_verdicts() {
-    let dir = common::scratch("replay");
+    let dir = support::scratch("replay");
     let path = dir.path().join("known.pcap");
     write_pcap(&path, &capture());
     let (ok, out) = replay(&path, true);
@@ -137,7 +136,7 @@ fn a_known_capture_replays_to_the_expected_verdicts() {
 
 #[test]
 fn a_cut_capture_reports_what_it_read_then_fails() {
-    let dir = common::scratch("replay");
+    let dir = support::scratch("replay");
     let path = dir.path().join("cut.pcap");
     write_pcap(&path, &capture());
     let bytes = std::fs::read(&path).expect("read");
@@ -156,7 +155,7 @@ fn a_cut_capture_reports_what_it_read_then_fails() {
 /// Replays `frames` (each at its offset from the capture's start) under `policy`; the JSON
 /// report's totals.
 fn totals(name: &str, policy: &str, frames: &[(Duration, Vec<u8>)]) -> serde_json::Value {
-    let dir = common::scratch("replay");
+    let dir = support::scratch("replay");
     let capture = dir.path().join(format!("counters-{name}.pcap"));
     write_timed_pcap(&capture, frames);
     let (ok, out) = replay_under(policy, &capture, true);

@@ -1,12 +1,10 @@
 //! Operating a running proxy: reloads keep counters and refuse bad files, the admin endpoint
 //! answers, and a shutdown drains.
 
-mod common;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{Wire, admin, admin_as, attempt, echo_upstream, metric};
+use crate::support::{self, Wire, admin, admin_as, attempt, echo_upstream, metric};
 use tollgate::config::ProxyConfig;
 use tollgate::server::Server;
 
@@ -16,7 +14,7 @@ const TOKEN: &str = "operations-token";
 /// A fresh directory for test `name`'s files, removed when dropped, holding the token file
 /// (a test's own: tests run at once must not see another's half-written file).
 fn scratch(name: &str) -> tempfile::TempDir {
-    let dir = common::scratch(name);
+    let dir = support::scratch(name);
     std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
     dir
 }
@@ -27,7 +25,7 @@ fn config(dir: &tempfile::TempDir, upstream: std::net::SocketAddr, rate: &str) -
         dir.path().join("token").display()
     );
     let rule = format!("[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{rate}\" }}]");
-    common::one_listener(&admin, upstream, "", &rule)
+    support::one_listener(&admin, upstream, "", &rule)
 }
 
 /// The config file in `dir`, holding `text`.
@@ -208,18 +206,18 @@ async fn a_shutdown_stops_accepting_and_drains_open_connections() {
     let dir = scratch("shutdown");
     let text =
         config(&dir, upstream, "100/60s").replace("[admin]", "[proxy]\ndrain = \"5s\"\n\n[admin]");
-    let server = common::start(&text).await;
+    let server = support::start(&text).await;
     let front = server.local_addr("front").unwrap();
-    let open = common::connect_from("127.0.0.2", front).await.unwrap();
-    common::eventually(|| server.open_connections() == 1).await;
+    let open = support::connect_from("127.0.0.2", front).await.unwrap();
+    support::eventually(|| server.open_connections() == 1).await;
     let stopping = tokio::spawn(server.shutdown());
     // Accepting stops first (the listener closes); the open connection still works.
-    let deadline = tokio::time::Instant::now() + common::BOUND;
-    while common::connect_from("127.0.0.3", front).await.is_ok() {
+    let deadline = tokio::time::Instant::now() + support::BOUND;
+    while support::connect_from("127.0.0.3", front).await.is_ok() {
         assert!(tokio::time::Instant::now() < deadline, "still accepting");
         tokio::task::yield_now().await;
     }
-    assert_eq!(common::exchange(open, b"still here\n").await, Wire::Echoed);
+    assert_eq!(support::exchange(open, b"still here\n").await, Wire::Echoed);
     // It ends (the exchange dropped it) and the drain finishes with nothing cut.
     let cut = stopping.await.unwrap();
     assert_eq!(cut, 0, "the open connection finished within the drain");
@@ -230,7 +228,7 @@ async fn the_status_json_counts_each_verdict_and_lists_the_offenders_with_their_
     let upstream = echo_upstream().await;
     let rest = "[lists]\ndeny = [\"127.0.0.66/32\"]\n\n[[rule]]\nname = \"per-source\"\n\
                 limits = [{ rate = \"2/60s\" }]";
-    let server = common::start(&common::one_listener(
+    let server = support::start(&support::one_listener(
         "listen = \"127.0.0.1:0\"",
         upstream,
         "",
@@ -242,7 +240,7 @@ async fn the_status_json_counts_each_verdict_and_lists_the_offenders_with_their_
         let _ = attempt("127.0.0.9", front).await;
     }
     let _ = attempt("127.0.0.66", front).await;
-    common::eventually(|| server.open_connections() == 0).await;
+    support::eventually(|| server.open_connections() == 0).await;
     let (status, body) = admin(&server, "GET", "/status.json").await;
     assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();

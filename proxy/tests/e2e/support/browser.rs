@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 const RUN_BOUND: Duration = Duration::from_secs(30);
 
 /// The Chromium binary; panics (failing the test, never passing it) when there is none.
-pub fn chromium() -> PathBuf {
+pub(crate) fn chromium() -> PathBuf {
     if let Some(path) = std::env::var_os("TOLLGATE_CHROMIUM") {
         return PathBuf::from(path);
     }
@@ -105,13 +105,13 @@ fn run(scratch: &Path, url: &str, virtual_ms: u32, extra: &[String]) -> Vec<u8> 
 }
 
 /// The DOM of `url` after its scripts ran for `virtual_ms` (`--dump-dom`).
-pub fn dom(scratch: &Path, url: &str, virtual_ms: u32) -> String {
+pub(crate) fn dom(scratch: &Path, url: &str, virtual_ms: u32) -> String {
     String::from_utf8(run(scratch, url, virtual_ms, &["--dump-dom".to_owned()])).expect("UTF-8 DOM")
 }
 
 /// A 1200x900 screenshot of `url` after its scripts ran for `virtual_ms`, written to `png`;
 /// its bytes.
-pub fn screenshot(scratch: &Path, url: &str, virtual_ms: u32, png: &Path) -> Vec<u8> {
+pub(crate) fn screenshot(scratch: &Path, url: &str, virtual_ms: u32, png: &Path) -> Vec<u8> {
     let _ = std::fs::remove_file(png);
     run(
         scratch,
@@ -124,18 +124,18 @@ pub fn screenshot(scratch: &Path, url: &str, virtual_ms: u32, png: &Path) -> Vec
 
 /// A decoded picture: its size and its pixels as RGB.
 #[derive(Debug)]
-pub struct Picture {
+pub(crate) struct Picture {
     /// Width in pixels.
-    pub width: usize,
+    pub(crate) width: usize,
     /// Height in pixels.
-    pub height: usize,
+    pub(crate) height: usize,
     /// Row after row, three bytes a pixel.
-    pub rgb: Vec<u8>,
+    pub(crate) rgb: Vec<u8>,
 }
 
 impl Picture {
     /// Decodes an 8-bit, non-interlaced RGB or RGBA PNG; panics on anything else.
-    pub fn from_png(png: &[u8]) -> Picture {
+    pub(crate) fn from_png(png: &[u8]) -> Picture {
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
         let mut at = 8;
         let (mut width, mut height, mut channels) = (0, 0, 0);
@@ -204,7 +204,7 @@ impl Picture {
     }
 
     /// How many pixels are within 24 per channel of `colour`.
-    pub fn count_near(&self, colour: [u8; 3]) -> usize {
+    pub(crate) fn count_near(&self, colour: [u8; 3]) -> usize {
         self.rgb
             .chunks_exact(3)
             .filter(|p| (0..3).all(|i| p[i].abs_diff(colour[i]) <= 24))
@@ -212,7 +212,7 @@ impl Picture {
     }
 
     /// How many distinct colours it holds.
-    pub fn colours(&self) -> usize {
+    pub(crate) fn colours(&self) -> usize {
         let mut seen: Vec<[u8; 3]> = self
             .rgb
             .chunks_exact(3)
@@ -242,7 +242,7 @@ fn paeth(a: u8, b: u8, c: u8) -> u8 {
 
 /// A picture is a rendered page, not a blank: 1200x900, many colours, and at least `least`
 /// pixels of each of `colours` (the chart's).
-pub fn assert_rendered(png: &[u8], colours: &[(&str, [u8; 3])], least: usize) {
+pub(crate) fn assert_rendered(png: &[u8], colours: &[(&str, [u8; 3])], least: usize) {
     assert!(png.len() > 10_000, "a {} byte screenshot", png.len());
     let picture = Picture::from_png(png);
     assert_eq!((picture.width, picture.height), (1200, 900));

@@ -2,12 +2,11 @@
 //! gets it). Text carries no ANSI escape codes off a terminal; `--log-format json` writes one
 //! JSON object per line, a failed start included.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use common::process::{exited, free_port, until_answering};
+use crate::support;
+use crate::support::process::{exited, free_port, until_answering};
 
 /// A `tollgate` child writing its stderr to a file; killed when dropped.
 struct Run {
@@ -28,7 +27,7 @@ impl Drop for Run {
 impl Run {
     /// `tollgate ARGS...` with RUST_LOG=info and stderr into a file of `dir`.
     fn spawn(dir: &str, args: &[&str]) -> Run {
-        let dir = common::scratch(&format!("logs-{dir}"));
+        let dir = support::scratch(&format!("logs-{dir}"));
         let stderr = dir.path().join("stderr.log");
         let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(args)
@@ -49,14 +48,14 @@ impl Run {
     /// then SIGTERM; everything it wrote to stderr.
     fn serve_and_stop(dir: &str, format: Option<&str>) -> Vec<u8> {
         let admin = free_port();
-        let config = common::one_listener(
+        let config = support::one_listener(
             &format!("listen = \"{admin}\""),
             "127.0.0.1:9",
             "max_connections = 100",
             "",
         );
         // Declared before `run`, so removed after the child is killed.
-        let scratch = common::scratch(&format!("logs-{dir}-config"));
+        let scratch = support::scratch(&format!("logs-{dir}-config"));
         let path = scratch.path().join("tollgate.toml");
         std::fs::write(&path, config).unwrap();
         let path = path.to_str().unwrap();
@@ -142,7 +141,7 @@ fn json_logs_are_one_object_per_line() {
 
 #[test]
 fn a_failed_start_is_a_json_line_too() {
-    let scratch = common::scratch("logs-no-config");
+    let scratch = support::scratch("logs-no-config");
     let missing = scratch.path().join("tollgate-logs-no-such-config.toml");
     let mut run = Run::spawn(
         "failed",

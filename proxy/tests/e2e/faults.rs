@@ -1,12 +1,10 @@
 //! Faults: the open-file limit hit in accept. The proxy runs as its own process under a small
 //! `ulimit -n`, so the limit is real and does not touch the test process.
 
-mod common;
-
 use std::time::Duration;
 
-use common::process::Launch;
-use common::{Wire, echo_upstream, exchange};
+use crate::support::process::Launch;
+use crate::support::{self, Wire, echo_upstream, exchange};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accept_at_the_open_file_limit_backs_off_and_recovers() {
@@ -23,7 +21,7 @@ async fn accept_at_the_open_file_limit_backs_off_and_recovers() {
     let mut idle = Vec::new();
     for _ in 0..40 {
         idle.push(
-            common::connect_from("127.0.0.2", proxy.front)
+            support::connect_from("127.0.0.2", proxy.front)
                 .await
                 .unwrap(),
         );
@@ -32,9 +30,9 @@ async fn accept_at_the_open_file_limit_backs_off_and_recovers() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // Give the descriptors back; the backed-off accept loop picks up the queued connections.
     drop(idle);
-    let deadline = tokio::time::Instant::now() + common::BOUND;
+    let deadline = tokio::time::Instant::now() + support::BOUND;
     loop {
-        let stream = common::connect_from("127.0.0.3", proxy.front)
+        let stream = support::connect_from("127.0.0.3", proxy.front)
             .await
             .unwrap();
         if exchange(stream, b"hello\n").await == Wire::Echoed {

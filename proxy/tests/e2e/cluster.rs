@@ -3,18 +3,16 @@
 //!
 //! The tests that need `redis-server` on the PATH are `#[ignore]`d with that reason, so a
 //! plain `cargo test` on a machine without it reports them as ignored, never as passed. Run
-//! them with `cargo test -p tollgate --test cluster -- --include-ignored` after
+//! them with `cargo test -p tollgate --test e2e -- --include-ignored cluster::` after
 //! `apt-get install redis-server` (`.ci/run` does both); once asked for, a missing
 //! `redis-server` fails them.
-
-mod common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::cluster::{alone, cluster_of, joined, two_rounds};
-use common::redis::Redis;
-use common::{BOUND, Wire, attempt, echo_upstream, eventually, start};
+use crate::support::cluster::{alone, cluster_of, joined, two_rounds};
+use crate::support::redis::Redis;
+use crate::support::{self, BOUND, Wire, attempt, echo_upstream, eventually, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::server::Server;
 
@@ -67,7 +65,7 @@ threshold = {THRESHOLD}
     let rest = format!(
         "{cluster}\n[[rule]]\nname = \"per-source\"\nlimits = [{{ rate = \"{limit}/60s\" }}]"
     );
-    common::one_listener(common::NO_ADMIN, upstream, "", &rest)
+    support::one_listener(support::NO_ADMIN, upstream, "", &rest)
 }
 
 async fn nodes(redis: Option<&Redis>, limit: u64) -> Vec<Server> {
@@ -151,11 +149,11 @@ async fn three_nodes_admit_about_one_limit_where_three_alone_admit_three() {
         assert_eq!(metrics.suspects_overflow.get(), 0);
         assert_eq!(metrics.redis_errors.get(), 0);
         // Exported under these names.
-        assert!(common::metric(server, "tollgate_cluster_syncs_total") > 0.0);
-        assert!(common::metric(server, "tollgate_cluster_sync_seconds_count") > 0.0);
-        assert!(common::metric(server, "tollgate_cluster_sent_bytes_total") > 0.0);
-        assert!(common::metric(server, "tollgate_cluster_suspects ") > 0.0);
-        assert_eq!(common::metric(server, "tollgate_cluster_alone "), 0.0);
+        assert!(support::metric(server, "tollgate_cluster_syncs_total") > 0.0);
+        assert!(support::metric(server, "tollgate_cluster_sync_seconds_count") > 0.0);
+        assert!(support::metric(server, "tollgate_cluster_sent_bytes_total") > 0.0);
+        assert!(support::metric(server, "tollgate_cluster_suspects ") > 0.0);
+        assert_eq!(support::metric(server, "tollgate_cluster_alone "), 0.0);
     }
 }
 
@@ -180,7 +178,7 @@ async fn windows_follow_redis_time_and_a_node_whose_clock_jumps_stops_sharing_un
         );
         assert!(metrics.clock_error.get() < 0.25);
         assert_eq!(
-            common::metric(server, "tollgate_cluster_clock_refused "),
+            support::metric(server, "tollgate_cluster_clock_refused "),
             0.0
         );
     }
@@ -196,8 +194,8 @@ async fn windows_follow_redis_time_and_a_node_whose_clock_jumps_stops_sharing_un
     two_rounds(&cluster).await;
     assert_eq!(jumped.metrics().clock_refused.get(), 0);
     assert!(jumped.metrics().clock_error.get() < 0.25);
-    assert!(common::metric(&cluster[0], "tollgate_cluster_clock_refusals_total") > 0.0);
-    assert!(common::metric(&cluster[1], "tollgate_cluster_clock_offset_seconds").abs() < 1.0);
+    assert!(support::metric(&cluster[0], "tollgate_cluster_clock_refusals_total") > 0.0);
+    assert!(support::metric(&cluster[1], "tollgate_cluster_clock_offset_seconds").abs() < 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -479,7 +477,7 @@ async fn without_a_cluster_section_nothing_of_it_runs_or_is_exported() {
     let upstream = echo_upstream().await;
     let server = start(&config(upstream, None, LIMIT)).await;
     assert!(server.shared().cluster.is_none());
-    assert_eq!(common::metric(&server, "tollgate_cluster_"), 0.0);
+    assert_eq!(support::metric(&server, "tollgate_cluster_"), 0.0);
     let text = server
         .shared()
         .metrics
@@ -496,7 +494,7 @@ fn processes(
     upstream: SocketAddr,
     limit: u64,
     period: &str,
-) -> Vec<common::process::Proxy> {
+) -> Vec<support::process::Proxy> {
     (0..NODES)
         .map(|node| {
             let login = if node == 0 {
@@ -519,7 +517,7 @@ fn processes(
                 format!("cluster-{period}-{node}"),
                 format!("upstreams = [\"{upstream}\"]"),
             );
-            common::process::Launch::new(&name, &listener, &rest)
+            support::process::Launch::new(&name, &listener, &rest)
                 .admin("token_env = \"TOLLGATE_TEST_ADMIN_TOKEN\"")
                 .shell(shell)
                 .quiet()
@@ -534,7 +532,7 @@ const ADMIN_TOKEN: &str = "admin-secret";
 /// One HTTP/1.1 request to a process's admin endpoint, with the token, asking for JSON and
 /// sending `body` as JSON; (status, body). Bounded by [`BOUND`].
 fn admin_call(
-    process: &common::process::Proxy,
+    process: &support::process::Proxy,
     method: &str,
     path: &str,
     body: &str,
@@ -564,7 +562,7 @@ fn admin_call(
 }
 
 /// Whether every process shares (its `tollgate_cluster_alone` is 0).
-fn all_joined(processes: &[common::process::Proxy]) -> bool {
+fn all_joined(processes: &[support::process::Proxy]) -> bool {
     processes
         .iter()
         .all(|p| p.metric("tollgate_cluster_alone ") == 0.0)
@@ -572,8 +570,8 @@ fn all_joined(processes: &[common::process::Proxy]) -> bool {
 
 /// Waits (polling, bounded) until `done` holds for the processes.
 async fn processes_reach(
-    processes: &[common::process::Proxy],
-    done: impl Fn(&[common::process::Proxy]) -> bool,
+    processes: &[support::process::Proxy],
+    done: impl Fn(&[support::process::Proxy]) -> bool,
 ) {
     let deadline = tokio::time::Instant::now() + 3 * BOUND;
     while !done(processes) {
@@ -582,7 +580,7 @@ async fn processes_reach(
             "processes did not get there; logs:\n{}",
             processes
                 .iter()
-                .map(common::process::Proxy::log)
+                .map(support::process::Proxy::log)
                 .collect::<Vec<_>>()
                 .join("\n")
         );
@@ -616,7 +614,7 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             // limit spread over the three it was refused 9 times in 48 in one run of eight on
             // a machine loaded 8 times over; not explained yet.)
             let under = 2 * limit * 2 / 3;
-            let served = common::process::flood(
+            let served = support::process::flood(
                 &nodes[..2],
                 "127.0.0.13",
                 under,
@@ -627,7 +625,7 @@ async fn three_processes_hold_a_spread_source_near_its_limit_and_outlive_redis()
             println!("two processes, one source at 2/3 of its limit: {served} of {under}");
             assert_eq!(served, under, "a source under its limit was refused");
         }
-        let (served, source) = common::process::shared_flood(
+        let (served, source) = support::process::shared_flood(
             &nodes,
             sources,
             10 * limit,
@@ -854,7 +852,7 @@ async fn penalties_in_force_are_added_back_when_redis_loses_its_data() {
 }
 
 /// The JSON entries of a process's `GET /lists`.
-fn list_entries(process: &common::process::Proxy) -> Vec<serde_json::Value> {
+fn list_entries(process: &support::process::Proxy) -> Vec<serde_json::Value> {
     let (status, body) = admin_call(process, "GET", "/lists", "");
     assert_eq!(status, 200, "{body}");
     let value: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -862,7 +860,7 @@ fn list_entries(process: &common::process::Proxy) -> Vec<serde_json::Value> {
 }
 
 /// Whether the source at `from` is served by every process of `processes`.
-async fn served_by_all(processes: &[common::process::Proxy], from: &str) -> Vec<bool> {
+async fn served_by_all(processes: &[support::process::Proxy], from: &str) -> Vec<bool> {
     let mut served = Vec::new();
     for process in processes {
         served.push(attempt(from, process.front).await == Wire::Echoed);
@@ -880,7 +878,7 @@ async fn run_time_list_entries_reach_every_process_and_catch_up_after_redis_retu
     let nodes = processes(&redis, &file, upstream, 1000, "60s");
     processes_reach(&nodes, all_joined).await;
     let received =
-        |p: &common::process::Proxy| p.metric("tollgate_cluster_list_entries_received_total");
+        |p: &support::process::Proxy| p.metric("tollgate_cluster_list_entries_received_total");
     // Added on node 0: nodes 1 and 2 refuse the source from their next read, with the
     // reason, the time left and the node that added it.
     let (status, body) = admin_call(
@@ -1034,13 +1032,13 @@ async fn command(redis: &Redis, args: &[&str]) -> ::redis::Value {
 /// has found out (a Redis error: its next round found the dataset id gone), joined again and
 /// finished two more rounds.
 async fn flush_and_rejoin(cluster: &[Server], redis: &Redis) {
-    let errors_before: Vec<u64> = cluster.iter().map(common::cluster::errors).collect();
+    let errors_before: Vec<u64> = cluster.iter().map(support::cluster::errors).collect();
     command(redis, &["FLUSHALL"]).await;
     eventually(|| {
         cluster
             .iter()
             .zip(&errors_before)
-            .all(|(s, before)| common::cluster::errors(s) > *before)
+            .all(|(s, before)| support::cluster::errors(s) > *before)
     })
     .await;
     joined(cluster).await;
@@ -1116,7 +1114,7 @@ async fn a_restarted_or_flushed_redis_gets_the_counts_again_only_if_it_lost_them
     // Restarted from its snapshot (as with `save` or AOF): it holds the counts and the
     // dataset id; the nodes push nothing again.
     command(&redis, &["SAVE"]).await;
-    let scratch = common::scratch("cluster-restart");
+    let scratch = support::scratch("cluster-restart");
     let snapshot = scratch.path().join("dump.rdb");
     std::fs::copy(redis.snapshot_file(), &snapshot).unwrap();
     drop(redis);
@@ -1169,7 +1167,7 @@ async fn a_replica_and_a_lost_dataset_are_logged_as_what_they_are() {
         master.address()
     );
     let upstream = echo_upstream().await;
-    let process = common::process::Launch::new(
+    let process = support::process::Launch::new(
         "cluster-logs",
         &format!("upstreams = [\"{upstream}\"]"),
         &rest,
