@@ -29,16 +29,25 @@ fn in_namespace(name: &str) {
         .split_once("::")
         .expect("a module of the test binary");
     let exact = format!("{module}::{name}");
-    let status = Command::new("unshare")
+    let output = Command::new("unshare")
         .arg("-n")
         .arg(exe)
         .args([&exact, "--exact", "--include-ignored", "--nocapture"])
         .env(INSIDE, "1")
-        .status()
+        .output()
         .expect("unshare runs (util-linux)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
     assert!(
-        status.success(),
-        "the test inside the namespace failed: {status}"
+        output.status.success(),
+        "the test inside the namespace failed: {}",
+        output.status
+    );
+    // A name that matches no test passes with nothing run: the inner run must have run this one.
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "the run inside the namespace did not run exactly {exact}"
     );
 }
 
