@@ -5,9 +5,18 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// What `--version` prints after the name: the crate's version and the commit it was built
+/// from (`unknown` outside a git checkout; see `build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TOLLGATE_COMMIT"),
+    ")"
+);
+
 /// Tollgate: per-source rate limits in fixed memory, for TCP and UDP services.
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version, about)]
+#[command(name = "tollgate", version = VERSION, about)]
 pub struct Cli {
     /// How log lines on stderr are written: `text` for people (coloured only when stderr is a
     /// terminal and NO_COLOR is unset), `json` for a log store (one object per line).
@@ -64,4 +73,27 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         html: Option<PathBuf>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_version_line_names_the_crate_version_and_the_commit() {
+        let line = Cli::command().render_version();
+        let rest = line
+            .strip_prefix(&format!("tollgate {} (commit ", env!("CARGO_PKG_VERSION")))
+            .unwrap_or_else(|| panic!("{line:?} does not start with the crate's version"));
+        let commit = rest
+            .strip_suffix(")\n")
+            .unwrap_or_else(|| panic!("{line:?} does not end with the commit"));
+        assert!(
+            commit == "unknown"
+                || (commit.len() >= 7 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+            "{commit:?} is neither a short commit hash nor `unknown`"
+        );
+    }
 }

@@ -1,0 +1,47 @@
+//! Names the commit the binary is built from, for `tollgate --version`: `TOLLGATE_COMMIT` is
+//! `git rev-parse --short HEAD` of the checkout, or `unknown` where there is no git (a source
+//! tarball, a vendored copy). Rebuilt when HEAD moves to another commit or branch.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `git ARGS...` in the crate's directory, its output trimmed; `None` if git is missing, this
+/// is not a checkout, or the command fails.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    // The workspace's own .git (a directory, or a file in a worktree): not that of a repository
+    // the sources happen to be unpacked in.
+    let checkout = std::path::Path::new("../.git").exists();
+    let commit = checkout
+        .then(|| git(&["rev-parse", "--short", "HEAD"]))
+        .flatten()
+        .unwrap_or_else(|| "unknown".to_owned());
+    println!("cargo:rustc-env=TOLLGATE_COMMIT={commit}");
+    if commit == "unknown" {
+        return;
+    }
+    // HEAD names the branch (or a commit); the branch's ref file, or packed-refs, names its
+    // commit. In a worktree these live in the main repository's .git, so git says where.
+    let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    if let Some(branch) = git(&["rev-parse", "--symbolic-full-name", "HEAD"]) {
+        if branch.starts_with("refs/") {
+            watched.push(branch);
+        }
+    }
+    for name in watched {
+        let Some(path) = git(&["rev-parse", "--git-path", &name]) else {
+            continue;
+        };
+        // Only files that exist: cargo reruns every build for one that does not.
+        let path = PathBuf::from(path);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+}
