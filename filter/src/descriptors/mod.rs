@@ -39,12 +39,14 @@
 //!
 //! # Where Tollgate answers differently, on purpose
 //!
-//! - **Sliding windows.** The reference counts in fixed windows per unit (a key may pass
-//!   twice its limit across a window's edge). Here each unit is a sliding window of one
-//!   unit's length (the two-window interpolation of `tollgate-sketch`), so no window of that
-//!   length lets more than the limit through. `duration_until_reset` is therefore not the
-//!   fixed window's end but how long until the key has room for one more request of this
-//!   weight if it sends nothing more, never early.
+//! - **Sliding windows.** The reference counts in fixed windows per unit, so a key may pass
+//!   twice its limit across a window's edge and then wait for the edge. Here each unit is a
+//!   sliding window of one unit's length: the two-window interpolation of `tollgate-sketch`
+//!   (the previous window's count weighed by the part of it still inside one unit). A key is
+//!   let through at most its limit in each of the sketch's windows, and only while that
+//!   estimate, never below the same formula on the exact counts, stays within the limit.
+//!   `duration_until_reset` is therefore not a fixed window's end but how long until the key
+//!   has room for one more request of this weight if it sends nothing more, never early.
 //! - **Structural matching.** The reference joins key and value as `key_value` text, so the
 //!   entry `(a_b, c)` can land on the node `(a, b_c)`, and a wildcard's prefix can cover the
 //!   key's `_`. Here keys and values are compared apart.
