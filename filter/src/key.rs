@@ -98,6 +98,11 @@ impl RuleId {
     pub fn from_name(name: &str) -> RuleId {
         RuleId(xxh3_64(name.as_bytes()))
     }
+
+    /// Its 64 bits, to build a key of another kind (the rate-limit service's descriptors).
+    pub(crate) fn bits(self) -> u64 {
+        self.0
+    }
 }
 
 /// What a [`LimitKey`] counts: a key of one kind never equals a key of another.

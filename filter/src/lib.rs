@@ -25,12 +25,16 @@
 //! A [`Filter`] holds the [`Policy`] compiled from a [`Config`] and decides on [`Event`]s.
 //! [`parse_frame`] reads raw frames for [`Filter::decide_frame`]. A [`Remote`] (the proxy's
 //! cluster link) adds what other nodes counted to the keys near their limits.
+//!
+//! A [`DescriptorPolicy`] decides the rate-limit service's requests (Envoy's
+//! `ShouldRateLimit`) from envoyproxy/ratelimit's YAML files, read as a [`DescriptorConfig`].
 
 #![warn(missing_docs)]
 
 mod budget;
 mod config;
 mod counter;
+mod descriptors;
 mod filter;
 mod key;
 mod overlay;
@@ -48,6 +52,12 @@ mod units;
 mod verdict;
 
 pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX_LIMIT};
+pub use descriptors::{
+    Bounds, Code, CurrentLimit, Descriptor, DescriptorConfig, DescriptorErrors, DescriptorLimit,
+    DescriptorPolicy, DescriptorRule, Domain, Entry, FileError, MAX_DESCRIPTORS, MAX_DOMAIN_BYTES,
+    MAX_ENTRIES, MAX_KEY_BYTES, MAX_REQUEST_BYTES, MAX_VALUE_BYTES, MatchedRule, Matcher, Outcome,
+    RateLimit, Refusal, Request, Response, RuleIndex, Status, Unit, ValueMatch,
+};
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use overlay::{ListEntry, ListError, ListKind, ListStats, MAX_REASON, Merged, RuntimeLists};

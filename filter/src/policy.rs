@@ -155,7 +155,7 @@ type CallMoments = [Option<Moment>; CALL_MOMENTS];
 /// keys cost no compare-and-swap, and two cores share their lines) and reads at least the cap
 /// until the next window ends; the exact count would keep it over its limit for at least
 /// `1 - 1 / EXACT_MULTIPLE` of that window anyway.
-fn cap(count: u64) -> u64 {
+pub(crate) fn cap(count: u64) -> u64 {
     count.saturating_mul(EXACT_MULTIPLE).saturating_add(1)
 }
 

@@ -1,0 +1,375 @@
+//! Counting and deciding: each limited descriptor's key counted in the sketch of its unit,
+//! and the answer per descriptor and overall.
+
+use std::time::Duration;
+
+use tollgate_sketch::{BuildError, Tick};
+use xxhash_rust::xxh3::Xxh3Default;
+
+use super::bounds::{Bounds, Refusal};
+use super::config::{DescriptorConfig, DescriptorLimit, Unit};
+use super::matcher::{Matcher, RuleIndex};
+use super::request::{Descriptor, Request};
+use crate::budget::{Counts, Share};
+use crate::counter::Counter;
+use crate::key::RuleId;
+use crate::policy::cap;
+
+/// A response code, as Envoy's `RateLimitResponse.Code` (its `UNKNOWN` is never answered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// Let it through.
+    Ok,
+    /// Refuse it.
+    OverLimit,
+}
+
+/// What a descriptor landed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Its domain is not configured: OK, nothing counted.
+    UnknownDomain,
+    /// No rule: OK, nothing counted.
+    NoRule,
+    /// An `unlimited` rule: OK, nothing counted.
+    Unlimited,
+    /// A rule another matched rule of the same request `replaces`: OK, nothing counted.
+    Replaced,
+    /// A limited rule: counted and decided.
+    Limited,
+}
+
+/// The limit a descriptor was decided by: Envoy's `current_limit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CurrentLimit {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit (a sliding window of that length).
+    pub unit: Unit,
+}
+
+/// The answer for one descriptor: Envoy's `DescriptorStatus`, and what the proxy counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Status {
+    /// OK or OVER_LIMIT (a shadow rule's over-limit answers OK).
+    pub code: Code,
+    /// The limit, where a limited rule decided it.
+    pub current_limit: Option<CurrentLimit>,
+    /// What is left in the window after this request: 0 when over; `u32::MAX` for an
+    /// unlimited rule and 0 with no rule, as the reference answers.
+    pub limit_remaining: u32,
+    /// For a limited rule: how long until the key has room for one more request of this
+    /// weight if it sends nothing more (zero if it has room now); never early.
+    pub duration_until_reset: Option<Duration>,
+    /// What the descriptor landed on.
+    pub outcome: Outcome,
+    /// The rule, where one matched.
+    pub rule: Option<RuleIndex>,
+    /// Over its limit but in shadow mode: answered OK, to be counted as such.
+    pub shadowed: bool,
+}
+
+impl Status {
+    fn pass(outcome: Outcome, rule: Option<RuleIndex>) -> Status {
+        Status {
+            code: Code::Ok,
+            current_limit: None,
+            limit_remaining: if outcome == Outcome::Unlimited {
+                u32::MAX
+            } else {
+                0
+            },
+            duration_until_reset: None,
+            outcome,
+            rule,
+            shadowed: false,
+        }
+    }
+}
+
+/// The answer to a request: OVER_LIMIT when any descriptor is, and a status per descriptor
+/// in the request's order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Response {
+    /// The overall code.
+    pub code: Code,
+    /// One per descriptor.
+    pub statuses: Vec<Status>,
+}
+
+/// The descriptor policy: the matcher of a [`DescriptorConfig`] and a sketch per unit its
+/// limits use, sharing the memory evenly.
+#[derive(Debug)]
+pub struct DescriptorPolicy {
+    matcher: Matcher,
+    /// The units in use, shortest first.
+    units: Vec<Unit>,
+    /// The counter of each unit of `units`, in the same order.
+    counters: Vec<Counter>,
+    bounds: Bounds,
+}
+
+impl DescriptorPolicy {
+    /// The policy of `config` with `memory` bytes of sketches and the default [`Bounds`].
+    /// With `previous` (a reload at that tick), a unit whose share is unchanged counts on in
+    /// the same sketch, so every rule whose path is unchanged keeps its counts, whatever its
+    /// limit; a changed share retires the old sketch as the address policy does.
+    ///
+    /// # Errors
+    /// The sketch's [`BuildError`] if a unit's share of `memory` is too small.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_filter::{Code, Descriptor, DescriptorConfig, DescriptorPolicy, Request};
+    /// use tollgate_sketch::Tick;
+    /// let text = "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
+    /// let config = DescriptorConfig::parse(&[("api.yaml", text)])?;
+    /// let policy = DescriptorPolicy::new(&config, 1 << 20, None)?;
+    /// let request = Request {
+    ///     domain: "api".into(),
+    ///     descriptors: vec![Descriptor::of(&[("api_key", "k1")])],
+    ///     hits_addend: 0,
+    /// };
+    /// let now = Tick::from_nanos(1);
+    /// let codes: Vec<Code> = (0..3).map(|_| policy.decide(&request, now).unwrap().code).collect();
+    /// assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(
+        config: &DescriptorConfig,
+        memory: usize,
+        previous: Option<(&DescriptorPolicy, Tick)>,
+    ) -> Result<DescriptorPolicy, BuildError> {
+        let matcher = Matcher::new(config);
+        let mut units: Vec<Unit> = matcher
+            .rules()
+            .iter()
+            .filter_map(|rule| match rule.limit {
+                DescriptorLimit::PerUnit { unit, .. } => Some(unit),
+                DescriptorLimit::Unlimited => None,
+            })
+            .collect();
+        units.sort_unstable();
+        units.dedup();
+        let bytes = memory / units.len().max(1);
+        // `Counter::succeed` finds the predecessor of the same window among these.
+        let previous = previous.map(|(policy, now)| (policy.counters.as_slice(), now));
+        let counters = units
+            .iter()
+            .map(|&unit| {
+                let share = Share {
+                    counts: Counts::Limits,
+                    window: unit.duration(),
+                    bytes,
+                    named: false,
+                };
+                Counter::succeed(share, previous)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(DescriptorPolicy {
+            matcher,
+            units,
+            counters,
+            bounds: Bounds::default(),
+        })
+    }
+
+    /// This policy with `bounds` instead of the default ones.
+    #[must_use]
+    pub fn with_bounds(mut self, bounds: Bounds) -> DescriptorPolicy {
+        self.bounds = bounds;
+        self
+    }
+
+    /// Its matcher (rules by index, for metrics and `/explain`).
+    #[must_use]
+    pub fn matcher(&self) -> &Matcher {
+        &self.matcher
+    }
+
+    /// Bytes of sketch held, retired ones included.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        self.counters.iter().map(Counter::memory_bytes).sum()
+    }
+
+    /// The stated overcount of the estimates of `unit`'s rules at `now` (see
+    /// `RateSketch::overcount_bound`): a key with less headroom than this may be refused
+    /// early; 0 where no rule uses `unit`.
+    #[must_use]
+    pub fn overcount_bound(&self, unit: Unit, now: Tick) -> u64 {
+        let at = self.units.iter().position(|u| *u == unit);
+        at.and_then(|at| self.counters.get(at))
+            .map_or(0, |counter| counter.overcount_bound(now))
+    }
+
+    /// Decides `request` at `now`: every limited descriptor's key is counted (over-limit ones
+    /// too, as the reference counts them), then each is answered.
+    ///
+    /// # Errors
+    /// A [`Refusal`] if the request passes one of the [`Bounds`] or is empty; nothing is
+    /// counted then.
+    pub fn decide(&self, request: &Request, now: Tick) -> Result<Response, Refusal> {
+        self.bounds.check(request)?;
+        if !self.matcher.has_domain(&request.domain) {
+            let statuses = request
+                .descriptors
+                .iter()
+                .map(|_| Status::pass(Outcome::UnknownDomain, None))
+                .collect();
+            return Ok(Response {
+                code: Code::Ok,
+                statuses,
+            });
+        }
+        let rules = self.matcher.rules();
+        let found: Vec<Option<RuleIndex>> = request
+            .descriptors
+            .iter()
+            .map(|d| self.matcher.find(&request.domain, d))
+            .collect();
+        // `replaces`: the names every matched rule (unlimited ones too) replaces.
+        let replaced = |name: &str| {
+            found
+                .iter()
+                .flatten()
+                .any(|&r| rules[r].replaces.iter().any(|n| n == name))
+        };
+        let weight = request.weight();
+        let mut code = Code::Ok;
+        let statuses = request
+            .descriptors
+            .iter()
+            .zip(&found)
+            .map(|(descriptor, &rule)| {
+                let Some(index) = rule else {
+                    return Status::pass(Outcome::NoRule, None);
+                };
+                let rule = &rules[index];
+                let DescriptorLimit::PerUnit {
+                    requests_per_unit,
+                    unit,
+                } = rule.limit
+                else {
+                    return Status::pass(Outcome::Unlimited, Some(index));
+                };
+                if rule.name.as_deref().is_some_and(replaced) {
+                    return Status::pass(Outcome::Replaced, Some(index));
+                }
+                let status = self.count(rule.id, descriptor, requests_per_unit, unit, weight, now);
+                let over = status.0;
+                let shadowed = over && rule.shadow_mode;
+                if over && !shadowed {
+                    code = Code::OverLimit;
+                }
+                Status {
+                    code: if over && !shadowed {
+                        Code::OverLimit
+                    } else {
+                        Code::Ok
+                    },
+                    current_limit: Some(CurrentLimit {
+                        requests_per_unit,
+                        unit,
+                    }),
+                    limit_remaining: status.1,
+                    duration_until_reset: Some(status.2),
+                    outcome: Outcome::Limited,
+                    rule: Some(index),
+                    shadowed,
+                }
+            })
+            .collect();
+        Ok(Response { code, statuses })
+    }
+
+    /// The estimate of the first descriptor's key at `now`, counting nothing (0 without a
+    /// limited rule).
+    #[cfg(test)]
+    pub(crate) fn estimate_of(&self, request: &Request, now: Tick) -> u64 {
+        let descriptor = &request.descriptors[0];
+        let Some(index) = self.matcher.find(&request.domain, descriptor) else {
+            return 0;
+        };
+        let rule = &self.matcher.rules()[index];
+        let DescriptorLimit::PerUnit {
+            requests_per_unit,
+            unit,
+        } = rule.limit
+        else {
+            return 0;
+        };
+        let at = self.units.iter().position(|u| *u == unit).unwrap();
+        let key = key(rule.id, descriptor);
+        self.counters[at].estimate_capped(&key, cap(u64::from(requests_per_unit)), now)
+    }
+
+    /// Counts `weight` for the descriptor's key under `rule`: whether it is over, what is left
+    /// and how long until there is room for one more such request.
+    fn count(
+        &self,
+        rule: RuleId,
+        descriptor: &Descriptor,
+        limit: u32,
+        unit: Unit,
+        weight: u64,
+        now: Tick,
+    ) -> (bool, u32, Duration) {
+        let counter = self.units.iter().position(|u| *u == unit);
+        let Some(counter) = counter.and_then(|at| self.counters.get(at)) else {
+            // Every unit a rule uses has its counter (built from the same rules): unreachable,
+            // and refusing nothing is the safe answer for a limiter that fails open.
+            debug_assert!(false, "no counter for {unit:?}");
+            return (false, 0, Duration::ZERO);
+        };
+        let key = key(rule, descriptor);
+        let limit = u64::from(limit);
+        let cap = cap(limit);
+        let estimate = counter.observe_capped(&key, weight, cap, now);
+        let over = estimate > limit;
+        let remaining = u32::try_from(limit.saturating_sub(estimate)).unwrap_or(u32::MAX);
+        let reset = back_under(counter, &key, limit.saturating_sub(weight), cap, now);
+        (over, remaining, reset)
+    }
+}
+
+/// The sketch key of a descriptor under a rule: a tag, the rule's id, and a 128-bit hash of
+/// the request's values, each length-prefixed (the path fixes the keys). Fixed size: any
+/// number and length of values costs one hash pass and no allocation.
+fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
+    let mut hasher = Xxh3Default::new();
+    for entry in &descriptor.entries {
+        hasher.update(&(entry.value.len() as u64).to_le_bytes());
+        hasher.update(entry.value.as_bytes());
+    }
+    let mut key = [0u8; 25];
+    // Apart from every address key (`LimitKey` starts with its kind, 1 to 3).
+    key[0] = b'D';
+    key[1..9].copy_from_slice(&rule.bits().to_le_bytes());
+    key[9..].copy_from_slice(&hasher.digest128().to_le_bytes());
+    key
+}
+
+/// How long until `key`'s estimate in `counter` is at most `target` if it sends nothing
+/// more; never early.
+///
+/// MERGE: helper `tr` (issue 33, branch `tr`, `filter/src/fade.rs`) computes this exactly as
+/// `counter.halves(key, cap, now).back_under(target, counter window, now)`; when that is on
+/// main, this body becomes that one call. Until then the bound below, from the window
+/// formula alone: with no new event the previous window's share is gone at this window's
+/// end, leaving the current count; that is gone by the next window's end.
+fn back_under(counter: &Counter, key: &[u8], target: u64, cap: u64, now: Tick) -> Duration {
+    if counter.estimate_capped(key, cap, now) <= target {
+        return Duration::ZERO;
+    }
+    let period = u128::from(counter.sketch().window().as_nanos().max(1) as u64);
+    let rest = period - u128::from(now.as_nanos()) % period;
+    let nanos = if counter.current_count(key, now) <= target {
+        rest
+    } else {
+        rest + period
+    };
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
