@@ -31,6 +31,7 @@
 mod budget;
 mod config;
 mod counter;
+mod fade;
 mod filter;
 mod key;
 mod overlay;
@@ -48,6 +49,7 @@ mod units;
 mod verdict;
 
 pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX_LIMIT};
+pub use fade::Halves;
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use overlay::{ListEntry, ListError, ListKind, ListStats, MAX_REASON, Merged, RuntimeLists};
