@@ -650,3 +650,51 @@ async fn a_reply_s_retry_after_is_never_shorter_than_the_sliding_count_s_fade() 
     // At least half a period; at most the rest of the window and the whole next one.
     assert!((5..=20).contains(&last), "Retry-After {told:?}");
 }
+
+/// The whole milliseconds written right after `prefix` in `text`, if `ms` follows them.
+fn millis_after(text: &str, prefix: &str) -> Option<u64> {
+    let rest = &text[text.find(prefix)? + prefix.len()..];
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    rest[digits..]
+        .starts_with("ms")
+        .then(|| rest[..digits].parse().ok())?
+}
+
+/// `/explain` in text writes every time it works out in one format, whole milliseconds
+/// (`retry after 58500ms`, `back under in 58500ms`), and the README's example is written as
+/// the binary writes it. (Before: `24s` in the README, `22500ms` from the binary, and whole
+/// seconds whenever the time happened to be a whole number of them.)
+#[tokio::test]
+async fn explain_writes_its_times_in_milliseconds_as_the_readme_shows() {
+    let dir = dir();
+    let server = start(&dir, "3/60s").await;
+    let shared = Arc::clone(server.shared());
+    for host in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2::3"] {
+        decide(&shared, host);
+    }
+    let (status, body) = common::admin(&server, "GET", "/explain?source=2001:db8:1:2::9").await;
+    assert_eq!(status, 200);
+    let retry = millis_after(&body, "retry after ").unwrap_or_else(|| panic!("{body}"));
+    let room = millis_after(&body, "room in ").unwrap_or_else(|| panic!("{body}"));
+    // The verdict and the limit say the same time (a fourth event fits at an estimate of 2).
+    assert_eq!(retry, room, "{body}");
+    assert!(
+        body.contains("at the limit (the next event is over)"),
+        "{body}"
+    );
+    decide(&shared, "2001:db8:1:2::4");
+    let (_, body) = common::admin(&server, "GET", "/explain?source=2001:db8:1:2::9").await;
+    let retry = millis_after(&body, "retry after ").unwrap_or_else(|| panic!("{body}"));
+    let back = millis_after(&body, "over, back under in ").unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(retry, back, "{body}");
+
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the README");
+    let start = readme
+        .find("$ curl -s 'http://127.0.0.1:9090/explain?source=")
+        .expect("the README's /explain example");
+    let example = &readme[start..start + readme[start..].find("```").unwrap()];
+    let retry = millis_after(example, "retry after ").unwrap_or_else(|| panic!("{example}"));
+    let back = millis_after(example, "over, back under in ").unwrap_or_else(|| panic!("{example}"));
+    assert_eq!(retry, back, "{example}");
+}
