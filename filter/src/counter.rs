@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tollgate_sketch::{BuildError, KeyHash, Prepared, RateSketch, Tick};
 
 use crate::budget::{Counts, Share};
+use crate::fade::Halves;
 use crate::key::LimitKey;
 
 /// A sketch no longer counted into, read until `until`.
@@ -195,6 +196,23 @@ impl Counter {
             .fold(self.sketch.current_count(key, now), |sum, r| {
                 sum.saturating_add(r.sketch.current_count(key, now))
             })
+    }
+
+    /// `key`'s counts in the window `now` falls in and the one before, as
+    /// [`Counter::estimate_capped`] with `cap` reads them: a half that reached `cap` is
+    /// [`Halves::UNKNOWN`]. The previous window's count is the estimate at the current
+    /// window's start, where all of it is still inside the sliding window.
+    pub(crate) fn halves(&self, key: &[u8], cap: u64, now: Tick) -> Halves {
+        let per = self.sketch.window().as_nanos().max(1);
+        let start = u128::from(now.as_nanos()) / per * per;
+        let start = Tick::from_nanos(u64::try_from(start).unwrap_or(0));
+        let current = self.current_count(key, now);
+        let previous = self.estimate(key, start).saturating_sub(current);
+        let known = |count: u64| if count >= cap { Halves::UNKNOWN } else { count };
+        Halves {
+            current: known(current),
+            previous: known(previous),
+        }
     }
 
     /// The stated overcount of [`Counter::estimate`] at `now`: the sum of the sketches' bounds.

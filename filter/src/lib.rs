@@ -35,6 +35,7 @@ mod budget;
 mod config;
 mod counter;
 mod descriptors;
+mod fade;
 mod filter;
 mod key;
 mod overlay;
@@ -58,6 +59,7 @@ pub use descriptors::{
     MAX_ENTRIES, MAX_KEY_BYTES, MAX_REQUEST_BYTES, MAX_VALUE_BYTES, MatchedRule, Matcher, Outcome,
     RateLimit, Refusal, Request, Response, RuleIndex, Status, Unit, ValueMatch,
 };
+pub use fade::Halves;
 pub use filter::Filter;
 pub use key::{LimitKey, RuleId, Source};
 pub use overlay::{ListEntry, ListError, ListKind, ListStats, MAX_REASON, Merged, RuntimeLists};

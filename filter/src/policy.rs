@@ -10,6 +10,7 @@ use tollgate_sketch::{BuildError, Moment, Prepared, RateSketch, Stats, Tick};
 use crate::budget::{self, Counts};
 use crate::config::Config;
 use crate::counter::Counter;
+use crate::fade::Halves;
 use crate::key::{KeyHead, LimitKey, RuleId, Source};
 use crate::overlay::{ListEntry, ListKind, RuntimeLists};
 use crate::packet::{PacketInfo, Protocol, parse_source};
@@ -73,6 +74,10 @@ pub struct LimitEstimate {
     /// Whether the key's count reached its cap: the true count is then at least `estimate`
     /// (see [`Throttle::capped`]).
     pub capped: bool,
+    /// How long until an event of weight 1 would fit under the limit (the estimate at
+    /// `limit - 1`) if the source sends nothing meanwhile; zero if one fits now (see
+    /// [`crate::Halves::back_under`]: exact below the cap, never early at it).
+    pub back_under: Duration,
 }
 
 /// Why a checked config could not be made into a policy.
@@ -512,8 +517,15 @@ impl Policy {
                 let prefix = source.pick(limit.ipv4_prefix, limit.ipv6_prefix);
                 let key = LimitKey::limit(rule.id, limit.rate.per, source, prefix);
                 let cap = bound.cap[usize::from(!source.addr().is_ipv4())];
-                let estimate =
-                    self.counters[bound.counter].estimate_capped(key.as_bytes(), cap, now);
+                let counter = &self.counters[bound.counter];
+                let estimate = counter.estimate_capped(key.as_bytes(), cap, now);
+                let target = limit.rate.count.saturating_sub(1);
+                let back_under = if estimate > target {
+                    let halves = counter.halves(key.as_bytes(), cap, now);
+                    back_under(halves, 0, target, &limit, now)
+                } else {
+                    Duration::ZERO
+                };
                 found.push(LimitEstimate {
                     at: LimitRef {
                         rule: index,
@@ -523,6 +535,7 @@ impl Policy {
                     prefix,
                     estimate,
                     capped: estimate >= cap,
+                    back_under,
                 });
             }
         }
@@ -585,7 +598,7 @@ impl Policy {
         };
         let mut decision = Decision::of(Verdict::Allow);
         let event = Event::of_frame(frame, source, protocol);
-        self.judge_into::<true>(&event, now, &[], &mut decision);
+        self.judge_into::<true>(&event, now, &[], &mut decision, false);
         decision
     }
 
@@ -648,7 +661,7 @@ impl Policy {
             {
                 if let Some(event) = event {
                     let prepared = prepared.get(..keys).unwrap_or_default();
-                    self.judge_into::<true>(event, now, prepared, decision);
+                    self.judge_into::<true>(event, now, prepared, decision, false);
                 }
             }
         }
@@ -708,12 +721,21 @@ impl Policy {
         self.judge(event, now, false)
     }
 
+    /// The decision `event` would get at `now` if it came now: every limit's estimate as it
+    /// stands plus the event's own weight, counting nothing and starting no penalty (the
+    /// admin's `/explain`: what an event from the source would get).
+    pub fn peek(&self, event: &Event, now: Tick) -> Decision {
+        let mut decision = Decision::of(Verdict::Allow);
+        self.judge_into::<false>(event, now, &[], &mut decision, true);
+        decision
+    }
+
     fn judge(&self, event: &Event, now: Tick, count: bool) -> Decision {
         let mut decision = Decision::of(Verdict::Allow);
         if count {
-            self.judge_into::<true>(event, now, &[], &mut decision);
+            self.judge_into::<true>(event, now, &[], &mut decision, false);
         } else {
-            self.judge_into::<false>(event, now, &[], &mut decision);
+            self.judge_into::<false>(event, now, &[], &mut decision, false);
         }
         decision
     }
@@ -721,13 +743,15 @@ impl Policy {
     /// [`Policy::judge`] into `decision` (which holds `Allow` and no shadow verdict), with the
     /// event's first leading keys as [`Policy::touch`] prepared them at `now` (past
     /// `prepared`: hash here). `COUNT` is `judge`'s `count`: a constant, so that deciding
-    /// carries no code for reading alone and rechecking none for counting.
+    /// carries no code for reading alone and rechecking none for counting. `peek` (read only,
+    /// `COUNT` false) adds the event's weight to every estimate, as counting it would.
     fn judge_into<const COUNT: bool>(
         &self,
         event: &Event,
         now: Tick,
         prepared: &[Option<Prepared>],
         decision: &mut Decision,
+        peek: bool,
     ) {
         let source = event.source;
         if let Some((kind, cidr)) = self.list_verdict(source, now) {
@@ -800,10 +824,38 @@ impl Policy {
                     counted_estimate = local.saturating_add(rest.counted);
                     estimate = counted_estimate.saturating_add(rest.ahead);
                 }
+                // The event's own weight: in the estimate once counted, or as if counted.
+                let own = if COUNT || peek { weight } else { 0 };
+                if !COUNT && peek {
+                    estimate = estimate.saturating_add(weight);
+                }
                 if estimate <= limit.rate.count {
                     continue;
                 }
                 let capped = local >= bound.cap[family];
+                // Back under when an event like this one would be allowed: the estimate at
+                // `limit - own` (the held event itself, already counted, at `limit`).
+                let retry_after = if COUNT && capped {
+                    // A flood at its cap: the current window is not known past it, and this
+                    // path reads nothing more (see `Halves::back_under`).
+                    let halves = Halves {
+                        current: Halves::UNKNOWN,
+                        previous: 0,
+                    };
+                    halves.back_under(0, limit.rate.per, now)
+                } else {
+                    let key = step.head.key(source);
+                    let halves =
+                        self.counters[bound.counter].halves(key.as_bytes(), bound.cap[family], now);
+                    let others = estimate.saturating_sub(local).saturating_sub(own);
+                    back_under(
+                        halves,
+                        others,
+                        limit.rate.count.saturating_sub(own),
+                        limit,
+                        now,
+                    )
+                };
                 let throttle = Throttle {
                     at: LimitRef {
                         rule: index,
@@ -811,12 +863,7 @@ impl Policy {
                     },
                     estimate,
                     allowed: limit.rate.count,
-                    retry_after: retry_after(
-                        estimate,
-                        limit.rate.count,
-                        limit.rate.per,
-                        capped.then_some(now),
-                    ),
+                    retry_after,
                     action: compiled.action,
                     capped,
                 };
@@ -1050,48 +1097,23 @@ fn networks<V>(entries: impl Iterator<Item = (Cidr, V)>) -> PrefixMap<V> {
     map
 }
 
-/// How long until an estimate of `estimate` decays to `allowed` if the source stops.
-///
-/// Below the cap (`capped` is `None`) an estimate: the sliding count fades linearly over one
-/// period. A key whose count reached its cap (`capped` is the time read) was counted only up
-/// to it, so that would understate (a source at 20 times its limit would be told the time of
-/// one at 8 times): what the sketch promises instead is an upper bound. A capped key reads at
-/// least the cap for the rest of its window of length `per` and the whole next one; after
-/// that only the counts of the window it stopped in remain, and if it reached the cap in
-/// this window, those are none; if in the previous one, this window's count is below the cap
-/// and fades within the next window. Either way it is back under by the end of the next
-/// window: the time left in this one plus one period.
-fn retry_after(estimate: u64, allowed: u64, per: Duration, capped: Option<Tick>) -> Duration {
-    if let Some(now) = capped {
-        let window = u64::try_from(per.as_nanos()).unwrap_or(u64::MAX).max(1);
-        let left = window - now.as_nanos() % window;
-        return Duration::from_nanos(left).saturating_add(per);
-    }
-    let excess = estimate.saturating_sub(allowed) as f64 / estimate.max(1) as f64;
-    // A checked period is at most ~584 years, so its milliseconds fit a u64, whose conversion
-    // to f64 rounds as the u128's did (without the u128 one's library call).
-    let millis = u64::try_from(per.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(ceil(millis as f64 * excess))
-}
-
-/// `x.ceil() as u64` for a finite `x >= 0`, without the library call `ceil` is on x86_64
-/// without SSE4.1: below 2^53 the cast truncates exactly, and from there on every f64 is a
-/// whole number (the cast saturates at `u64::MAX`, as the rounded one's does).
-#[inline]
-fn ceil(x: f64) -> u64 {
-    let whole = x as u64;
-    if (whole as f64) < x {
-        whole.saturating_add(1)
-    } else {
-        whole
-    }
+/// How long until a key with `halves` here and `others` counted by the rest of the cluster is
+/// at `target` under `limit`, with no further event (see [`Halves::back_under`]). The
+/// cluster's counts are taken as this window's (they hold longest), so the time is never
+/// early for them either.
+#[cold]
+#[inline(never)]
+fn back_under(halves: Halves, others: u64, target: u64, limit: &Limit, now: Tick) -> Duration {
+    let with_others = Halves {
+        current: halves.current.saturating_add(others),
+        ..halves
+    };
+    with_others.back_under(target, limit.rate.per, now)
 }
 
 #[cfg(test)]
 mod tests {
     use std::net::Ipv4Addr;
-
-    use proptest::prelude::*;
 
     use super::*;
 
@@ -1139,18 +1161,6 @@ mod tests {
         assert_eq!(windows(policy.sketch_stats(now)), [(10, 40)]);
         // 400 s is in window 0 of 600 s; 400 + 300 s in window 1.
         assert_eq!(windows(policy.penalty_stats(now)), [(600, 0), (600, 1)]);
-    }
-
-    /// Below the cap the sliding count fades linearly over a period: 4 against 3 per 10 s is
-    /// back under in a quarter of it. A capped key is promised the rest of its window and one
-    /// period more.
-    #[test]
-    fn retry_after_is_the_fade_below_the_cap_and_the_window_left_plus_a_period_at_it() {
-        let per = Duration::from_secs(10);
-        assert_eq!(retry_after(4, 3, per, None), Duration::from_millis(2_500));
-        // 3 s into window 2.
-        let now = Tick::from_nanos(23_000_000_000);
-        assert_eq!(retry_after(81, 10, per, Some(now)), Duration::from_secs(17));
     }
 
     /// The rest of a cluster predicts `ahead` events for every suspect, and counted none.
@@ -1266,32 +1276,5 @@ mod tests {
         }
         let moments = policy.moments(Tick::ZERO);
         assert!(moments[..2].iter().all(Option::is_some) && moments[2].is_none());
-    }
-
-    #[test]
-    fn ceil_rounds_up_as_the_library_does_at_the_edges() {
-        let edges = [
-            0.0,
-            0.25,
-            1.0,
-            1.5,
-            (1u64 << 53) as f64 - 0.5,
-            (1u64 << 53) as f64,
-            (1u64 << 60) as f64,
-            u64::MAX as f64,
-            1e30,
-            f64::MAX,
-        ];
-        for x in edges {
-            assert_eq!(ceil(x), x.ceil() as u64, "{x}");
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn ceil_rounds_up_as_the_library_does(x in 0.0..1e20f64, small in 0.0..1e6f64) {
-            prop_assert_eq!(ceil(x), x.ceil() as u64);
-            prop_assert_eq!(ceil(small), small.ceil() as u64);
-        }
     }
 }

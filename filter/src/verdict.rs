@@ -26,9 +26,11 @@ pub struct Throttle {
     pub estimate: u64,
     /// The limit's count per period.
     pub allowed: u64,
-    /// When the estimate should be back under the limit if the source stops now: an estimate
-    /// (the sliding count decays linearly over one period) while `capped` is false, an upper
-    /// bound when it is true.
+    /// How long until an event like this one would be allowed if the source sends nothing
+    /// meanwhile (for [`Policy::recheck`](crate::Policy::recheck): until the event already
+    /// counted is within the limit), from the window formula (see
+    /// [`Halves::back_under`](crate::Halves::back_under)): exact while `capped` is false,
+    /// never early when it is true.
     pub retry_after: Duration,
     /// Whether the key's count reached its cap (see [`EXACT_MULTIPLE`](crate::EXACT_MULTIPLE)):
     /// the true count is then at least `estimate`, how far above is not known, and

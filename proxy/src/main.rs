@@ -3,9 +3,13 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use std::fmt::{self, Write as _};
+
 use clap::Parser;
 use tollgate::cli::{Cli, LogFormat};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::format::{FormatFields, Writer};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -24,9 +28,9 @@ fn main() -> ExitCode {
                 // A log store reads one object per line: the error is one more event.
                 LogFormat::Json => tracing::error!(error = %err, causes = ?causes, "failed"),
                 LogFormat::Text => {
-                    eprintln!("error: {err}");
+                    eprintln!("error: {}", Escaped(&err.to_string()));
                     for cause in causes {
-                        eprintln!("  caused by: {cause}");
+                        eprintln!("  caused by: {}", Escaped(&cause));
                     }
                 }
             }
@@ -47,8 +51,52 @@ fn start_logging(format: LogFormat) {
         LogFormat::Text => {
             let colour = std::io::stderr().is_terminal()
                 && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
-            builder.with_ansi(colour).init();
+            builder.with_ansi(colour).fmt_fields(text_fields()).init();
         }
         LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
+}
+
+/// The text format's fields (`name=value`, the message bare, separated by spaces), every value
+/// with its control characters escaped: a value carries outside text (a run-time list entry's
+/// reason, a rule or listener name, a peer's address, an error quoting a config value), and a
+/// newline or an escape sequence in it must not forge a second line or reach the terminal.
+fn text_fields() -> impl for<'writer> FormatFields<'writer> + 'static {
+    tracing_subscriber::fmt::format::debug_fn(|writer: &mut Writer<'_>, field, value| {
+        let text = format!("{value:?}");
+        match field.name() {
+            "message" => write!(writer, "{}", Escaped(&text)),
+            name => write!(writer, "{name}={}", Escaped(&text)),
+        }
+    })
+    .delimited(" ")
+}
+
+/// Text with each control character written as Rust escapes it (`\n`, `\u{1b}`).
+struct Escaped<'a>(&'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_debug())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(
+            Escaped("ticket 42\nforged\u{1b}[2K ünïcode\t").to_string(),
+            "ticket 42\\nforged\\u{1b}[2K ünïcode\\t"
+        );
     }
 }

@@ -102,13 +102,9 @@ impl Server {
         let kernel = config.kernel.clone();
         let shared = Arc::new(Shared::new(config, path).map_err(StartError::State)?);
         let budget = Budget::new(open_files(&shared), &listeners);
-        if let Some(excess) = budget.excess(&listeners) {
-            tracing::warn!(
-                limit = budget.limit,
-                excess,
-                "the listeners' caps need more descriptors than the open-file limit: at the \
-                 limit, accepts and new UDP sessions fail (EMFILE) and are counted"
-            );
+        if let (Some(excess), Some(advice)) = (budget.excess(&listeners), budget.advice(&listeners))
+        {
+            tracing::warn!(limit = budget.limit, excess, "{advice}");
         }
         let (stop, stopped) = watch::channel(false);
         let bind_error = |listener: &str, address, error| StartError::Bind {

@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tollgate_filter::{
     Decision, DenyReason, Event, Filter, LimitKey, Policy, Prefix, Remote, RuleId, Source,
@@ -36,6 +37,9 @@ pub struct Shared {
     /// The policy in force, swapped whole on reload.
     pub filter: Filter,
     clock: MonotonicClock,
+    /// The clock's reading when this process started it (a warm restart's clock resumes
+    /// where the last process's stopped: not zero).
+    started: Tick,
     connections: ConcurrencySketch,
     /// Every metric.
     pub metrics: Metrics,
@@ -236,6 +240,7 @@ impl Shared {
         );
         Ok(Shared {
             filter,
+            started: clock.now(),
             clock,
             cluster,
             state: saver,
@@ -258,6 +263,12 @@ impl Shared {
     #[must_use]
     pub fn now(&self) -> Tick {
         self.clock.now()
+    }
+
+    /// How long this process has run at `now` (a reading of [`Shared::now`]): the time base
+    /// of its counters, which start at zero at every start, warm restarts included.
+    pub fn uptime(&self, now: Tick) -> Duration {
+        now.saturating_since(self.started)
     }
 
     /// Decides on one connection or datagram. If the limiter fails (a bug: it is not meant to),

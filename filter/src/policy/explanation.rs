@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use tollgate_sketch::Tick;
 
-use super::{Listed, Policy, retry_after};
+use super::{Listed, Policy, back_under};
 use crate::Event;
 use crate::key::{LimitKey, Source};
 use crate::penalty::Penalty;
 use crate::prefix::Prefix;
 use crate::remote::{Before, Suspect};
-use crate::rules::{Limit, Transport};
+use crate::rules::{Limit, Transport, Weight};
 use crate::verdict::{Decision, LimitRef};
 
 /// Everything that decides for one source at one moment (see [`Policy::explain`]).
@@ -27,8 +27,8 @@ pub struct Explanation {
     pub listed: Option<Listed>,
     /// Every rule whose sources and protocol match, in file order.
     pub rules: Vec<RuleExplanation>,
-    /// The decision an event of `transport` would get now if it had been counted already
-    /// (as [`Policy::recheck`]: nothing counted, no penalty started).
+    /// The decision an event of `transport` would get now (as [`Policy::peek`]: the event's
+    /// weight added to every estimate, nothing counted, no penalty started).
     pub decision: Decision,
     /// Whether a cluster's counts are added (see [`crate::Remote`]).
     pub cluster: bool,
@@ -74,10 +74,12 @@ pub struct LimitExplanation {
     /// What the rest of the cluster counted, as added to the estimate (0 while the key is
     /// below the cluster's suspect threshold); `None` without a cluster.
     pub cluster: Option<u64>,
-    /// Whether the estimate (with the cluster's count) is over the limit.
+    /// Whether an event now would be over the limit: the estimate (with the cluster's count)
+    /// plus the event's own weight (1 for limits on events, none for limits on bytes, as an
+    /// explained event carries none) is above it.
     pub over: bool,
-    /// If over: how long until it decays to the limit if the source stops (an upper bound
-    /// when `capped`, see [`crate::Throttle::retry_after`]).
+    /// If over: how long until an event would fit, if the source sends nothing meanwhile (the
+    /// sliding count's fade, see [`crate::Halves::back_under`]; never early when `capped`).
     pub retry_after: Option<Duration>,
     /// Whether the key's count reached its cap: the true count is then at least `estimate`,
     /// and `retry_after` is an upper bound (see [`crate::Throttle::capped`]).
@@ -148,7 +150,11 @@ impl Policy {
                     rest.counted.saturating_add(rest.ahead)
                 });
                 let total = estimate.saturating_add(cluster.unwrap_or(0));
-                let over = total > limit.rate.count;
+                let own = match compiled.weight {
+                    Weight::Events => 1,
+                    Weight::Bytes => 0,
+                };
+                let over = total.saturating_add(own) > limit.rate.count;
                 if let Some(penalty) = &penalty {
                     let key = LimitKey::penalty(rule.id, penalty.length, source, prefix);
                     if let Some(here) = penalty.time_left(&key, now) {
@@ -168,12 +174,9 @@ impl Policy {
                     cluster,
                     over,
                     retry_after: over.then(|| {
-                        retry_after(
-                            total,
-                            limit.rate.count,
-                            limit.rate.per,
-                            capped.then_some(now),
-                        )
+                        let halves = counter.halves(key.as_bytes(), cap, now);
+                        let target = limit.rate.count.saturating_sub(own);
+                        back_under(halves, cluster.unwrap_or(0), target, &limit, now)
                     }),
                     capped,
                 });
@@ -197,7 +200,7 @@ impl Policy {
             transport,
             listed: self.listed(source, now),
             rules,
-            decision: self.judge(&event, now, false),
+            decision: self.peek(&event, now),
             cluster: self.remote.is_some(),
         }
     }
@@ -277,20 +280,45 @@ mod tests {
         assert_eq!(udp.rules.len(), 2);
     }
 
+    /// At its limit a source's next event is throttled (the decision counts the event
+    /// itself), and the explanation says so: what an event now would get, as deciding it
+    /// does. One under the limit, the next event is allowed, and so says the explanation.
     #[test]
-    fn a_source_at_its_limit_is_not_over_it() {
+    fn at_its_limit_the_explained_verdict_is_the_next_event_s() {
         let filter = filter();
         let now = Tick::ZERO;
-        for _ in 0..3 {
+        for _ in 0..2 {
             assert_eq!(tcp(&filter, "192.0.2.7", now), Verdict::Allow);
         }
-        let why = filter
-            .policy()
-            .explain(source("192.0.2.7"), Transport::Tcp, now);
-        let limit = why.rules[0].limits[0];
+        let explain = || {
+            filter
+                .policy()
+                .explain(source("192.0.2.7"), Transport::Tcp, now)
+        };
+        let below = explain();
+        assert!(!below.rules[0].limits[0].over);
+        assert_eq!(below.decision.verdict, Verdict::Allow);
+        assert_eq!(tcp(&filter, "192.0.2.7", now), Verdict::Allow);
+        let at = explain();
+        let limit = at.rules[0].limits[0];
         assert_eq!((limit.estimate, limit.limit.rate.count), (3, 3));
-        assert!(!limit.over && limit.retry_after.is_none(), "{limit:?}");
-        assert_eq!(why.decision.verdict, Verdict::Allow);
+        // The fourth event would fit once the estimate is at 2: a third of the way into
+        // the next window of 10 s.
+        assert!(limit.over, "{limit:?}");
+        assert_eq!(
+            limit.retry_after,
+            Some(Duration::from_nanos(13_333_333_334))
+        );
+        let Verdict::Throttle(said) = at.decision.verdict else {
+            panic!("{:?}", at.decision.verdict);
+        };
+        assert_eq!(said.retry_after, limit.retry_after.unwrap());
+        let Verdict::Throttle(got) = tcp(&filter, "192.0.2.7", now) else {
+            panic!("the fourth event is over the limit");
+        };
+        assert_eq!((said.at, said.estimate), (got.at, got.estimate));
+        // Counted, the fourth event is in the estimate too: a fifth fits once 4 fade to 2.
+        assert_eq!(got.retry_after, Duration::from_secs(15));
     }
 
     /// A limit is read with the cap of its key for the source's family: two limits of one

@@ -2,6 +2,7 @@
 //! whole update is one process and one netlink batch, committed whole or not at all.
 
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 /// Why a transaction did not commit.
@@ -30,7 +31,10 @@ impl std::error::Error for NftError {}
 /// # Errors
 /// [`NftError`] saying whether nft could not run or what it refused.
 pub(crate) fn run(text: &str) -> Result<(), NftError> {
+    // Its own process group: a signal to the proxy's group (a terminal's Ctrl-C, `kill --
+    // -PGID`) does not cut a transaction short, the table's delete at shutdown included.
     let mut child = Command::new("nft")
+        .process_group(0)
         .args(["-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

@@ -9,8 +9,8 @@ use tollgate_sketch::Tick;
 
 use super::element::Element;
 
-/// Bisection steps for a timeout: the answer is within `2 * period / 2^STEPS` above the
-/// exact instant (about 0.05% of a period).
+/// Bisection steps for a penalty's timeout: the answer is within `2 * length / 2^STEPS`
+/// above the exact instant (about 0.05% of the length).
 const STEPS: u32 = 12;
 
 /// The elements for `sources` (each with the rejections the offender list counted for it) at
@@ -25,8 +25,9 @@ const STEPS: u32 = 12;
 ///
 /// A source is in when, under a rule that is not `shadow`, its estimate has reached `factor`
 /// times a limit (the element is the source's network at that limit's prefix, held until the
-/// estimate would fall back under the limit with no further event: the kernel lets nothing
-/// through to count meanwhile), or when it serves a penalty (its network at the prefix the
+/// estimate would fall back under the limit with no further event, as
+/// [`tollgate_filter::LimitEstimate::back_under`] solves it: the kernel lets nothing through
+/// to count meanwhile), or when it serves a penalty (its network at the prefix the
 /// penalty is keyed at, that of the limit that started it, held until the penalty ends).
 #[must_use]
 pub fn select(
@@ -54,18 +55,10 @@ pub fn select(
             if weight < factor && !over_any {
                 continue;
             }
-            let period = estimate.limit.rate.per;
-            let over = |at: Tick| {
-                policy
-                    .estimates(source, at)
-                    .iter()
-                    .find(|e| e.at == estimate.at)
-                    .is_some_and(|e| e.estimate >= limit)
-            };
             let element = Element {
                 network: source.masked(estimate.prefix),
                 len: estimate.prefix.len(),
-                timeout: until(now, 2 * period, over),
+                timeout: estimate.back_under,
                 weight,
             };
             found.push((element, estimate.capped, rejected));
@@ -177,7 +170,7 @@ mod tests {
                 .map_or(0, |e| e.estimate)
         };
         assert!(at(element.timeout) < 10, "{element:?}");
-        assert!(at(element.timeout - Duration::from_millis(10)) >= 10);
+        assert!(at(element.timeout - Duration::from_nanos(1)) >= 10);
         assert!(element.timeout <= Duration::from_secs(20));
         // With factor 1 both over the limit go in, the heavier first.
         let both = select(&policy, sources, 1.0, now, 10);
@@ -213,9 +206,7 @@ mod tests {
         // The /24's estimate (60 events, limit 10 per 10s) is under 10 once the previous
         // window's share, ceil(60 x remaining / 10s), is 9: 1.5s before the next window ends.
         let exact = Duration::from_millis(18_500);
-        assert!(
-            chosen[0].timeout >= exact && chosen[0].timeout - exact < Duration::from_millis(10)
-        );
+        assert_eq!(chosen[0].timeout, exact);
         // Later, the estimate is back under but the penalty, keyed at the /24, still runs:
         // the /24 again, until the penalty ends; an address of it never seen is in it too.
         let later = now + Duration::from_secs(25);

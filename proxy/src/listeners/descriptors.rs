@@ -141,6 +141,29 @@ impl Budget {
         let needed = self.fixed.saturating_add(self.tcp).saturating_add(udp);
         needed.checked_sub(self.limit).filter(|&excess| excess > 0)
     }
+
+    /// What to change when the caps of `listeners` exceed the limit, in one line (`None` if
+    /// they fit): the TCP caps to lower (each connection holds two descriptors) or the hard
+    /// limit to raise, with the numbers.
+    #[must_use]
+    pub fn advice(&self, listeners: &[Listener]) -> Option<String> {
+        let excess = self.excess(listeners)?;
+        let needed = self.limit.saturating_add(excess);
+        let tcp = if self.tcp > 0 {
+            format!(
+                "lower the TCP listeners' max_connections by {} in all, or ",
+                excess.div_ceil(2)
+            )
+        } else {
+            "lower the UDP listeners' max_sessions, or ".to_owned()
+        };
+        Some(format!(
+            "the listeners' caps need {needed} descriptors and the open-file limit is {}: \
+             {tcp}raise the hard limit (systemd LimitNOFILE, ulimit -Hn) to {needed}; at the \
+             limit, accepts and new UDP sessions fail (EMFILE) and are counted",
+            self.limit
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -150,6 +173,26 @@ mod tests {
 
     fn listeners(body: &str) -> Vec<Listener> {
         ProxyConfig::parse(body).unwrap().listeners
+    }
+
+    /// One TCP listener at the default 10,000 connections needs 20,130 descriptors: under a
+    /// hard limit of 20,000 the start says in one line what to change, with the numbers.
+    #[test]
+    fn a_default_listener_over_the_limit_is_told_what_to_change() {
+        let default = listeners(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:1\"]\n",
+        );
+        let budget = Budget::new(20_000, &default);
+        let advice = budget.advice(&default).expect("over the limit");
+        assert_eq!(
+            advice,
+            "the listeners' caps need 20130 descriptors and the open-file limit is 20000: \
+             lower the TCP listeners' max_connections by 65 in all, or raise the hard limit \
+             (systemd LimitNOFILE, ulimit -Hn) to 20130; at the limit, accepts and new UDP \
+             sessions fail (EMFILE) and are counted"
+        );
+        assert!(!advice.contains('\n'));
+        assert_eq!(Budget::new(20_130, &default).advice(&default), None);
     }
 
     const TCP_AND_TWO_UDP: &str = r#"

@@ -44,6 +44,8 @@ name = "demo"
 listen = "127.0.0.1:0"
 upstreams = ["UPSTREAM"]
 trusted_proxies = ["127.255.255.254/32"]
+# 64 in flight at most (IN_FLIGHT): a cap that fits any open-file limit of 2,130 or more.
+max_connections = 1000
 max_connections_per_source = 32
 
 [[rule]]
@@ -349,6 +351,15 @@ mod tests {
         floods: (100, 90_000, 0),
         rotating: (20, 900, 0),
     };
+
+    /// The demo sizes its listener: no open-file warning under a hard limit of 20,000 (the
+    /// CI and development machines'); at the default 10,000 connections it warned.
+    #[test]
+    fn the_demo_fits_an_open_file_limit_of_twenty_thousand() {
+        let config = ProxyConfig::parse(&CONFIG.replace("UPSTREAM", "127.0.0.1:1")).unwrap();
+        let budget = crate::listeners::descriptors::Budget::new(20_000, &config.listeners);
+        assert_eq!(budget.advice(&config.listeners), None);
+    }
 
     #[test]
     fn a_run_that_went_as_promised_passes() {

@@ -437,6 +437,9 @@ fn the_unit_is_hardened_and_reloads_with_sighup() {
         // server.rs reloads on SIGHUP (proxy/tests/e2e/signals.rs shows it).
         ("ExecReload", "/bin/kill -HUP $MAINPID"),
         ("KillSignal", "SIGTERM"),
+        // SIGTERM to the proxy only: the nft child deleting the kernel table at shutdown
+        // must not be killed with it.
+        ("KillMode", "mixed"),
     ] {
         assert_eq!(get(key), [value], "tollgate.service: {key}");
     }

@@ -588,3 +588,111 @@ async fn a_list_entry_in_json_names_its_network_list_reason_and_time_left() {
     assert_eq!(removed["cidr"], "192.0.2.0/24", "{removed}");
     assert_eq!(removed["reason"], "ticket 10", "{removed}");
 }
+
+/// At its limit a source's next event is throttled (the decision counts the event itself), so
+/// `/explain` says `throttle` there, not `allow`: the verdict an event from it would get now.
+/// The event that follows gets just that. (Before: `allow` at an estimate of 3 on 3/1m, and
+/// the next event throttled.)
+#[tokio::test]
+async fn at_the_limit_explain_says_the_verdict_the_next_event_gets() {
+    let dir = dir();
+    let server = start(&dir, "3/60s").await;
+    let shared = Arc::clone(server.shared());
+    for host in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
+        decide(&shared, host);
+    }
+    let why = get(&server, "/explain?source=192.0.2.9").await;
+    let limit = &why["rules"][0]["limits"][0];
+    assert_eq!(limit["estimate"], 3, "{why}");
+    assert_eq!(why["verdict"]["verdict"], "throttle", "{why}");
+    assert_eq!(why["verdict"]["estimate"], 4, "{why}");
+    assert_eq!(limit["over"], true, "{why}");
+    let source = Source::new("192.0.2.9".parse::<IpAddr>().unwrap());
+    let next = shared.decide(source, Transport::Tcp, 100);
+    assert!(
+        matches!(next.decision.verdict, tollgate_filter::Verdict::Throttle(_)),
+        "{next:?}"
+    );
+}
+
+/// A `reply` rule's `Retry-After`, as a client reads it, is never shorter than the time the
+/// source's sliding count takes to leave room for one more connection. 8 connections on
+/// `5/10s`: the 9th fits once the estimate is 4; wherever the window boundary falls among
+/// the 8, that takes at least half a period (all in one window: the rest of it and half the
+/// next one). Before, the time was `period x (1 - limit / estimate)` = 3.75 s, told as
+/// `Retry-After: 4`, and a client back after 4 s was refused (and counted) again.
+#[tokio::test]
+async fn a_reply_s_retry_after_is_never_shorter_than_the_sliding_count_s_fade() {
+    let upstream = echo_upstream().await;
+    let server = support::start(&support::one_listener(
+        support::NO_ADMIN,
+        upstream,
+        "",
+        "[[rule]]\nname = \"r\"\naction = \"reply\"\nlimits = [{ rate = \"5/10s\" }]",
+    ))
+    .await;
+    let front = server.local_addr("front").unwrap();
+    let mut told = Vec::new();
+    for _ in 0..8 {
+        if let Wire::Closed(bytes) = attempt("127.0.0.2", front).await {
+            let text = String::from_utf8(bytes).unwrap();
+            let seconds = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Retry-After: "))
+                .unwrap_or_else(|| panic!("{text}"));
+            told.push(seconds.trim().parse::<u64>().unwrap());
+        }
+    }
+    assert_eq!(told.len(), 3, "{told:?}");
+    let last = *told.last().unwrap();
+    // At least half a period; at most the rest of the window and the whole next one.
+    assert!((5..=20).contains(&last), "Retry-After {told:?}");
+}
+
+/// The whole milliseconds written right after `prefix` in `text`, if `ms` follows them.
+fn millis_after(text: &str, prefix: &str) -> Option<u64> {
+    let rest = &text[text.find(prefix)? + prefix.len()..];
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    rest[digits..]
+        .starts_with("ms")
+        .then(|| rest[..digits].parse().ok())?
+}
+
+/// `/explain` in text writes every time it works out in one format, whole milliseconds
+/// (`retry after 58500ms`, `back under in 58500ms`), and the manual's example (proxy/docs/admin-api.md) is
+/// written as the binary writes it. (Before: `24s` in the README, `22500ms` from the binary, and whole
+/// seconds whenever the time happened to be a whole number of them.)
+#[tokio::test]
+async fn explain_writes_its_times_in_milliseconds_as_the_readme_shows() {
+    let dir = dir();
+    let server = start(&dir, "3/60s").await;
+    let shared = Arc::clone(server.shared());
+    for host in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2::3"] {
+        decide(&shared, host);
+    }
+    let (status, body) = support::admin(&server, "GET", "/explain?source=2001:db8:1:2::9").await;
+    assert_eq!(status, 200);
+    let retry = millis_after(&body, "retry after ").unwrap_or_else(|| panic!("{body}"));
+    let room = millis_after(&body, "room in ").unwrap_or_else(|| panic!("{body}"));
+    // The verdict and the limit say the same time (a fourth event fits at an estimate of 2).
+    assert_eq!(retry, room, "{body}");
+    assert!(
+        body.contains("at the limit (the next event is over)"),
+        "{body}"
+    );
+    decide(&shared, "2001:db8:1:2::4");
+    let (_, body) = support::admin(&server, "GET", "/explain?source=2001:db8:1:2::9").await;
+    let retry = millis_after(&body, "retry after ").unwrap_or_else(|| panic!("{body}"));
+    let back = millis_after(&body, "over, back under in ").unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(retry, back, "{body}");
+
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/admin-api.md"))
+        .expect("the manual's admin API page");
+    let start = readme
+        .find("$ curl -s 'http://127.0.0.1:9090/explain?source=")
+        .expect("the manual's /explain example");
+    let example = &readme[start..start + readme[start..].find("```").unwrap()];
+    let retry = millis_after(example, "retry after ").unwrap_or_else(|| panic!("{example}"));
+    let back = millis_after(example, "over, back under in ").unwrap_or_else(|| panic!("{example}"));
+    assert_eq!(retry, back, "{example}");
+}

@@ -168,3 +168,69 @@ fn a_failed_start_is_a_json_line_too() {
         "the error names the file: {error}"
     );
 }
+
+/// A run-time list entry's reason is outside text (whoever holds the admin token writes it):
+/// in the text log a newline and an escape sequence in it stay visible escapes on the one
+/// line of the event, so it forges no second line and clears nothing on a terminal. (Before:
+/// the reason written raw, a well-formed second line `... INFO forged` and an ESC byte.)
+#[test]
+fn a_reason_with_a_newline_and_an_escape_sequence_stays_one_line_in_the_text_log() {
+    use std::io::{Read, Write};
+    let admin = free_port();
+    let scratch = support::scratch("logs-reason-config");
+    let token = scratch.path().join("token");
+    std::fs::write(&token, "logs-token\n").unwrap();
+    let config = support::one_listener(
+        &format!("listen = \"{admin}\"\ntoken_file = \"{}\"", token.display()),
+        "127.0.0.1:9",
+        "max_connections = 100",
+        "",
+    );
+    let path = scratch.path().join("tollgate.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut run = Run::spawn("reason", &["run", "--config", path.to_str().unwrap()]);
+    if let Err(status) = until_answering(&mut run.child, admin) {
+        panic!("the proxy exited ({status}):\n{}", run.text());
+    }
+    let body = r#"{"cidr": "203.0.113.0/24", "ttl": "1h", "reason": "ticket 42\n2026-01-01T00:00:00Z  INFO forged\u001b[2K"}"#;
+    let mut stream = std::net::TcpStream::connect(admin).unwrap();
+    write!(
+        stream,
+        "POST /lists/deny HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer logs-token\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let pid = run.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-s", "TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(exited(&mut run.child).success(), "{}", run.text());
+    let log = std::fs::read(&run.stderr).unwrap();
+    let text = String::from_utf8_lossy(&log);
+    let escape = log.iter().position(|&byte| byte == 0x1b);
+    assert_eq!(escape, None, "an ESC byte in the text log:\n{text:?}");
+    let added: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("run-time list entry added"))
+        .collect();
+    assert_eq!(added.len(), 1, "{text}");
+    assert!(
+        added[0].contains(r"reason=ticket 42\n2026-01-01T00:00:00Z  INFO forged\u{1b}[2K"),
+        "{}",
+        added[0]
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|line| line.contains("INFO forged") && line != added[0]),
+        "a forged line:\n{text}"
+    );
+}

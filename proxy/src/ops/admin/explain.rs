@@ -78,8 +78,9 @@ pub(crate) fn source_of(source: Option<&str>, usage: &str) -> Result<IpAddr, Str
         .map_err(|_| format!("source `{source}` is not an IP address"))
 }
 
+/// Whole milliseconds, rounded up: a time to wait is never said shorter than it is.
 fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+    u64::try_from(duration.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// What the numbers of a limit's reading are: `exact` below the cap (the estimate is an
@@ -210,14 +211,14 @@ fn verdict_text(policy: &Policy, verdict: &Verdict) -> String {
     match verdict {
         Verdict::Allow => "allow".into(),
         Verdict::Throttle(t) => format!(
-            "throttle by rule {} limit {} (estimate {}{}, {} allowed; retry after {}{}; action {})",
+            "throttle by rule {} limit {} (estimate {}{}, {} allowed; retry after {}{}ms; action {})",
             rule_name(policy, t.at.rule),
             t.at.limit,
             at_least(t.capped),
             t.estimate,
             t.allowed,
             if t.capped { "at most " } else { "" },
-            DurationText(t.retry_after),
+            millis(t.retry_after),
             t.action.as_str()
         ),
         Verdict::Deny(DenyReason::Listed(cidr)) => format!("deny: listed ({cidr})"),
@@ -287,7 +288,7 @@ fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
                 Some(left) => {
                     let _ = writeln!(
                         body,
-                        "; penalty {}, serving: {} ms left",
+                        "; penalty {}, serving: {}ms left",
                         DurationText(p.length),
                         millis(left)
                     );
@@ -311,11 +312,20 @@ fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
                 cluster,
                 match limit.retry_after {
                     Some(retry) if limit.capped => format!(
-                        "over (past {}x its limit: counted no further), back under in at most {}",
+                        "over (past {}x its limit: counted no further), back under in at most {}ms",
                         tollgate_filter::EXACT_MULTIPLE,
-                        DurationText(retry)
+                        millis(retry)
                     ),
-                    Some(retry) => format!("over, back under in {}", DurationText(retry)),
+                    Some(retry)
+                        if limit.estimate.saturating_add(limit.cluster.unwrap_or(0))
+                            <= limit.limit.rate.count =>
+                    {
+                        format!(
+                            "at the limit (the next event is over), room in {}ms",
+                            millis(retry)
+                        )
+                    }
+                    Some(retry) => format!("over, back under in {}ms", millis(retry)),
                     None => "within".into(),
                 }
             );

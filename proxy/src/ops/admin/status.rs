@@ -201,7 +201,7 @@ impl Status {
             })
             .collect();
         Status {
-            uptime_seconds: now.as_nanos() as f64 / 1e9,
+            uptime_seconds: shared.uptime(now).as_secs_f64(),
             totals,
             decide_failures: shared.metrics.decide_failures.get(),
             listeners,
