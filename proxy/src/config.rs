@@ -20,7 +20,7 @@ use tollgate_filter::{
 };
 use toml::Spanned;
 
-use crate::shared::MIN_CONNECTION_MEMORY;
+use crate::connections::MIN_CONNECTION_MEMORY;
 
 /// Everything one config file says.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,6 +9,8 @@
 pub mod cli;
 pub mod cluster;
 pub mod config;
+mod connections;
+mod io;
 pub mod kernel;
 pub mod listeners;
 pub mod ops;

@@ -8,35 +8,29 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use tollgate_filter::{
-    Decision, DenyReason, Event, Filter, LimitKey, Policy, Prefix, Remote, RuleId, Source,
-    Transport, Verdict,
+    Decision, DenyReason, Event, Filter, LimitKey, ListError, Policy, Prefix, Remote, RuleId,
+    Source, Transport, Verdict,
 };
-use tollgate_sketch::{Clock, ConcurrencySketch, MonotonicClock, Tick};
+use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
 use crate::cluster::Cluster;
 use crate::config::{Protocol, ProxyConfig, Settings, located};
+use crate::connections::Connections;
 use crate::ops::log_limit::LogLimit;
 use crate::ops::metrics::{ListenerMetrics, Metrics, Refusal};
 use crate::ops::offenders::Offenders;
 use crate::ops::saved_lists::{self, SavedEntry};
-use crate::ops::state::{self, Saver};
+use crate::ops::state::{self, Saver, Saving, StateMetrics};
 
 /// How many sources the offender list keeps.
 const OFFENDERS: usize = 256;
-/// Rows of the open-connection count sketch.
-pub(crate) const CONNECTION_DEPTH: usize = 4;
-
-/// The least `[proxy] connection_memory` that holds the open-connection counts: 16 counters
-/// of 4 bytes per row (what `ConcurrencySketch::new` needs).
-pub(crate) const MIN_CONNECTION_MEMORY: usize = 16 * 4 * CONNECTION_DEPTH;
-
 /// State shared by every listener and the admin endpoint.
 #[derive(Debug)]
 pub struct Shared {
     /// The policy in force, swapped whole on reload.
     pub filter: Filter,
     clock: MonotonicClock,
-    connections: ConcurrencySketch,
+    connections: Connections,
     /// Every metric.
     pub metrics: Metrics,
     /// The most rejected sources.
@@ -129,19 +123,6 @@ pub struct Decided {
     pub policy: Arc<Policy>,
 }
 
-/// A held slot of a source's open-connection cap; dropping it gives the slot back.
-#[derive(Debug)]
-pub struct ConnectionSlot<'a> {
-    connections: &'a ConcurrencySketch,
-    key: LimitKey,
-}
-
-impl Drop for ConnectionSlot<'_> {
-    fn drop(&mut self) {
-        self.connections.release(self.key.as_bytes());
-    }
-}
-
 impl Shared {
     /// State for `config`, read from `path` if it came from a file.
     ///
@@ -222,11 +203,7 @@ impl Shared {
             .state
             .as_ref()
             .map(|file| Saver::new(file.path.clone(), file.interval));
-        let connections = ConcurrencySketch::new(
-            config.settings.connection_memory,
-            CONNECTION_DEPTH,
-            rand::random(),
-        )?;
+        let connections = Connections::new(config.settings.connection_memory)?;
         metrics
             .connection_memory
             .set(i64::try_from(connections.memory_bytes()).unwrap_or(i64::MAX));
@@ -298,28 +275,9 @@ impl Shared {
         Decided { decision, policy }
     }
 
-    /// Takes one of `source`'s open-connection slots in `scope` (one per listener), or `None`
-    /// if it holds `cap` already. Sources are counted per IPv4 address and per IPv6 /64.
-    #[must_use]
-    pub fn open_connection(
-        &self,
-        scope: RuleId,
-        source: Source,
-        cap: u32,
-    ) -> Option<ConnectionSlot<'_>> {
-        let key = LimitKey::new(scope, source, source.pick(Prefix::V4(32), Prefix::V6(64)));
-        let open = self.connections.acquire(key.as_bytes());
-        let slot = ConnectionSlot {
-            connections: &self.connections,
-            key,
-        };
-        (open <= u64::from(cap)).then_some(slot)
-    }
-
     /// Takes one open-connection slot of the network of `source` (`prefixes`: its IPv4 and
     /// IPv6 lengths) in `scope`, or `None` if that network holds `cap` already. The key returned
-    /// gives the slot back through [`Shared::close_connection`]; unlike
-    /// [`Shared::open_connection`] nothing borrows `self`, so a slot can move into a task.
+    /// gives the slot back through [`Shared::close_connection`].
     #[must_use]
     pub fn open_in_network(
         &self,
@@ -328,18 +286,12 @@ impl Shared {
         prefixes: (Prefix, Prefix),
         cap: u32,
     ) -> Option<LimitKey> {
-        let key = LimitKey::new(scope, source, source.pick(prefixes.0, prefixes.1));
-        if self.connections.acquire(key.as_bytes()) <= u64::from(cap) {
-            Some(key)
-        } else {
-            self.connections.release(key.as_bytes());
-            None
-        }
+        self.connections.open(scope, source, prefixes, cap)
     }
 
     /// Gives back a slot taken by [`Shared::open_in_network`] (once per slot).
     pub fn close_connection(&self, key: &LimitKey) {
-        self.connections.release(key.as_bytes());
+        self.connections.close(key);
     }
 
     /// Counts a decision on `listener` in the metrics and, if it rejects, in the offender list
@@ -495,8 +447,57 @@ impl Shared {
     }
 }
 
+// The run-time list entries as the state file keeps them.
+impl Shared {
+    /// The run-time list entries in force now, for the state file (see [`saved_lists::save`]).
+    #[must_use]
+    pub fn saved_lists(&self) -> Vec<SavedEntry> {
+        saved_lists::save(&self.filter.lists(), self.now(), saved_lists::unix_ms_now())
+    }
+
+    /// Puts run-time list entries read from the state file back (see [`saved_lists::restore`]); they
+    /// apply at once.
+    ///
+    /// # Errors
+    /// As [`saved_lists::restore`]: nothing is restored then.
+    pub fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
+        saved_lists::restore(
+            &self.filter.lists(),
+            saved,
+            self.now(),
+            saved_lists::unix_ms_now(),
+        )
+    }
+}
+
+impl Saving for Shared {
+    fn saver(&self) -> Option<&Saver> {
+        self.state.as_ref()
+    }
+
+    fn now(&self) -> Tick {
+        Shared::now(self)
+    }
+
+    fn policy(&self) -> Arc<Policy> {
+        self.filter.policy()
+    }
+
+    fn saved_lists(&self) -> Vec<SavedEntry> {
+        Shared::saved_lists(self)
+    }
+
+    fn metrics(&self) -> &StateMetrics {
+        &self.metrics.state
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use tollgate_filter::{Cidr, ListKind};
+
     use super::*;
 
     const GOOD: &str = r#"
@@ -730,13 +731,27 @@ mod tests {
         );
     }
 
-    /// The least `[proxy] connection_memory` the config accepts is the least the
-    /// open-connection counts can be built in: a smaller floor would let through a size the
-    /// start then refuses, a larger one refuse a size that works.
     #[test]
-    fn the_least_connection_memory_accepted_is_the_least_the_counts_fit_in() {
-        let build = |bytes| ConcurrencySketch::new(bytes, CONNECTION_DEPTH, 0);
-        assert!(build(MIN_CONNECTION_MEMORY).is_ok());
-        assert!(build(MIN_CONNECTION_MEMORY - 1).is_err());
+    fn a_proxys_entries_are_saved_and_put_back_into_another() {
+        let config = || {
+            crate::config::ProxyConfig::parse(
+                "[admin]\nenabled = false\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"3/60s\" }]\n",
+            )
+            .unwrap()
+        };
+        let first = Shared::new(config(), None).unwrap();
+        for cidr in ["192.0.2.0/24", "2001:db8::/32"] {
+            let cidr = Cidr::parse(cidr).unwrap();
+            let ttl = Duration::from_secs(600);
+            let lists = first.filter.lists();
+            lists
+                .add(cidr, ListKind::Deny, ttl, "r".into(), first.now())
+                .unwrap();
+        }
+        let saved = first.saved_lists();
+        assert_eq!(saved.len(), 2);
+        let second = Shared::new(config(), None).unwrap();
+        assert_eq!(second.restore_lists(saved), Ok(2));
+        assert_eq!(second.filter.lists().entries(second.now()).len(), 2);
     }
 }

@@ -865,8 +865,8 @@ mod tests {
     use tollgate_sketch::{MonotonicClock, Tick};
 
     use super::*;
+    use crate::cluster::ClusterMetrics;
     use crate::config::ProxyConfig;
-    use crate::ops::metrics::ClusterMetrics;
     use crate::test_log::{Capture, lines_with};
 
     #[test]

@@ -42,13 +42,28 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tollgate_filter::{ListKind, Restored};
+use tollgate_filter::{ListKind, Policy, Restored};
 use tollgate_sketch::Tick;
 
 pub use format::{FormatError, ListEntry, State, decode, encode};
 
 use crate::ops::saved_lists::SavedEntry;
-use crate::shared::Shared;
+
+/// What a save reads and where it reports: the proxy's clock, policy and run-time lists, its
+/// saver and the state file's metrics. The proxy's shared state is one; this module does not
+/// name it, so the state file sits below what it saves.
+pub trait Saving: Send + Sync + 'static {
+    /// The saver, `None` without `[proxy] state_file`.
+    fn saver(&self) -> Option<&Saver>;
+    /// The filter's clock now.
+    fn now(&self) -> Tick;
+    /// The policy in force.
+    fn policy(&self) -> Arc<Policy>;
+    /// The run-time list entries in force now.
+    fn saved_lists(&self) -> Vec<SavedEntry>;
+    /// The state file's metrics.
+    fn metrics(&self) -> &StateMetrics;
+}
 
 /// The longest the proxy waits for a save at SIGTERM before it exits without it.
 pub const SAVE_BOUND: Duration = Duration::from_secs(10);
@@ -201,7 +216,7 @@ impl Saver {
     /// # Errors
     /// [`StateError::Write`], the previous file whole; [`StateError::Busy`] if another save
     /// is under way and not `wait`.
-    pub fn save(&self, shared: &Shared, wait: bool) -> Result<Saved, StateError> {
+    pub fn save(&self, shared: &dyn Saving, wait: bool) -> Result<Saved, StateError> {
         let _one_at_a_time = match self.writing.try_lock() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
@@ -220,7 +235,7 @@ impl Saver {
             .into_iter()
             .map(ListEntry::from)
             .collect();
-        let policy = shared.filter.policy();
+        let policy = shared.policy();
         let mut sketches = 0;
         // Each sketch's copy is encoded and dropped before the next is made; the buffer is
         // sized for the whole policy (the file is at most that, plus a little).
@@ -245,16 +260,16 @@ impl Saver {
 /// counts the outcome. Whether it was saved. With `wait`, after a save under way (at
 /// shutdown); without, skipped if one is (the periodic save: a hung disk then holds one
 /// blocking thread, not one more per interval).
-pub async fn save_bounded(shared: &Arc<Shared>, wait: bool) -> bool {
-    let Some(saver) = &shared.state else {
+pub async fn save_bounded<S: Saving>(shared: &Arc<S>, wait: bool) -> bool {
+    let Some(saver) = shared.saver() else {
         return false;
     };
     let path = saver.path().to_owned();
     let task = {
         let shared = Arc::clone(shared);
-        tokio::task::spawn_blocking(move || match &shared.state {
-            Some(saver) => saver.save(&shared, wait),
-            // `shared.state` was `Some` above and never changes.
+        tokio::task::spawn_blocking(move || match shared.saver() {
+            Some(saver) => saver.save(&*shared, wait),
+            // `shared.saver()` was `Some` above and never changes.
             None => Ok(Saved {
                 bytes: 0,
                 sketches: 0,
@@ -262,7 +277,7 @@ pub async fn save_bounded(shared: &Arc<Shared>, wait: bool) -> bool {
             }),
         })
     };
-    let metrics = &shared.metrics.state;
+    let metrics = shared.metrics();
     let error = match tokio::time::timeout(SAVE_BOUND, task).await {
         Ok(Ok(Ok(saved))) => {
             metrics.saved(true);
@@ -292,8 +307,8 @@ pub async fn save_bounded(shared: &Arc<Shared>, wait: bool) -> bool {
 
 /// Saves every `[proxy] state_interval` until `stopped` says stop (the save at SIGTERM is
 /// [`crate::server::Server::shutdown`]'s).
-pub async fn run(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
-    let Some(interval) = shared.state.as_ref().map(|s| s.interval) else {
+pub async fn run<S: Saving>(shared: Arc<S>, mut stopped: watch::Receiver<bool>) {
+    let Some(interval) = shared.saver().map(|s| s.interval) else {
         return;
     };
     loop {
@@ -376,20 +391,21 @@ impl StateMetrics {
             .inc();
     }
 
-    /// Registers them in `r`.
-    pub fn register(&self, r: &mut Registry) {
+    /// Registers them under `state_` in `registry`'s namespace.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("state");
         r.register(
-            "state_saves",
+            "saves",
             "State file saves (every state_interval and at SIGTERM) by result",
             self.saves.clone(),
         );
         r.register(
-            "state_file_bytes",
+            "file_bytes",
             "Size of the last state file saved",
             self.bytes.clone(),
         );
         r.register(
-            "state_restored_windows",
+            "restored_windows",
             "Sketch windows restored from the state file at start (0: a cold start)",
             self.restored_windows.clone(),
         );
@@ -404,6 +420,7 @@ mod tests {
     use tollgate_filter::{Config, Event, Policy, Source, Transport, Verdict};
 
     use super::*;
+    use crate::shared::Shared;
     use crate::test_log::logged;
 
     /// A fresh directory, removed when dropped (not named after the process id: ids are
