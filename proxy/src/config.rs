@@ -20,7 +20,7 @@ use tollgate_filter::{
 };
 use toml::Spanned;
 
-use crate::connections::MIN_CONNECTION_MEMORY;
+use crate::gate::connections::MIN_CONNECTION_MEMORY;
 
 /// Everything one config file says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub struct ProxyConfig {
 
 /// `[proxy] state_file` and `state_interval`: where the counts, penalties and run-time list
 /// entries are saved (every interval and at SIGTERM) and read back at start (see
-/// [`crate::ops::state`]).
+/// [`crate::state`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateFile {
     /// The file.

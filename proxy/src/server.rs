@@ -17,8 +17,8 @@ use crate::listeners::descriptors::{self, Budget};
 use crate::listeners::tcp::Frontend;
 use crate::listeners::udp::UdpFrontend;
 use crate::listeners::{socket, tcp, udp};
-use crate::ops::{admin, state};
 use crate::shared::{Running, Shared};
+use crate::{admin, state};
 
 /// Why the proxy could not start.
 #[derive(Debug)]

@@ -15,12 +15,13 @@ use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
 use crate::cluster::Cluster;
 use crate::config::{Protocol, ProxyConfig, Settings, located};
-use crate::connections::Connections;
-use crate::ops::log_limit::LogLimit;
-use crate::ops::metrics::{ListenerMetrics, Metrics, Refusal};
-use crate::ops::offenders::Offenders;
-use crate::ops::saved_lists::{self, SavedEntry};
-use crate::ops::state::{self, Saver, Saving, StateMetrics};
+use crate::gate::connections::Connections;
+use crate::gate::log_limit::LogLimit;
+use crate::gate::offenders::Offenders;
+use crate::listeners::{ListenerMetrics, Refusal};
+use crate::metrics::Metrics;
+use crate::state::lists::{self as saved_lists, SavedEntry};
+use crate::state::{self, Saver, Saving, StateMetrics};
 
 /// How many sources the offender list keeps.
 const OFFENDERS: usize = 256;
@@ -300,24 +301,28 @@ impl Shared {
         let metrics = &self.metrics;
         let rule_name = |index: usize| decided.policy.rule(index).map_or("?", |r| r.name.as_str());
         if let Some(shadow) = decided.decision.shadow {
-            metrics.shadow_throttled(listener, &decided.policy, shadow.at.rule);
+            metrics
+                .listeners
+                .shadow_throttled(listener, &decided.policy, shadow.at.rule);
         }
         match decided.decision.verdict {
             Verdict::Allow => {
                 listener.allowed.inc();
             }
             Verdict::Throttle(throttle) => {
-                metrics.throttled(listener, &decided.policy, throttle.at.rule);
+                metrics
+                    .listeners
+                    .throttled(listener, &decided.policy, throttle.at.rule);
                 self.rejected(listener, source.addr(), rule_name(throttle.at.rule));
                 self.kernel_wake.over(throttle.estimate, throttle.allowed);
             }
             Verdict::Deny(DenyReason::Penalty { rule }) => {
-                metrics.refused(listener, Refusal::Penalty);
+                metrics.listeners.refused(listener, Refusal::Penalty);
                 self.rejected(listener, source.addr(), rule_name(rule));
                 self.kernel_wake.penalty();
             }
             Verdict::Deny(_) => {
-                metrics.refused(listener, Refusal::Listed);
+                metrics.listeners.refused(listener, Refusal::Listed);
                 self.rejected(listener, source.addr(), "deny list");
             }
         }

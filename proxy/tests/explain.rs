@@ -9,9 +9,9 @@ use std::sync::Arc;
 use common::{Wire, admin_json, attempt, echo_upstream, eventually};
 use serde_json::Value;
 use tollgate::config::ProxyConfig;
-use tollgate::ops::saved_lists::unix_ms_now;
 use tollgate::server::Server;
 use tollgate::shared::Shared;
+use tollgate::state::lists::unix_ms_now;
 use tollgate_filter::{Source, Transport};
 
 const TOKEN: &str = "explain-token";

@@ -71,7 +71,7 @@ impl Default for ClusterMetrics {
 
 impl ClusterMetrics {
     /// All at zero (`alone` at 1 until a first sync), registered nowhere (see
-    /// [`crate::ops::metrics::Metrics::for_sections`]).
+    /// [`crate::metrics::Metrics::for_sections`]).
     #[must_use]
     pub fn new() -> ClusterMetrics {
         let metrics = ClusterMetrics {

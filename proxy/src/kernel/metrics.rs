@@ -37,7 +37,7 @@ impl Default for KernelMetrics {
 }
 
 impl KernelMetrics {
-    /// All at zero, registered nowhere (see [`crate::ops::metrics::Metrics::for_sections`]).
+    /// All at zero, registered nowhere (see [`crate::metrics::Metrics::for_sections`]).
     #[must_use]
     pub fn new() -> KernelMetrics {
         KernelMetrics {

@@ -20,7 +20,7 @@ use crate::config::{Listener, SendProxy};
 use crate::listeners::proxy_protocol::{self, Header, V2Transport};
 use crate::listeners::socket;
 use crate::listeners::upstream::Pool;
-use crate::ops::metrics::{ListenerMetrics, Refusal};
+use crate::listeners::{ListenerMetrics, Refusal};
 use crate::shared::{Decided, Shared};
 use actions::ReplyValues;
 use budget::{Budget, Ticket, Use};
@@ -71,7 +71,7 @@ impl Frontend {
         for cidr in &config.trusted_proxies {
             trusted.insert(cidr.addr, cidr.prefix, ());
         }
-        let metrics = shared.metrics.listener(&config.name);
+        let metrics = shared.metrics.listeners.listener(&config.name);
         Frontend {
             pool: Pool::new(&config),
             trusted,
@@ -106,6 +106,7 @@ impl Frontend {
     fn refuse_untrusted_header(&self, shared: &Shared, source: IpAddr) {
         shared
             .metrics
+            .listeners
             .refused(&self.metrics, Refusal::UntrustedHeader);
         shared.rejected(&self.metrics, source, "PROXY header from an untrusted peer");
     }
@@ -113,7 +114,7 @@ impl Frontend {
     /// Counts a connection refused by one of its budgets' caps (and, for a cap of its own
     /// source or network, records the source as an offender).
     fn refuse(&self, shared: &Shared, refusal: Refusal, source: IpAddr) {
-        shared.metrics.refused(&self.metrics, refusal);
+        shared.metrics.listeners.refused(&self.metrics, refusal);
         if !matches!(
             refusal,
             Refusal::ListenerFull
@@ -483,6 +484,7 @@ async fn origin(
     };
     shared
         .metrics
+        .listeners
         .refused(&frontend.metrics, Refusal::BadHeader);
     if shared.logs.allow() {
         tracing::warn!(listener = %frontend.config.name, %peer, %why, "bad PROXY header; connection closed");
@@ -565,7 +567,7 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
     // The connect sends what it can of the preamble at once (see `upstream`).
     let Some((mut upstream, sent)) = frontend
         .pool
-        .connect(&shared.metrics, &frontend.metrics, &preamble)
+        .connect(&shared.metrics.listeners, &frontend.metrics, &preamble)
         .await
     else {
         actions::close(client).await;
@@ -579,7 +581,10 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
             tokio::time::timeout(frontend.config.connect_timeout, upstream.write_all(rest)).await;
         if !matches!(written, Ok(Ok(()))) {
             if let Ok(address) = upstream.peer_addr() {
-                shared.metrics.upstream_error(&frontend.metrics, address);
+                shared
+                    .metrics
+                    .listeners
+                    .upstream_error(&frontend.metrics, address);
             }
             actions::reset(client);
             return;

@@ -7,7 +7,7 @@
 //!   penalties included (they are marks in sketches of their own), and the sketches a reload
 //!   retired but still reads. Then the run-time allow/deny entries, `(cidr, allow|deny, expiry
 //!   in Unix ms, reason)`, in a section of their own, put back at start (those expired by
-//!   then are left out) through [`crate::ops::saved_lists`].
+//!   then are left out) through [`crate::state::lists`].
 //! - **Time.** The file holds the proxy's tick and the wall-clock time of the save. A restart
 //!   resumes the clock at the saved tick plus the wall-clock time since (zero if the wall
 //!   clock went back), so every window ages by the time the proxy was down: a restart after
@@ -31,6 +31,7 @@
 
 pub mod file;
 pub mod format;
+pub mod lists;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -47,7 +48,7 @@ use tollgate_sketch::Tick;
 
 pub use format::{FormatError, ListEntry, State, decode, encode};
 
-use crate::ops::saved_lists::SavedEntry;
+use lists::SavedEntry;
 
 /// What a save reads and where it reports: the proxy's clock, policy and run-time lists, its
 /// saver and the state file's metrics. The proxy's shared state is one; this module does not

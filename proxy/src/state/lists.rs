@@ -33,7 +33,7 @@ pub fn unix_ms_now() -> u64 {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use tollgate::ops::saved_lists::{restore, save};
+/// use tollgate::state::lists::{restore, save};
 /// use tollgate_filter::{Cidr, ListKind, RuntimeLists};
 /// use tollgate_sketch::Tick;
 /// let before = RuntimeLists::default();
