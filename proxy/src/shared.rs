@@ -2,23 +2,23 @@
 //! the offender list, the rejection log budget and the cluster link; and the one place a
 //! decision is made.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use tollgate_filter::{
-    Decision, DenyReason, Event, Filter, LimitKey, ListError, Policy, Prefix, Remote, RuleId,
+    Decision, DenyReason, Event, Filter, LimitKey, ListError, Policy, Prefix, Remote, Rule, RuleId,
     Source, Transport, Verdict,
 };
 use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
 use crate::cluster::Cluster;
-use crate::config::{Protocol, ProxyConfig, Settings, located};
+use crate::config::{ProxyConfig, Settings, located};
 use crate::gate::connections::Connections;
 use crate::gate::log_limit::LogLimit;
 use crate::gate::offenders::Offenders;
-use crate::listeners::{ListenerMetrics, Refusal};
+use crate::listeners::{ListenerMetrics, Offence, Refusal, Serving};
 use crate::metrics::Metrics;
 use crate::state::lists::{self as saved_lists, SavedEntry};
 use crate::state::{self, Saver, Saving, StateMetrics};
@@ -64,18 +64,7 @@ pub struct Shared {
     /// `/estimate` read it).
     pub kernel_view: crate::kernel::View,
     /// The listeners serving now, as bound (the admin's status page shows them).
-    running: Mutex<Vec<Running>>,
-}
-
-/// A listener serving now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Running {
-    /// Its name (the config's, and its metrics' label).
-    pub name: String,
-    /// TCP or UDP.
-    pub protocol: Protocol,
-    /// The address it is bound to (the port the system chose for port 0).
-    pub address: SocketAddr,
+    pub running: Serving,
 }
 
 /// Why a reload was refused; the old policy stays in force.
@@ -121,7 +110,20 @@ pub struct Decided {
     /// The decision.
     pub decision: Decision,
     /// The policy it was made under.
-    pub policy: Arc<Policy>,
+    policy: Arc<Policy>,
+}
+
+impl Decided {
+    /// The rule a throttle or a penalty names, as the policy that decided holds it (`None`
+    /// for an allow or a listed source): what a listener carries out.
+    #[must_use]
+    pub fn rule(&self) -> Option<&Rule> {
+        match self.decision.verdict {
+            Verdict::Throttle(throttle) => self.policy.rule(throttle.at.rule),
+            Verdict::Deny(DenyReason::Penalty { rule }) => self.policy.rule(rule),
+            Verdict::Allow | Verdict::Deny(_) => None,
+        }
+    }
 }
 
 impl Shared {
@@ -137,44 +139,13 @@ impl Shared {
         if let Some(cluster) = &config.cluster {
             Cluster::check_secret(cluster)?;
         }
-        // A state file that reads resumes the saved ticks: its windows age by the time the
-        // proxy was down. Anything wrong with it is logged and the start is cold.
-        let resumed = config.state.as_ref().and_then(|file| {
-            match state::load(&file.path, config.policy.memory, state::unix_ms()) {
-                Ok(Some(resumed)) => Some(resumed),
-                Ok(None) => {
-                    tracing::info!(
-                        path = %file.path.display(),
-                        "no state file yet: a cold start"
-                    );
-                    None
-                }
-                Err(err) => {
-                    tracing::error!("{err}; refused, starting cold");
-                    None
-                }
-            }
-        });
-        let clock = resumed
-            .as_ref()
-            .map_or_else(MonotonicClock::new, |r| MonotonicClock::starting_at(r.tick));
+        let warm = state::warm_start(&config, &metrics.state)?;
+        let clock = warm.clock;
         let cluster = config
             .cluster
             .clone()
             .map(|c| Arc::new(Cluster::new(c, clock, metrics.cluster.clone())));
-        let policy = match (&resumed, &config.state) {
-            (Some(resumed), Some(file)) => {
-                let (policy, report) =
-                    Policy::restore(config.policy.clone(), &resumed.state.sketches, clock.now())?;
-                state::log_restored(&file.path, resumed, &report);
-                metrics
-                    .state
-                    .restored_windows
-                    .set(i64::try_from(report.windows).unwrap_or(i64::MAX));
-                policy
-            }
-            _ => Policy::compile(config.policy.clone(), None)?,
-        };
+        let policy = warm.policy;
         let filter = Filter::from_policy(match &cluster {
             Some(cluster) => policy.with_remote(Arc::clone(cluster) as Arc<dyn Remote>),
             None => policy,
@@ -183,23 +154,7 @@ impl Shared {
             // Entries other nodes add at run time are laid over these lists.
             cluster.attach_lists(filter.lists());
         }
-        if let (Some(resumed), Some(file)) = (resumed, &config.state) {
-            let saved = resumed
-                .state
-                .lists
-                .into_iter()
-                .map(SavedEntry::from)
-                .collect();
-            match saved_lists::restore(&filter.lists(), saved, clock.now(), state::unix_ms()) {
-                Ok(entries) => {
-                    tracing::info!(path = %file.path.display(), entries, "run-time list entries restored");
-                }
-                Err(err) => tracing::error!(
-                    path = %file.path.display(),
-                    "run-time list entries not restored: {err}"
-                ),
-            }
-        }
+        let restoring = warm.lists;
         let saver = config
             .state
             .as_ref()
@@ -212,7 +167,7 @@ impl Shared {
             config.settings.log_rejections,
             metrics.logs_suppressed.clone(),
         );
-        Ok(Shared {
+        let shared = Shared {
             filter,
             clock,
             cluster,
@@ -228,8 +183,20 @@ impl Shared {
             kernel_setup: std::sync::OnceLock::new(),
             kernel_view: crate::kernel::View::new(),
             loaded: Mutex::new(config),
-            running: Mutex::new(Vec::new()),
-        })
+            running: Serving::default(),
+        };
+        if let Some((path, saved)) = restoring {
+            match shared.restore_lists(saved) {
+                Ok(entries) => {
+                    tracing::info!(path = %path.display(), entries, "run-time list entries restored");
+                }
+                Err(err) => tracing::error!(
+                    path = %path.display(),
+                    "run-time list entries not restored: {err}"
+                ),
+            }
+        }
+        Ok(shared)
     }
 
     /// The filter's clock now.
@@ -238,10 +205,37 @@ impl Shared {
         self.clock.now()
     }
 
-    /// Decides on one connection or datagram. If the limiter fails (a bug: it is not meant to),
-    /// the traffic is let through and counted: a rate limiter must not take the service down.
-    pub fn decide(&self, source: Source, transport: Transport, bytes: u64) -> Decided {
-        self.judge(source, transport, bytes, Policy::decide)
+    /// Decides on one connection or datagram from `source` on `listener`, and counts the
+    /// decision (see [`Shared::account`]): the data path's one call per arrival. If the limiter
+    /// fails (a bug: it is not meant to), the traffic is let through and counted: a rate
+    /// limiter must not take the service down.
+    pub fn pass(
+        &self,
+        listener: &ListenerMetrics,
+        source: Source,
+        transport: Transport,
+        bytes: u64,
+    ) -> Decided {
+        let decided = self.judge(source, transport, bytes, Policy::decide);
+        self.account(listener, &decided, source);
+        decided
+    }
+
+    /// Counts a connection or datagram refused on `listener` for `refusal`, which is not a
+    /// verdict (a cap, a PROXY header): in the metrics, and as its kind says
+    /// ([`Refusal::offence`]) in the offender list and the rejection log. True when the caller
+    /// is to log its own line about it (within the log budget).
+    #[must_use = "true asks the caller for its own log line"]
+    pub fn refuse(&self, listener: &ListenerMetrics, refusal: Refusal, source: IpAddr) -> bool {
+        self.metrics.listeners.refused(listener, refusal);
+        match refusal.offence() {
+            Offence::Offender(why) => {
+                self.rejected(listener, source, why);
+                false
+            }
+            Offence::Warning => self.logs.allow(),
+            Offence::Counted => false,
+        }
     }
 
     /// Whether a connection decided before may pass now (see [`Policy::recheck`]); fails open
@@ -297,7 +291,7 @@ impl Shared {
 
     /// Counts a decision on `listener` in the metrics and, if it rejects, in the offender list
     /// and (within the budget) the log.
-    pub fn account(&self, listener: &ListenerMetrics, decided: &Decided, source: Source) {
+    fn account(&self, listener: &ListenerMetrics, decided: &Decided, source: Source) {
         let metrics = &self.metrics;
         let rule_name = |index: usize| decided.policy.rule(index).map_or("?", |r| r.name.as_str());
         if let Some(shadow) = decided.decision.shadow {
@@ -336,28 +330,11 @@ impl Shared {
 
     /// Records a rejection of `source` for the offender list and, within the log budget, the
     /// log.
-    pub fn rejected(&self, listener: &ListenerMetrics, source: IpAddr, why: &str) {
+    fn rejected(&self, listener: &ListenerMetrics, source: IpAddr, why: &str) {
         self.offenders.record(source, why);
         if self.logs.allow() {
             tracing::info!(listener = &*listener.name.0, %source, why, "rejected");
         }
-    }
-
-    /// Records a listener that is bound and serving.
-    pub fn listening(&self, listener: Running) {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(listener);
-    }
-
-    /// The listeners serving now, in the order they were bound.
-    #[must_use]
-    pub fn running(&self) -> Vec<Running> {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 
     /// Re-reads the config file and swaps in its policy, keeping the counters of unchanged

@@ -65,7 +65,12 @@ async fn get(server: &Server, path: &str) -> Value {
 
 fn decide(shared: &Arc<Shared>, source: &str) {
     let source = Source::new(source.parse::<IpAddr>().unwrap());
-    let _ = shared.decide(source, Transport::Tcp, 100);
+    let event = tollgate_filter::Event {
+        source,
+        transport: Transport::Tcp,
+        bytes: 100,
+    };
+    let _ = shared.filter.decide(&event, shared.now());
 }
 
 #[tokio::test]

@@ -176,7 +176,8 @@ impl Status {
         let policy = shared.filter.policy();
         let mut totals = Verdicts::default();
         let listeners = shared
-            .running()
+            .running
+            .now()
             .into_iter()
             .map(|running| {
                 // The same counters the listener counts into (created when it started).

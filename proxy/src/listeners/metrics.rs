@@ -94,9 +94,43 @@ pub enum Refusal {
 }
 
 /// How many [`Refusal`]s there are (the last one's index plus one).
+/// What a refusal that is not a verdict is besides its count (see [`Refusal::offence`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offence {
+    /// The source's own doing: recorded as an offender, and logged as a rejection, for this
+    /// reason.
+    Offender(&'static str),
+    /// A fault worth a line of its own (the caller's), within the log budget.
+    Warning,
+    /// A listener-wide cap or a trusted peer's: counted only.
+    Counted,
+}
+
 pub(crate) const REFUSALS: usize = Refusal::SessionSocket as usize + 1;
 
 impl Refusal {
+    /// What it is besides its count: whose doing, and what the log says.
+    #[must_use]
+    pub fn offence(self) -> Offence {
+        match self {
+            Refusal::UntrustedHeader => Offence::Offender("PROXY header from an untrusted peer"),
+            Refusal::ListenerFull
+            | Refusal::HeldFull
+            | Refusal::HeaderWaitsFull
+            | Refusal::HeaderWaitsPerPeer => Offence::Counted,
+            Refusal::BadHeader | Refusal::SessionSocket => Offence::Warning,
+            Refusal::Listed
+            | Refusal::Penalty
+            | Refusal::ConnectionCap
+            | Refusal::PrefixCap
+            | Refusal::HeldPerSource
+            | Refusal::HeldPerPrefix
+            | Refusal::SessionsFull
+            | Refusal::SourceSessions
+            | Refusal::PrefixSessions => Offence::Offender(self.as_str()),
+        }
+    }
+
     /// The metric label and log word.
     #[must_use]
     pub fn as_str(self) -> &'static str {

@@ -9,9 +9,11 @@
 pub mod descriptors;
 pub mod metrics;
 pub mod proxy_protocol;
+mod serving;
 pub mod socket;
 pub mod tcp;
 pub mod udp;
 pub mod upstream;
 
-pub use metrics::{ListenerMetrics, ListenerSeries, Refusal};
+pub use metrics::{ListenerMetrics, ListenerSeries, Offence, Refusal};
+pub use serving::{Running, Serving};

@@ -43,11 +43,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tollgate_filter::{ListKind, Policy, Restored};
-use tollgate_sketch::Tick;
+use tollgate_filter::{ListKind, Policy, PolicyError, Restored};
+use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
 pub use format::{FormatError, ListEntry, State, decode, encode};
 
+use crate::config::ProxyConfig;
 use lists::SavedEntry;
 
 /// What a save reads and where it reports: the proxy's clock, policy and run-time lists, its
@@ -255,6 +256,79 @@ impl Saver {
             took: started.elapsed(),
         })
     }
+}
+
+/// What a start reads of the state file: the clock resumed at the saved tick (or a fresh
+/// one), the policy with the saved windows put back (or a fresh one), and the run-time list
+/// entries to put back once the proxy's state is built (with the file they came from).
+#[derive(Debug)]
+pub struct WarmStart {
+    /// The filter's clock.
+    pub clock: MonotonicClock,
+    /// The policy of `config`, its sketches restored.
+    pub policy: Policy,
+    /// The saved run-time list entries and the file's path.
+    pub lists: Option<(PathBuf, Vec<SavedEntry>)>,
+}
+
+/// Reads `config`'s state file, if it names one, into a [`WarmStart`]; counts the windows
+/// restored in `metrics`. Anything wrong with the file is logged and the start is cold.
+///
+/// # Errors
+/// When the policy cannot be built (its memory too small for its sketches).
+pub fn warm_start(config: &ProxyConfig, metrics: &StateMetrics) -> Result<WarmStart, PolicyError> {
+    // A state file that reads resumes the saved ticks: its windows age by the time the
+    // proxy was down. Anything wrong with it is logged and the start is cold.
+    let resumed = config.state.as_ref().and_then(|file| {
+        match load(&file.path, config.policy.memory, unix_ms()) {
+            Ok(Some(resumed)) => Some(resumed),
+            Ok(None) => {
+                tracing::info!(
+                    path = %file.path.display(),
+                    "no state file yet: a cold start"
+                );
+                None
+            }
+            Err(err) => {
+                tracing::error!("{err}; refused, starting cold");
+                None
+            }
+        }
+    });
+    let clock = resumed
+        .as_ref()
+        .map_or_else(MonotonicClock::new, |r| MonotonicClock::starting_at(r.tick));
+    let policy = match (&resumed, &config.state) {
+        (Some(resumed), Some(file)) => {
+            let (policy, report) =
+                Policy::restore(config.policy.clone(), &resumed.state.sketches, clock.now())?;
+            log_restored(&file.path, resumed, &report);
+            metrics
+                .restored_windows
+                .set(i64::try_from(report.windows).unwrap_or(i64::MAX));
+            policy
+        }
+        _ => Policy::compile(config.policy.clone(), None)?,
+    };
+    // The run-time list entries go back once the proxy's state is built (see
+    // `Shared::restore_lists`).
+    let restoring = match (resumed, &config.state) {
+        (Some(resumed), Some(file)) => Some((
+            file.path.clone(),
+            resumed
+                .state
+                .lists
+                .into_iter()
+                .map(SavedEntry::from)
+                .collect(),
+        )),
+        _ => None,
+    };
+    Ok(WarmStart {
+        clock,
+        policy,
+        lists: restoring,
+    })
 }
 
 /// Saves `shared`'s state on a blocking thread, waiting at most [`SAVE_BOUND`]; logs and

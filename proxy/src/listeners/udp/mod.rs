@@ -201,8 +201,7 @@ pub async fn serve(
             }
         };
         let source = Source::new(client.ip());
-        let decided = shared.decide(source, Transport::Udp, len as u64);
-        shared.account(&frontend.metrics, &decided, source);
+        let decided = shared.pass(&frontend.metrics, source, Transport::Udp, len as u64);
         if decided.decision.verdict != Verdict::Allow {
             continue;
         }
@@ -216,15 +215,10 @@ pub async fn serve(
                 }
             }
             Err(NoSession::Cap(refusal)) => {
-                shared.metrics.listeners.refused(&frontend.metrics, refusal);
-                shared.rejected(&frontend.metrics, client.ip(), refusal.as_str());
+                let _counted_only = shared.refuse(&frontend.metrics, refusal, client.ip());
             }
             Err(NoSession::Socket(err)) => {
-                shared
-                    .metrics
-                    .listeners
-                    .refused(&frontend.metrics, Refusal::SessionSocket);
-                if shared.logs.allow() {
+                if shared.refuse(&frontend.metrics, Refusal::SessionSocket, client.ip()) {
                     tracing::warn!(
                         listener = %frontend.config.name,
                         %client,
