@@ -14,8 +14,9 @@ use tollgate_filter::{
 use tollgate_sketch::Tick;
 
 use super::answer::{Answer, Format, json, text};
-use crate::kernel;
 use crate::shared::Shared;
+
+use super::kernel;
 use crate::state::lists::unix_ms_now;
 
 /// Answers `/explain` for `source` (the query's text) on `transport` (`tcp` when absent).

@@ -60,6 +60,7 @@ use crate::shared::Shared;
 
 mod answer;
 mod explain;
+mod kernel;
 mod lists;
 mod reports;
 mod status;

@@ -41,5 +41,5 @@ pub use ruleset::{Changes, Ruleset};
 pub use selection::select;
 pub use table::Table;
 pub use updater::{GAP, Updater};
-pub use view::{Hold, View, estimate_line, held, top_column};
+pub use view::{Hold, View};
 pub use wake::Wake;
