@@ -35,9 +35,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use rand::{RngExt, SeedableRng, rngs::SmallRng};
 use rand_distr::{Distribution, Zipf};
+use tollgate::cluster::ClusterMetrics;
 use tollgate::cluster::{Cluster, run};
 use tollgate::config::ProxyConfig;
-use tollgate::ops::metrics::ClusterMetrics;
 use tollgate_filter::{Event, Filter, Source, Transport, Verdict};
 use tollgate_sketch::{Clock, MonotonicClock};
 

@@ -6,14 +6,18 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod gate;
+mod io;
 pub mod kernel;
 pub mod listeners;
-pub mod ops;
+pub mod metrics;
 pub mod server;
 pub mod shared;
+pub mod state;
 #[cfg(test)]
 mod test_log;
 pub mod tools;

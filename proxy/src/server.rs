@@ -13,12 +13,13 @@ use tokio::task::JoinHandle;
 use crate::cluster;
 use crate::config::{Protocol, ProxyConfig, located};
 use crate::kernel::{self, Current, Guarded};
+use crate::listeners::Running;
 use crate::listeners::descriptors::{self, Budget};
 use crate::listeners::tcp::Frontend;
 use crate::listeners::udp::UdpFrontend;
 use crate::listeners::{socket, tcp, udp};
-use crate::ops::{admin, state};
-use crate::shared::{Running, Shared};
+use crate::shared::Shared;
+use crate::{admin, state};
 
 /// Why the proxy could not start.
 #[derive(Debug)]
@@ -143,7 +144,7 @@ impl Server {
                         .get_ref()
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
-                    shared.listening(Running {
+                    shared.running.add(Running {
                         name: config.name.clone(),
                         protocol: Protocol::Tcp,
                         address,
@@ -163,7 +164,7 @@ impl Server {
                     let address = socket
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
-                    shared.listening(Running {
+                    shared.running.add(Running {
                         name: config.name.clone(),
                         protocol: Protocol::Udp,
                         address,

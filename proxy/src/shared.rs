@@ -2,35 +2,30 @@
 //! the offender list, the rejection log budget and the cluster link; and the one place a
 //! decision is made.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tollgate_filter::{
-    Decision, DenyReason, Event, Filter, LimitKey, Policy, Prefix, Remote, RuleId, Source,
-    Transport, Verdict,
+    Decision, DenyReason, Event, Filter, LimitKey, ListError, Policy, Prefix, Remote, Rule, RuleId,
+    Source, Transport, Verdict,
 };
-use tollgate_sketch::{Clock, ConcurrencySketch, MonotonicClock, Tick};
+use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
 use crate::cluster::Cluster;
-use crate::config::{Protocol, ProxyConfig, Settings, located};
-use crate::ops::log_limit::LogLimit;
-use crate::ops::metrics::{ListenerMetrics, Metrics, Refusal};
-use crate::ops::offenders::Offenders;
-use crate::ops::saved_lists::{self, SavedEntry};
-use crate::ops::state::{self, Saver};
+use crate::config::{ProxyConfig, Settings, located};
+use crate::gate::connections::Connections;
+use crate::gate::log_limit::LogLimit;
+use crate::gate::offenders::Offenders;
+use crate::listeners::{ListenerMetrics, Offence, Refusal, Serving};
+use crate::metrics::Metrics;
+use crate::state::lists::{self as saved_lists, SavedEntry};
+use crate::state::{self, Saver, Saving, StateMetrics};
 
 /// How many sources the offender list keeps.
 const OFFENDERS: usize = 256;
-/// Rows of the open-connection count sketch.
-pub(crate) const CONNECTION_DEPTH: usize = 4;
-
-/// The least `[proxy] connection_memory` that holds the open-connection counts: 16 counters
-/// of 4 bytes per row (what `ConcurrencySketch::new` needs).
-pub(crate) const MIN_CONNECTION_MEMORY: usize = 16 * 4 * CONNECTION_DEPTH;
-
 /// State shared by every listener and the admin endpoint.
 #[derive(Debug)]
 pub struct Shared {
@@ -40,7 +35,7 @@ pub struct Shared {
     /// The clock's reading when this process started it (a warm restart's clock resumes
     /// where the last process's stopped: not zero).
     started: Tick,
-    connections: ConcurrencySketch,
+    connections: Connections,
     /// Every metric.
     pub metrics: Metrics,
     /// The most rejected sources.
@@ -73,18 +68,7 @@ pub struct Shared {
     /// `/estimate` read it).
     pub kernel_view: crate::kernel::View,
     /// The listeners serving now, as bound (the admin's status page shows them).
-    running: Mutex<Vec<Running>>,
-}
-
-/// A listener serving now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Running {
-    /// Its name (the config's, and its metrics' label).
-    pub name: String,
-    /// TCP or UDP.
-    pub protocol: Protocol,
-    /// The address it is bound to (the port the system chose for port 0).
-    pub address: SocketAddr,
+    pub running: Serving,
 }
 
 /// Why a reload was refused; the old policy stays in force.
@@ -130,19 +114,19 @@ pub struct Decided {
     /// The decision.
     pub decision: Decision,
     /// The policy it was made under.
-    pub policy: Arc<Policy>,
+    policy: Arc<Policy>,
 }
 
-/// A held slot of a source's open-connection cap; dropping it gives the slot back.
-#[derive(Debug)]
-pub struct ConnectionSlot<'a> {
-    connections: &'a ConcurrencySketch,
-    key: LimitKey,
-}
-
-impl Drop for ConnectionSlot<'_> {
-    fn drop(&mut self) {
-        self.connections.release(self.key.as_bytes());
+impl Decided {
+    /// The rule a throttle or a penalty names, as the policy that decided holds it (`None`
+    /// for an allow or a listed source): what a listener carries out.
+    #[must_use]
+    pub fn rule(&self) -> Option<&Rule> {
+        match self.decision.verdict {
+            Verdict::Throttle(throttle) => self.policy.rule(throttle.at.rule),
+            Verdict::Deny(DenyReason::Penalty { rule }) => self.policy.rule(rule),
+            Verdict::Allow | Verdict::Deny(_) => None,
+        }
     }
 }
 
@@ -159,44 +143,13 @@ impl Shared {
         if let Some(cluster) = &config.cluster {
             Cluster::check_secret(cluster)?;
         }
-        // A state file that reads resumes the saved ticks: its windows age by the time the
-        // proxy was down. Anything wrong with it is logged and the start is cold.
-        let resumed = config.state.as_ref().and_then(|file| {
-            match state::load(&file.path, config.policy.memory, state::unix_ms()) {
-                Ok(Some(resumed)) => Some(resumed),
-                Ok(None) => {
-                    tracing::info!(
-                        path = %file.path.display(),
-                        "no state file yet: a cold start"
-                    );
-                    None
-                }
-                Err(err) => {
-                    tracing::error!("{err}; refused, starting cold");
-                    None
-                }
-            }
-        });
-        let clock = resumed
-            .as_ref()
-            .map_or_else(MonotonicClock::new, |r| MonotonicClock::starting_at(r.tick));
+        let warm = state::warm_start(&config, &metrics.state)?;
+        let clock = warm.clock;
         let cluster = config
             .cluster
             .clone()
             .map(|c| Arc::new(Cluster::new(c, clock, metrics.cluster.clone())));
-        let policy = match (&resumed, &config.state) {
-            (Some(resumed), Some(file)) => {
-                let (policy, report) =
-                    Policy::restore(config.policy.clone(), &resumed.state.sketches, clock.now())?;
-                state::log_restored(&file.path, resumed, &report);
-                metrics
-                    .state
-                    .restored_windows
-                    .set(i64::try_from(report.windows).unwrap_or(i64::MAX));
-                policy
-            }
-            _ => Policy::compile(config.policy.clone(), None)?,
-        };
+        let policy = warm.policy;
         let filter = Filter::from_policy(match &cluster {
             Some(cluster) => policy.with_remote(Arc::clone(cluster) as Arc<dyn Remote>),
             None => policy,
@@ -205,32 +158,12 @@ impl Shared {
             // Entries other nodes add at run time are laid over these lists.
             cluster.attach_lists(filter.lists());
         }
-        if let (Some(resumed), Some(file)) = (resumed, &config.state) {
-            let saved = resumed
-                .state
-                .lists
-                .into_iter()
-                .map(SavedEntry::from)
-                .collect();
-            match saved_lists::restore(&filter.lists(), saved, clock.now(), state::unix_ms()) {
-                Ok(entries) => {
-                    tracing::info!(path = %file.path.display(), entries, "run-time list entries restored");
-                }
-                Err(err) => tracing::error!(
-                    path = %file.path.display(),
-                    "run-time list entries not restored: {err}"
-                ),
-            }
-        }
+        let restoring = warm.lists;
         let saver = config
             .state
             .as_ref()
             .map(|file| Saver::new(file.path.clone(), file.interval));
-        let connections = ConcurrencySketch::new(
-            config.settings.connection_memory,
-            CONNECTION_DEPTH,
-            rand::random(),
-        )?;
+        let connections = Connections::new(config.settings.connection_memory)?;
         metrics
             .connection_memory
             .set(i64::try_from(connections.memory_bytes()).unwrap_or(i64::MAX));
@@ -238,7 +171,7 @@ impl Shared {
             config.settings.log_rejections,
             metrics.logs_suppressed.clone(),
         );
-        Ok(Shared {
+        let shared = Shared {
             filter,
             started: clock.now(),
             clock,
@@ -255,8 +188,20 @@ impl Shared {
             kernel_setup: std::sync::OnceLock::new(),
             kernel_view: crate::kernel::View::new(),
             loaded: Mutex::new(config),
-            running: Mutex::new(Vec::new()),
-        })
+            running: Serving::default(),
+        };
+        if let Some((path, saved)) = restoring {
+            match shared.restore_lists(saved) {
+                Ok(entries) => {
+                    tracing::info!(path = %path.display(), entries, "run-time list entries restored");
+                }
+                Err(err) => tracing::error!(
+                    path = %path.display(),
+                    "run-time list entries not restored: {err}"
+                ),
+            }
+        }
+        Ok(shared)
     }
 
     /// The filter's clock now.
@@ -271,10 +216,37 @@ impl Shared {
         now.saturating_since(self.started)
     }
 
-    /// Decides on one connection or datagram. If the limiter fails (a bug: it is not meant to),
-    /// the traffic is let through and counted: a rate limiter must not take the service down.
-    pub fn decide(&self, source: Source, transport: Transport, bytes: u64) -> Decided {
-        self.judge(source, transport, bytes, Policy::decide)
+    /// Decides on one connection or datagram from `source` on `listener`, and counts the
+    /// decision (see [`Shared::account`]): the data path's one call per arrival. If the limiter
+    /// fails (a bug: it is not meant to), the traffic is let through and counted: a rate
+    /// limiter must not take the service down.
+    pub fn pass(
+        &self,
+        listener: &ListenerMetrics,
+        source: Source,
+        transport: Transport,
+        bytes: u64,
+    ) -> Decided {
+        let decided = self.judge(source, transport, bytes, Policy::decide);
+        self.account(listener, &decided, source);
+        decided
+    }
+
+    /// Counts a connection or datagram refused on `listener` for `refusal`, which is not a
+    /// verdict (a cap, a PROXY header): in the metrics, and as its kind says
+    /// ([`Refusal::offence`]) in the offender list and the rejection log. True when the caller
+    /// is to log its own line about it (within the log budget).
+    #[must_use = "true asks the caller for its own log line"]
+    pub fn refuse(&self, listener: &ListenerMetrics, refusal: Refusal, source: IpAddr) -> bool {
+        self.metrics.listeners.refused(listener, refusal);
+        match refusal.offence() {
+            Offence::Offender(why) => {
+                self.rejected(listener, source, why);
+                false
+            }
+            Offence::Warning => self.logs.allow(),
+            Offence::Counted => false,
+        }
     }
 
     /// Whether a connection decided before may pass now (see [`Policy::recheck`]); fails open
@@ -309,28 +281,9 @@ impl Shared {
         Decided { decision, policy }
     }
 
-    /// Takes one of `source`'s open-connection slots in `scope` (one per listener), or `None`
-    /// if it holds `cap` already. Sources are counted per IPv4 address and per IPv6 /64.
-    #[must_use]
-    pub fn open_connection(
-        &self,
-        scope: RuleId,
-        source: Source,
-        cap: u32,
-    ) -> Option<ConnectionSlot<'_>> {
-        let key = LimitKey::new(scope, source, source.pick(Prefix::V4(32), Prefix::V6(64)));
-        let open = self.connections.acquire(key.as_bytes());
-        let slot = ConnectionSlot {
-            connections: &self.connections,
-            key,
-        };
-        (open <= u64::from(cap)).then_some(slot)
-    }
-
     /// Takes one open-connection slot of the network of `source` (`prefixes`: its IPv4 and
     /// IPv6 lengths) in `scope`, or `None` if that network holds `cap` already. The key returned
-    /// gives the slot back through [`Shared::close_connection`]; unlike
-    /// [`Shared::open_connection`] nothing borrows `self`, so a slot can move into a task.
+    /// gives the slot back through [`Shared::close_connection`].
     #[must_use]
     pub fn open_in_network(
         &self,
@@ -339,44 +292,42 @@ impl Shared {
         prefixes: (Prefix, Prefix),
         cap: u32,
     ) -> Option<LimitKey> {
-        let key = LimitKey::new(scope, source, source.pick(prefixes.0, prefixes.1));
-        if self.connections.acquire(key.as_bytes()) <= u64::from(cap) {
-            Some(key)
-        } else {
-            self.connections.release(key.as_bytes());
-            None
-        }
+        self.connections.open(scope, source, prefixes, cap)
     }
 
     /// Gives back a slot taken by [`Shared::open_in_network`] (once per slot).
     pub fn close_connection(&self, key: &LimitKey) {
-        self.connections.release(key.as_bytes());
+        self.connections.close(key);
     }
 
     /// Counts a decision on `listener` in the metrics and, if it rejects, in the offender list
     /// and (within the budget) the log.
-    pub fn account(&self, listener: &ListenerMetrics, decided: &Decided, source: Source) {
+    fn account(&self, listener: &ListenerMetrics, decided: &Decided, source: Source) {
         let metrics = &self.metrics;
         let rule_name = |index: usize| decided.policy.rule(index).map_or("?", |r| r.name.as_str());
         if let Some(shadow) = decided.decision.shadow {
-            metrics.shadow_throttled(listener, &decided.policy, shadow.at.rule);
+            metrics
+                .listeners
+                .shadow_throttled(listener, &decided.policy, shadow.at.rule);
         }
         match decided.decision.verdict {
             Verdict::Allow => {
                 listener.allowed.inc();
             }
             Verdict::Throttle(throttle) => {
-                metrics.throttled(listener, &decided.policy, throttle.at.rule);
+                metrics
+                    .listeners
+                    .throttled(listener, &decided.policy, throttle.at.rule);
                 self.rejected(listener, source.addr(), rule_name(throttle.at.rule));
                 self.kernel_wake.over(throttle.estimate, throttle.allowed);
             }
             Verdict::Deny(DenyReason::Penalty { rule }) => {
-                metrics.refused(listener, Refusal::Penalty);
+                metrics.listeners.refused(listener, Refusal::Penalty);
                 self.rejected(listener, source.addr(), rule_name(rule));
                 self.kernel_wake.penalty();
             }
             Verdict::Deny(_) => {
-                metrics.refused(listener, Refusal::Listed);
+                metrics.listeners.refused(listener, Refusal::Listed);
                 self.rejected(listener, source.addr(), "deny list");
             }
         }
@@ -390,28 +341,11 @@ impl Shared {
 
     /// Records a rejection of `source` for the offender list and, within the log budget, the
     /// log.
-    pub fn rejected(&self, listener: &ListenerMetrics, source: IpAddr, why: &str) {
+    fn rejected(&self, listener: &ListenerMetrics, source: IpAddr, why: &str) {
         self.offenders.record(source, why);
         if self.logs.allow() {
             tracing::info!(listener = &*listener.name.0, %source, why, "rejected");
         }
-    }
-
-    /// Records a listener that is bound and serving.
-    pub fn listening(&self, listener: Running) {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(listener);
-    }
-
-    /// The listeners serving now, in the order they were bound.
-    #[must_use]
-    pub fn running(&self) -> Vec<Running> {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 
     /// Re-reads the config file and swaps in its policy, keeping the counters of unchanged
@@ -506,8 +440,57 @@ impl Shared {
     }
 }
 
+// The run-time list entries as the state file keeps them.
+impl Shared {
+    /// The run-time list entries in force now, for the state file (see [`saved_lists::save`]).
+    #[must_use]
+    pub fn saved_lists(&self) -> Vec<SavedEntry> {
+        saved_lists::save(&self.filter.lists(), self.now(), saved_lists::unix_ms_now())
+    }
+
+    /// Puts run-time list entries read from the state file back (see [`saved_lists::restore`]); they
+    /// apply at once.
+    ///
+    /// # Errors
+    /// As [`saved_lists::restore`]: nothing is restored then.
+    pub fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
+        saved_lists::restore(
+            &self.filter.lists(),
+            saved,
+            self.now(),
+            saved_lists::unix_ms_now(),
+        )
+    }
+}
+
+impl Saving for Shared {
+    fn saver(&self) -> Option<&Saver> {
+        self.state.as_ref()
+    }
+
+    fn now(&self) -> Tick {
+        Shared::now(self)
+    }
+
+    fn policy(&self) -> Arc<Policy> {
+        self.filter.policy()
+    }
+
+    fn saved_lists(&self) -> Vec<SavedEntry> {
+        Shared::saved_lists(self)
+    }
+
+    fn metrics(&self) -> &StateMetrics {
+        &self.metrics.state
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use tollgate_filter::{Cidr, ListKind};
+
     use super::*;
 
     const GOOD: &str = r#"
@@ -741,13 +724,27 @@ mod tests {
         );
     }
 
-    /// The least `[proxy] connection_memory` the config accepts is the least the
-    /// open-connection counts can be built in: a smaller floor would let through a size the
-    /// start then refuses, a larger one refuse a size that works.
     #[test]
-    fn the_least_connection_memory_accepted_is_the_least_the_counts_fit_in() {
-        let build = |bytes| ConcurrencySketch::new(bytes, CONNECTION_DEPTH, 0);
-        assert!(build(MIN_CONNECTION_MEMORY).is_ok());
-        assert!(build(MIN_CONNECTION_MEMORY - 1).is_err());
+    fn a_proxys_entries_are_saved_and_put_back_into_another() {
+        let config = || {
+            crate::config::ProxyConfig::parse(
+                "[admin]\nenabled = false\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"3/60s\" }]\n",
+            )
+            .unwrap()
+        };
+        let first = Shared::new(config(), None).unwrap();
+        for cidr in ["192.0.2.0/24", "2001:db8::/32"] {
+            let cidr = Cidr::parse(cidr).unwrap();
+            let ttl = Duration::from_secs(600);
+            let lists = first.filter.lists();
+            lists
+                .add(cidr, ListKind::Deny, ttl, "r".into(), first.now())
+                .unwrap();
+        }
+        let saved = first.saved_lists();
+        assert_eq!(saved.len(), 2);
+        let second = Shared::new(config(), None).unwrap();
+        assert_eq!(second.restore_lists(saved), Ok(2));
+        assert_eq!(second.filter.lists().entries(second.now()).len(), 2);
     }
 }

@@ -213,6 +213,7 @@ mod clock;
 #[cfg(test)]
 mod fake_redis;
 mod lists;
+mod metrics;
 mod redis;
 mod sync;
 mod tls;
@@ -230,12 +231,12 @@ use tollgate_sketch::{Clock, MonotonicClock, Tick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::config::ClusterConfig;
-use crate::ops::metrics::ClusterMetrics;
 use clock::RedisClock;
 use lists::{Change, LISTS_OUT, ListKey, Travelled};
 use tollgate_filter::SuspectTable;
 use view::View;
 
+pub use metrics::ClusterMetrics;
 pub use sync::run;
 
 /// For the fuzz harness (`tests/fuzz/src/cluster_lists.rs`): what a node makes of one read of

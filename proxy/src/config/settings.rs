@@ -9,7 +9,7 @@ use tollgate_filter::parse_size;
 use toml::Spanned;
 
 use super::{Errors, duration, quoted};
-use crate::shared::MIN_CONNECTION_MEMORY;
+use crate::gate::connections::MIN_CONNECTION_MEMORY;
 
 /// `[proxy]`: settings for the whole process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl Default for Settings {
 
 /// `[proxy] state_file` and `state_interval`: where the counts, penalties and run-time list
 /// entries are saved (every interval and at SIGTERM) and read back at start (see
-/// [`crate::ops::state`]).
+/// [`crate::state`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateFile {
     /// The file.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::config::KernelConfig;
-use crate::ops::metrics::KernelMetrics;
+use crate::kernel::KernelMetrics;
 use crate::shared::Shared;
 
 use tollgate_filter::{Cidr, ListEntry, ListKind};

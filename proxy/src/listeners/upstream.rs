@@ -17,7 +17,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpStream;
 
 use crate::config::Listener;
-use crate::ops::metrics::{ListenerMetrics, Metrics};
+use crate::listeners::{ListenerMetrics, ListenerSeries};
 
 /// A listener's upstream pool.
 #[derive(Debug)]
@@ -61,7 +61,7 @@ impl Pool {
     /// every attempt failed (each failure is counted).
     pub async fn connect(
         &self,
-        metrics: &Metrics,
+        metrics: &ListenerSeries,
         listener: &ListenerMetrics,
         first: &[u8],
     ) -> Option<(TcpStream, usize)> {
@@ -240,7 +240,7 @@ mod tests {
              connect_timeout = \"200ms\"\n"
         );
         let pool = Pool::new(&crate::config::ProxyConfig::parse(&text).unwrap().listeners[0]);
-        let metrics = Metrics::new();
+        let metrics = ListenerSeries::default();
         let listener = metrics.listener("l");
         let (stream, _) = tokio::time::timeout(
             Duration::from_secs(10),
@@ -294,7 +294,7 @@ mod tests {
              upstreams = [\"{refused}\", \"{address}\"]\nretries = 1\nbackoff = \"200ms\"\n"
         );
         let pool = Pool::new(&crate::config::ProxyConfig::parse(&text).unwrap().listeners[0]);
-        let metrics = Metrics::new();
+        let metrics = ListenerSeries::default();
         let listener = metrics.listener("l");
         // A fresh pool starts at its first upstream: refused, then the second after a wait of
         // at least half the backoff (its jitter's lowest factor).

@@ -95,7 +95,7 @@ async fn nodes_on(servers: &[&Redis], limit: u64) -> Vec<Server> {
 fn allowed(servers: &[Server]) -> u64 {
     servers
         .iter()
-        .map(|s| s.shared().metrics.listener("front").allowed.get())
+        .map(|s| s.shared().metrics.listeners.listener("front").allowed.get())
         .sum()
 }
 

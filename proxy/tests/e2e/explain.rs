@@ -7,9 +7,9 @@ use std::sync::Arc;
 use crate::support::{self, Wire, admin_json, attempt, echo_upstream, eventually};
 use serde_json::Value;
 use tollgate::config::ProxyConfig;
-use tollgate::ops::saved_lists::unix_ms_now;
 use tollgate::server::Server;
 use tollgate::shared::Shared;
+use tollgate::state::lists::unix_ms_now;
 use tollgate_filter::{Source, Transport};
 
 const TOKEN: &str = "explain-token";
@@ -63,7 +63,12 @@ async fn get(server: &Server, path: &str) -> Value {
 
 fn decide(shared: &Arc<Shared>, source: &str) {
     let source = Source::new(source.parse::<IpAddr>().unwrap());
-    let _ = shared.decide(source, Transport::Tcp, 100);
+    let event = tollgate_filter::Event {
+        source,
+        transport: Transport::Tcp,
+        bytes: 100,
+    };
+    let _ = shared.filter.decide(&event, shared.now());
 }
 
 #[tokio::test]
@@ -608,9 +613,14 @@ async fn at_the_limit_explain_says_the_verdict_the_next_event_gets() {
     assert_eq!(why["verdict"]["estimate"], 4, "{why}");
     assert_eq!(limit["over"], true, "{why}");
     let source = Source::new("192.0.2.9".parse::<IpAddr>().unwrap());
-    let next = shared.decide(source, Transport::Tcp, 100);
+    let event = tollgate_filter::Event {
+        source,
+        transport: Transport::Tcp,
+        bytes: 100,
+    };
+    let next = shared.filter.decide(&event, shared.now());
     assert!(
-        matches!(next.decision.verdict, tollgate_filter::Verdict::Throttle(_)),
+        matches!(next.verdict, tollgate_filter::Verdict::Throttle(_)),
         "{next:?}"
     );
 }

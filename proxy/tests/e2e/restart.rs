@@ -185,7 +185,7 @@ async fn the_state_is_saved_every_interval_and_at_shutdown() {
     let ok = "tollgate_state_saves_total{result=\"ok\"}";
     eventually(|| metric(&server, ok) >= 2.0).await;
     let bytes = std::fs::read(&state).unwrap();
-    let saved = tollgate::ops::state::decode(&bytes).unwrap();
+    let saved = tollgate::state::decode(&bytes).unwrap();
     assert_eq!(saved.sketches.len(), 1);
     assert!(metric(&server, "tollgate_state_file_bytes ") > 0.0);
     // Shutdown saves once more, whatever the interval.

@@ -22,8 +22,8 @@ use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
 use tollgate::listeners::proxy_protocol::{V2Transport, encode_v1, encode_v2};
-use tollgate::ops::state::format::HEADER_LEN;
-use tollgate::ops::state::{ListEntry, State, encode};
+use tollgate::state::format::HEADER_LEN;
+use tollgate::state::{ListEntry, State, encode};
 use tollgate_filter::{Cidr, SavedKind, SavedSketch};
 use tollgate_sketch::{RateSketch, Tick};
 

@@ -15,8 +15,8 @@ use hyper::body::Bytes;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use serde_json::Value;
+use tollgate::admin::{Access, Token, handle};
 use tollgate::config::{ProxyConfig, TokenSource};
-use tollgate::ops::admin::{Access, Token, handle};
 use tollgate::shared::Shared;
 use tollgate_filter::{ListEntry, ListKind, MAX_REASON};
 

@@ -5,8 +5,8 @@
 use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 
-use tollgate::ops::state::format::HEADER_LEN;
-use tollgate::ops::state::{decode, encode};
+use tollgate::state::format::HEADER_LEN;
+use tollgate::state::{decode, encode};
 use tollgate_filter::{Config, Event, Policy, Source, Transport};
 
 /// The policy every decoded state is restored into: a limit and a penalty of 10 s (the
@@ -25,7 +25,7 @@ fn config() -> &'static Config {
 /// `body` under a header that gives its true length and checksum.
 #[must_use]
 pub fn sealed(body: &[u8]) -> Vec<u8> {
-    let mut bytes = encode(&tollgate::ops::state::State {
+    let mut bytes = encode(&tollgate::state::State {
         saved_at_unix_ms: 0,
         tick: tollgate_sketch::Tick::ZERO,
         sketches: Vec::new(),

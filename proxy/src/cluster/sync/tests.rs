@@ -9,11 +9,11 @@ use tollgate_sketch::{Clock, MonotonicClock, Tick};
 use super::link::{Failure, penalties_in_force};
 use super::round::Own;
 use super::*;
+use crate::cluster::ClusterMetrics;
 use crate::cluster::lists::{Change, State};
 use crate::cluster::redis::{LinkError, Refusal, key_name};
 use crate::cluster::view::Rest;
 use crate::config::ProxyConfig;
-use crate::ops::metrics::ClusterMetrics;
 use crate::test_log::{Capture, lines_with};
 
 #[test]

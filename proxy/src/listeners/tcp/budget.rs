@@ -26,7 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tollgate_filter::{LimitKey, Prefix, RuleId, Source};
 
 use crate::config::Listener;
-use crate::ops::metrics::Refusal;
+use crate::listeners::Refusal;
 use crate::shared::Shared;
 
 /// How a source is counted: per IPv4 address, per IPv6 /64.

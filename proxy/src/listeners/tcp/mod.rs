@@ -20,7 +20,7 @@ use crate::config::{Listener, SendProxy};
 use crate::listeners::proxy_protocol::{self, Header, V2Transport};
 use crate::listeners::socket;
 use crate::listeners::upstream::Pool;
-use crate::ops::metrics::{ListenerMetrics, Refusal};
+use crate::listeners::{ListenerMetrics, Refusal};
 use crate::shared::{Decided, Shared};
 use actions::ReplyValues;
 use budget::{Budget, Ticket, Use};
@@ -71,7 +71,7 @@ impl Frontend {
         for cidr in &config.trusted_proxies {
             trusted.insert(cidr.addr, cidr.prefix, ());
         }
-        let metrics = shared.metrics.listener(&config.name);
+        let metrics = shared.metrics.listeners.listener(&config.name);
         Frontend {
             pool: Pool::new(&config),
             trusted,
@@ -102,27 +102,11 @@ impl Frontend {
         self.budget.held()
     }
 
-    /// Counts a connection refused for opening with a PROXY header that it may not send.
-    fn refuse_untrusted_header(&self, shared: &Shared, source: IpAddr) {
-        shared
-            .metrics
-            .refused(&self.metrics, Refusal::UntrustedHeader);
-        shared.rejected(&self.metrics, source, "PROXY header from an untrusted peer");
-    }
-
-    /// Counts a connection refused by one of its budgets' caps (and, for a cap of its own
-    /// source or network, records the source as an offender).
+    /// Counts a connection refused by one of its budgets' caps or for opening with a PROXY
+    /// header that it may not send (and, for what is the source's own doing, records it as an
+    /// offender: see [`Refusal::offence`]).
     fn refuse(&self, shared: &Shared, refusal: Refusal, source: IpAddr) {
-        shared.metrics.refused(&self.metrics, refusal);
-        if !matches!(
-            refusal,
-            Refusal::ListenerFull
-                | Refusal::HeldFull
-                | Refusal::HeaderWaitsFull
-                | Refusal::HeaderWaitsPerPeer
-        ) {
-            shared.rejected(&self.metrics, source, refusal.as_str());
-        }
+        let _counted_only = shared.refuse(&self.metrics, refusal, source);
     }
 }
 
@@ -218,8 +202,7 @@ fn arrive(
         )
     } else {
         let source = Source::new(peer.ip());
-        let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
-        shared.account(&frontend.metrics, &decided, source);
+        let decided = shared.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
         if resets(&decided) {
             socket::reset_on_close(&stream);
             return;
@@ -250,7 +233,7 @@ fn arrive(
         Opening::Nothing
     };
     if opening == Opening::ProxyHeader {
-        frontend.refuse_untrusted_header(shared, peer.ip());
+        frontend.refuse(shared, Refusal::UntrustedHeader, peer.ip());
         socket::reset_on_close(&stream);
         return;
     }
@@ -287,11 +270,12 @@ fn budget_for(decided: &Decided) -> Use {
 
 /// Whether a decision is carried out by a plain reset.
 fn resets(decided: &Decided) -> bool {
-    let rule_action = |index: usize| decided.policy.rule(index).map(|rule| rule.action);
     match decided.decision.verdict {
         Verdict::Allow => false,
         Verdict::Throttle(throttle) => throttle.action == Action::Reset,
-        Verdict::Deny(DenyReason::Penalty { rule }) => rule_action(rule) == Some(Action::Reset),
+        Verdict::Deny(DenyReason::Penalty { .. }) => {
+            decided.rule().map(|rule| rule.action) == Some(Action::Reset)
+        }
         Verdict::Deny(_) => true,
     }
 }
@@ -345,8 +329,7 @@ async fn connection(
                 return;
             };
             let source = Source::new(origin.source.ip());
-            let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
-            shared.account(&frontend.metrics, &decided, source);
+            let decided = shared.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
             if resets(&decided) {
                 actions::reset(client);
                 return;
@@ -409,12 +392,11 @@ async fn tarpit(
     mut retry_after: Duration,
     source: Source,
 ) -> bool {
-    let Verdict::Throttle(throttle) = decided.decision.verdict else {
+    let Verdict::Throttle(_) = decided.decision.verdict else {
         return true;
     };
     let bound = decided
-        .policy
-        .rule(throttle.at.rule)
+        .rule()
         .and_then(|rule| rule.delay)
         .unwrap_or(shared.settings.delay);
     let deadline = tokio::time::Instant::now() + bound;
@@ -481,10 +463,7 @@ async fn origin(
             frontend.config.proxy_header_timeout
         ),
     };
-    shared
-        .metrics
-        .refused(&frontend.metrics, Refusal::BadHeader);
-    if shared.logs.allow() {
+    if shared.refuse(&frontend.metrics, Refusal::BadHeader, peer.ip()) {
         tracing::warn!(listener = %frontend.config.name, %peer, %why, "bad PROXY header; connection closed");
     }
     None
@@ -493,10 +472,9 @@ async fn origin(
 /// Carries out a rejecting verdict: the rule's action for a throttle or a penalty, a reset for
 /// a listed source.
 async fn enforce(decided: &Decided, client: TcpStream) {
-    let policy = &decided.policy;
+    let rule = decided.rule();
     let (rule, values) = match decided.decision.verdict {
         Verdict::Throttle(t) => {
-            let rule = policy.rule(t.at.rule);
             let window = rule
                 .and_then(|r| r.limits.get(t.at.limit))
                 .map_or(Duration::ZERO, |l| l.rate.per);
@@ -511,8 +489,7 @@ async fn enforce(decided: &Decided, client: TcpStream) {
                 },
             )
         }
-        Verdict::Deny(DenyReason::Penalty { rule }) => {
-            let rule = policy.rule(rule);
+        Verdict::Deny(DenyReason::Penalty { .. }) => {
             let first = rule.and_then(|r| r.limits.first());
             (
                 rule,
@@ -565,7 +542,7 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
     // The connect sends what it can of the preamble at once (see `upstream`).
     let Some((mut upstream, sent)) = frontend
         .pool
-        .connect(&shared.metrics, &frontend.metrics, &preamble)
+        .connect(&shared.metrics.listeners, &frontend.metrics, &preamble)
         .await
     else {
         actions::close(client).await;
@@ -579,7 +556,10 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
             tokio::time::timeout(frontend.config.connect_timeout, upstream.write_all(rest)).await;
         if !matches!(written, Ok(Ok(()))) {
             if let Ok(address) = upstream.peer_addr() {
-                shared.metrics.upstream_error(&frontend.metrics, address);
+                shared
+                    .metrics
+                    .listeners
+                    .upstream_error(&frontend.metrics, address);
             }
             actions::reset(client);
             return;
@@ -602,7 +582,7 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
             frontend.metrics.idle_closed.inc();
         }
         Ended::ProxyHeader => {
-            frontend.refuse_untrusted_header(shared, origin.source.ip());
+            frontend.refuse(shared, Refusal::UntrustedHeader, origin.source.ip());
             actions::reset(client);
         }
     }
@@ -640,9 +620,9 @@ mod tests {
     async fn a_held_connection_wakes_once_per_recheck_not_in_a_loop() {
         let (shared, frontend) = holding("2s");
         let source = Source::new("192.0.2.1".parse().unwrap());
-        let first = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
+        let first = shared.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
         assert_eq!(first.decision.verdict, Verdict::Allow);
-        let decided = shared.decide(source, Transport::Tcp, CONNECTION_WEIGHT);
+        let decided = shared.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
         assert!(
             matches!(decided.decision.verdict, Verdict::Throttle(_)),
             "{:?}",

@@ -37,7 +37,7 @@ use tollgate_filter::{Source, Transport, Verdict};
 use crate::config::{Listener, SendProxy};
 use crate::listeners::proxy_protocol::{V2Transport, encode_v2};
 use crate::listeners::upstream::Pool;
-use crate::ops::metrics::{ListenerMetrics, Refusal};
+use crate::listeners::{ListenerMetrics, Refusal};
 use crate::shared::Shared;
 use session::{HEADER_ROOM, Session};
 use table::SessionTable;
@@ -84,7 +84,7 @@ impl UdpFrontend {
             per_source: config.max_sessions_per_source,
             per_prefix: config.max_sessions_per_prefix,
         };
-        let metrics = shared.metrics.listener(&config.name);
+        let metrics = shared.metrics.listeners.listener(&config.name);
         metrics
             .session_limit
             .set(i64::try_from(max_sessions).unwrap_or(i64::MAX));
@@ -201,8 +201,7 @@ pub async fn serve(
             }
         };
         let source = Source::new(client.ip());
-        let decided = shared.decide(source, Transport::Udp, len as u64);
-        shared.account(&frontend.metrics, &decided, source);
+        let decided = shared.pass(&frontend.metrics, source, Transport::Udp, len as u64);
         if decided.decision.verdict != Verdict::Allow {
             continue;
         }
@@ -216,14 +215,10 @@ pub async fn serve(
                 }
             }
             Err(NoSession::Cap(refusal)) => {
-                shared.metrics.refused(&frontend.metrics, refusal);
-                shared.rejected(&frontend.metrics, client.ip(), refusal.as_str());
+                let _counted_only = shared.refuse(&frontend.metrics, refusal, client.ip());
             }
             Err(NoSession::Socket(err)) => {
-                shared
-                    .metrics
-                    .refused(&frontend.metrics, Refusal::SessionSocket);
-                if shared.logs.allow() {
+                if shared.refuse(&frontend.metrics, Refusal::SessionSocket, client.ip()) {
                     tracing::warn!(
                         listener = %frontend.config.name,
                         %client,

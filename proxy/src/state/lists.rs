@@ -7,8 +7,6 @@ use std::time::Duration;
 use tollgate_filter::{Cidr, ListEntry, ListError, ListKind, RuntimeLists};
 use tollgate_sketch::Tick;
 
-use crate::shared::Shared;
-
 /// One run-time list entry as a state file keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SavedEntry {
@@ -29,7 +27,7 @@ pub use crate::unix_time::unix_ms as unix_ms_now;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use tollgate::ops::saved_lists::{restore, save};
+/// use tollgate::state::lists::{restore, save};
 /// use tollgate_filter::{Cidr, ListKind, RuntimeLists};
 /// use tollgate_sketch::Tick;
 /// let before = RuntimeLists::default();
@@ -88,23 +86,6 @@ pub fn restore(
     lists.restore(entries, now)
 }
 
-impl Shared {
-    /// The run-time list entries in force now, for the state file (see [`save`]).
-    #[must_use]
-    pub fn saved_lists(&self) -> Vec<SavedEntry> {
-        save(&self.filter.lists(), self.now(), unix_ms_now())
-    }
-
-    /// Puts run-time list entries read from the state file back (see [`restore`]); they
-    /// apply at once.
-    ///
-    /// # Errors
-    /// As [`restore`]: nothing is restored then.
-    pub fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
-        restore(&self.filter.lists(), saved, self.now(), unix_ms_now())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::{SystemTime, UNIX_EPOCH};
@@ -154,29 +135,5 @@ mod tests {
         let before = by_the_system_clock();
         let now = unix_ms_now();
         assert!((before..=by_the_system_clock()).contains(&now), "{now}");
-    }
-
-    #[test]
-    fn a_proxys_entries_are_saved_and_put_back_into_another() {
-        let config = || {
-            crate::config::ProxyConfig::parse(
-                "[admin]\nenabled = false\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"3/60s\" }]\n",
-            )
-            .unwrap()
-        };
-        let first = Shared::new(config(), None).unwrap();
-        for cidr in ["192.0.2.0/24", "2001:db8::/32"] {
-            let cidr = Cidr::parse(cidr).unwrap();
-            let ttl = Duration::from_secs(600);
-            let lists = first.filter.lists();
-            lists
-                .add(cidr, ListKind::Deny, ttl, "r".into(), first.now())
-                .unwrap();
-        }
-        let saved = first.saved_lists();
-        assert_eq!(saved.len(), 2);
-        let second = Shared::new(config(), None).unwrap();
-        assert_eq!(second.restore_lists(saved), Ok(2));
-        assert_eq!(second.filter.lists().entries(second.now()).len(), 2);
     }
 }

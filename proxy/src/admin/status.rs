@@ -176,11 +176,12 @@ impl Status {
         let policy = shared.filter.policy();
         let mut totals = Verdicts::default();
         let listeners = shared
-            .running()
+            .running
+            .now()
             .into_iter()
             .map(|running| {
                 // The same counters the listener counts into (created when it started).
-                let metrics = shared.metrics.listener(&running.name);
+                let metrics = shared.metrics.listeners.listener(&running.name);
                 let verdicts = Verdicts {
                     allowed: metrics.allowed.get(),
                     throttled: metrics.throttled.get(),

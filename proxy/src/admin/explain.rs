@@ -14,9 +14,10 @@ use tollgate_filter::{
 use tollgate_sketch::Tick;
 
 use super::answer::{Answer, Format, json, text};
-use crate::kernel;
-use crate::ops::saved_lists::unix_ms_now;
 use crate::shared::Shared;
+
+use super::kernel;
+use crate::state::lists::unix_ms_now;
 
 /// Answers `/explain` for `source` (the query's text) on `transport` (`tcp` when absent).
 pub(crate) fn explain(

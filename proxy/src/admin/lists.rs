@@ -23,8 +23,8 @@ use tollgate_filter::{Cidr, ListEntry, ListError, ListKind, Remote, parse_durati
 use tollgate_sketch::Tick;
 
 use super::answer::{Answer, Format, json, query, text};
-use crate::ops::saved_lists::unix_ms_now;
 use crate::shared::Shared;
+use crate::state::lists::unix_ms_now;
 
 /// The largest request body read, in bytes.
 pub(crate) const MAX_BODY: usize = 4096;

@@ -7,7 +7,7 @@
 //!   penalties included (they are marks in sketches of their own), and the sketches a reload
 //!   retired but still reads. Then the run-time allow/deny entries, `(cidr, allow|deny, expiry
 //!   in Unix ms, reason)`, in a section of their own, put back at start (those expired by
-//!   then are left out) through [`crate::ops::saved_lists`].
+//!   then are left out) through [`crate::state::lists`].
 //! - **Time.** The file holds the proxy's tick and the wall-clock time of the save. A restart
 //!   resumes the clock at the saved tick plus the wall-clock time since (zero if the wall
 //!   clock went back), so every window ages by the time the proxy was down: a restart after
@@ -31,6 +31,7 @@
 
 pub mod file;
 pub mod format;
+pub mod lists;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -42,13 +43,29 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tollgate_filter::{ListKind, Restored};
-use tollgate_sketch::Tick;
+use tollgate_filter::{ListKind, Policy, PolicyError, Restored};
+use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
 pub use format::{FormatError, ListEntry, State, decode, encode};
 
-use crate::ops::saved_lists::SavedEntry;
-use crate::shared::Shared;
+use crate::config::ProxyConfig;
+use lists::SavedEntry;
+
+/// What a save reads and where it reports: the proxy's clock, policy and run-time lists, its
+/// saver and the state file's metrics. The proxy's shared state is one; this module does not
+/// name it, so the state file sits below what it saves.
+pub trait Saving: Send + Sync + 'static {
+    /// The saver, `None` without `[proxy] state_file`.
+    fn saver(&self) -> Option<&Saver>;
+    /// The filter's clock now.
+    fn now(&self) -> Tick;
+    /// The policy in force.
+    fn policy(&self) -> Arc<Policy>;
+    /// The run-time list entries in force now.
+    fn saved_lists(&self) -> Vec<SavedEntry>;
+    /// The state file's metrics.
+    fn metrics(&self) -> &StateMetrics;
+}
 
 /// The longest the proxy waits for a save at SIGTERM before it exits without it.
 pub const SAVE_BOUND: Duration = Duration::from_secs(10);
@@ -195,7 +212,7 @@ impl Saver {
     /// # Errors
     /// [`StateError::Write`], the previous file whole; [`StateError::Busy`] if another save
     /// is under way and not `wait`.
-    pub fn save(&self, shared: &Shared, wait: bool) -> Result<Saved, StateError> {
+    pub fn save(&self, shared: &dyn Saving, wait: bool) -> Result<Saved, StateError> {
         let _one_at_a_time = match self.writing.try_lock() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
@@ -214,7 +231,7 @@ impl Saver {
             .into_iter()
             .map(ListEntry::from)
             .collect();
-        let policy = shared.filter.policy();
+        let policy = shared.policy();
         let mut sketches = 0;
         // Each sketch's copy is encoded and dropped before the next is made; the buffer is
         // sized for the whole policy (the file is at most that, plus a little).
@@ -235,20 +252,93 @@ impl Saver {
     }
 }
 
+/// What a start reads of the state file: the clock resumed at the saved tick (or a fresh
+/// one), the policy with the saved windows put back (or a fresh one), and the run-time list
+/// entries to put back once the proxy's state is built (with the file they came from).
+#[derive(Debug)]
+pub struct WarmStart {
+    /// The filter's clock.
+    pub clock: MonotonicClock,
+    /// The policy of `config`, its sketches restored.
+    pub policy: Policy,
+    /// The saved run-time list entries and the file's path.
+    pub lists: Option<(PathBuf, Vec<SavedEntry>)>,
+}
+
+/// Reads `config`'s state file, if it names one, into a [`WarmStart`]; counts the windows
+/// restored in `metrics`. Anything wrong with the file is logged and the start is cold.
+///
+/// # Errors
+/// When the policy cannot be built (its memory too small for its sketches).
+pub fn warm_start(config: &ProxyConfig, metrics: &StateMetrics) -> Result<WarmStart, PolicyError> {
+    // A state file that reads resumes the saved ticks: its windows age by the time the
+    // proxy was down. Anything wrong with it is logged and the start is cold.
+    let resumed = config.state.as_ref().and_then(|file| {
+        match load(&file.path, config.policy.memory, unix_ms()) {
+            Ok(Some(resumed)) => Some(resumed),
+            Ok(None) => {
+                tracing::info!(
+                    path = %file.path.display(),
+                    "no state file yet: a cold start"
+                );
+                None
+            }
+            Err(err) => {
+                tracing::error!("{err}; refused, starting cold");
+                None
+            }
+        }
+    });
+    let clock = resumed
+        .as_ref()
+        .map_or_else(MonotonicClock::new, |r| MonotonicClock::starting_at(r.tick));
+    let policy = match (&resumed, &config.state) {
+        (Some(resumed), Some(file)) => {
+            let (policy, report) =
+                Policy::restore(config.policy.clone(), &resumed.state.sketches, clock.now())?;
+            log_restored(&file.path, resumed, &report);
+            metrics
+                .restored_windows
+                .set(i64::try_from(report.windows).unwrap_or(i64::MAX));
+            policy
+        }
+        _ => Policy::compile(config.policy.clone(), None)?,
+    };
+    // The run-time list entries go back once the proxy's state is built (see
+    // `Shared::restore_lists`).
+    let restoring = match (resumed, &config.state) {
+        (Some(resumed), Some(file)) => Some((
+            file.path.clone(),
+            resumed
+                .state
+                .lists
+                .into_iter()
+                .map(SavedEntry::from)
+                .collect(),
+        )),
+        _ => None,
+    };
+    Ok(WarmStart {
+        clock,
+        policy,
+        lists: restoring,
+    })
+}
+
 /// Saves `shared`'s state on a blocking thread, waiting at most [`SAVE_BOUND`]; logs and
 /// counts the outcome. Whether it was saved. With `wait`, after a save under way (at
 /// shutdown); without, skipped if one is (the periodic save: a hung disk then holds one
 /// blocking thread, not one more per interval).
-pub async fn save_bounded(shared: &Arc<Shared>, wait: bool) -> bool {
-    let Some(saver) = &shared.state else {
+pub async fn save_bounded<S: Saving>(shared: &Arc<S>, wait: bool) -> bool {
+    let Some(saver) = shared.saver() else {
         return false;
     };
     let path = saver.path().to_owned();
     let task = {
         let shared = Arc::clone(shared);
-        tokio::task::spawn_blocking(move || match &shared.state {
-            Some(saver) => saver.save(&shared, wait),
-            // `shared.state` was `Some` above and never changes.
+        tokio::task::spawn_blocking(move || match shared.saver() {
+            Some(saver) => saver.save(&*shared, wait),
+            // `shared.saver()` was `Some` above and never changes.
             None => Ok(Saved {
                 bytes: 0,
                 sketches: 0,
@@ -256,7 +346,7 @@ pub async fn save_bounded(shared: &Arc<Shared>, wait: bool) -> bool {
             }),
         })
     };
-    let metrics = &shared.metrics.state;
+    let metrics = shared.metrics();
     let error = match tokio::time::timeout(SAVE_BOUND, task).await {
         Ok(Ok(Ok(saved))) => {
             metrics.saved(true);
@@ -286,8 +376,8 @@ pub async fn save_bounded(shared: &Arc<Shared>, wait: bool) -> bool {
 
 /// Saves every `[proxy] state_interval` until `stopped` says stop (the save at SIGTERM is
 /// [`crate::server::Server::shutdown`]'s).
-pub async fn run(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
-    let Some(interval) = shared.state.as_ref().map(|s| s.interval) else {
+pub async fn run<S: Saving>(shared: Arc<S>, mut stopped: watch::Receiver<bool>) {
+    let Some(interval) = shared.saver().map(|s| s.interval) else {
         return;
     };
     loop {
@@ -370,20 +460,21 @@ impl StateMetrics {
             .inc();
     }
 
-    /// Registers them in `r`.
-    pub fn register(&self, r: &mut Registry) {
+    /// Registers them under `state_` in `registry`'s namespace.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("state");
         r.register(
-            "state_saves",
+            "saves",
             "State file saves (every state_interval and at SIGTERM) by result",
             self.saves.clone(),
         );
         r.register(
-            "state_file_bytes",
+            "file_bytes",
             "Size of the last state file saved",
             self.bytes.clone(),
         );
         r.register(
-            "state_restored_windows",
+            "restored_windows",
             "Sketch windows restored from the state file at start (0: a cold start)",
             self.restored_windows.clone(),
         );
@@ -399,6 +490,7 @@ mod tests {
     use tollgate_filter::{Config, Event, Policy, Source, Transport, Verdict};
 
     use super::*;
+    use crate::shared::Shared;
     use crate::test_log::logged;
 
     /// A fresh directory, removed when dropped (not named after the process id: ids are

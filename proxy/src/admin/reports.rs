@@ -10,8 +10,9 @@ use tollgate_sketch::Tick;
 
 use super::answer::{Answer, Format, json, text};
 use super::explain::source_of;
-use crate::kernel;
 use crate::shared::Shared;
+
+use super::kernel;
 
 /// How far over its limits a source stands now: the largest estimate / limit of the limits
 /// that apply, and whether that key is past its cap (the factor is then a floor: the key is

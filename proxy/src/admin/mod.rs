@@ -54,12 +54,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::{Admin, TokenSource};
+use crate::io::{Counted, until_idle};
 use crate::listeners::socket;
-use crate::listeners::tcp::relay;
 use crate::shared::Shared;
 
 mod answer;
 mod explain;
+mod kernel;
 mod lists;
 mod reports;
 mod status;
@@ -231,7 +232,7 @@ pub async fn serve(
             });
             let mut stream = stream;
             let moved = AtomicU64::new(0);
-            let counted = relay::Counted::new(&mut stream, &moved);
+            let counted = Counted::new(&mut stream, &moved);
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
@@ -239,7 +240,7 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(counted), service);
             tokio::select! {
                 () = ticket.evicted() => {}
-                _ = relay::until_idle(connection, idle, &moved) => {}
+                _ = until_idle(connection, idle, &moved) => {}
             }
             metrics.dec();
         });
