@@ -45,23 +45,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group};
 use tollgate_filter::{
-    Config, Decision, FRAME_BATCH, Filter, LimitKey, Prefix, RuleId, Verdict, parse_frame,
+    Decision, FRAME_BATCH, Filter, LimitKey, Prefix, RuleId, Verdict, parse_frame,
 };
 use tollgate_sketch::{Prepared, RateSketch, Tick};
 
 const FRAMES: usize = 1 << 16;
-
-const POLICY: &str = r#"
-[sketch]
-memory = "64MiB"
-
-[[rule]]
-name = "per-source"
-limits = [
-  { rate = "100/10s",  ipv4_prefix = 32, ipv6_prefix = 128 },
-  { rate = "1000/10s", ipv4_prefix = 24, ipv6_prefix = 64 },
-]
-"#;
 
 /// Runs `pass` `iters` times; wall time, or this thread's time on a CPU with
 /// `TOLLGATE_BENCH_CLOCK=cpu` (see the observe bench).
@@ -86,7 +74,7 @@ fn capture() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The policy's rule, its period, and its two limits' prefix lengths (IPv4, IPv6) and caps
+/// The policy's ([`workload::FRAME_POLICY`]) rule, its period, and its two limits' prefix lengths (IPv4, IPv6) and caps
 /// (`EXACT_MULTIPLE` times the count, plus one), in the order the filter observes them:
 /// the shorter prefix first.
 const RULE: &str = "per-source";
@@ -210,11 +198,6 @@ fn sketch_only_streamed(
     black_box(&written);
 }
 
-/// A filter under the bench's policy, from zero counts.
-fn new_filter() -> Filter {
-    Filter::new(Config::parse(POLICY).expect("valid policy")).expect("policy")
-}
-
 /// One pass of `capture` through `filter`, one frame at a time, 100 ns of synthetic time apart
 /// from `*now` on; how many frames were allowed.
 #[inline(never)]
@@ -245,13 +228,13 @@ fn batched(filter: &Filter, frames: &[&[u8]], now: &mut u64, decisions: &mut Vec
 fn profile(passes: u64) {
     let capture = capture();
     let frames: Vec<&[u8]> = capture.iter().map(Vec::as_slice).collect();
-    let single = new_filter();
+    let single = workload::frame_filter();
     let mut now = 0;
     let mut allowed = 0;
     for _ in 0..passes {
         allowed = one_at_a_time(&single, &capture, &mut now);
     }
-    let batch = new_filter();
+    let batch = workload::frame_filter();
     let mut batch_now = 0;
     let mut decisions = Vec::with_capacity(FRAMES);
     for _ in 0..passes {
@@ -299,7 +282,7 @@ fn profile(passes: u64) {
 
 fn frames(c: &mut Criterion) {
     let capture = capture();
-    let filter = new_filter();
+    let filter = workload::frame_filter();
     let mut group = c.benchmark_group("decide_frame");
     group.throughput(Throughput::Elements(FRAMES as u64));
     let mut now = 0u64;
@@ -312,7 +295,7 @@ fn frames(c: &mut Criterion) {
     });
     // The same capture through `decide_frames`, FRAME_BATCH frames at a time (parse, touch
     // every key's cells, then decide), on a filter of its own so both start from zero counts.
-    let batch = new_filter();
+    let batch = workload::frame_filter();
     let frames: Vec<&[u8]> = capture.iter().map(Vec::as_slice).collect();
     let mut decisions = Vec::with_capacity(FRAMES);
     let mut batch_now = 0u64;
@@ -325,7 +308,7 @@ fn frames(c: &mut Criterion) {
     });
     // The same with 1,000 run-time deny entries (none holding a source of the capture, so the
     // verdicts are unchanged): what the overlay costs once it is not empty.
-    let listed = new_filter();
+    let listed = workload::frame_filter();
     for i in 0..1000u32 {
         let network = std::net::Ipv4Addr::from(0xC612_0000 | (i << 2));
         let cidr = tollgate_filter::Cidr::parse(&format!("{network}/30")).expect("a network");
@@ -401,7 +384,7 @@ fn frames(c: &mut Criterion) {
     // The filter's batches with each batch's decisions read and dropped before the next (a
     // receive loop's buffer) instead of all 2^16 kept (8 MiB written per pass): what holding
     // them costs.
-    let reused_filter = new_filter();
+    let reused_filter = workload::frame_filter();
     let mut reused_now = 0u64;
     let mut buffer = Vec::with_capacity(FRAME_BATCH);
     group.bench_function("parse_and_decide_batched_reused", |b| {

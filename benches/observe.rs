@@ -82,6 +82,7 @@ use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput, measurement:
 use criterion::{criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use pingora_limits::rate::{PROPORTIONAL_RATE_ESTIMATE_CALC_FN, Rate};
+use tollgate_benches::sizes::{self, DEFAULT_DEPTH};
 use tollgate_sketch::{RateSketch, Tick};
 
 /// Distinct ids the Zipf distribution draws from.
@@ -99,12 +100,8 @@ const BATCH: usize = 1 << 14;
 /// Synthetic time per event: 10 M events per second of sketch time.
 const NANOS_PER_EVENT: u64 = 100;
 
-/// The window of every limiter.
-const WINDOW: Duration = Duration::from_secs(10);
 /// Total memory of the fixed-memory limiters: 2 MiB and 32 MiB.
 const BUDGETS: [usize; 2] = [2 << 20, 32 << 20];
-/// pingora-limits' default number of rows (`Rate::new` uses 4).
-const PINGORA_HASHES: usize = 4;
 /// governor's sustained rate: 10 per second is the 100 per 10 s window used elsewhere. GCRA
 /// does the same work whatever the quota, so the choice only decides how many checks fail.
 const GOVERNOR_PER_SECOND: u32 = 10;
@@ -248,37 +245,14 @@ impl Limiter for Floor {
     }
 }
 
-/// The sketch's default number of rows (`Builder::depth`).
-const DEFAULT_DEPTH: usize = 4;
-
+/// The sketch in `budget` bytes, as [`sizes::sketch`] builds it.
 fn tollgate(budget: usize, depth: usize) -> Tollgate {
-    let sketch = RateSketch::builder()
-        .window(WINDOW)
-        .memory_bytes(budget)
-        .depth(depth)
-        .build()
-        .expect("the benchmark budgets are valid sketch sizes");
-    assert!(
-        sketch.memory_bytes() <= budget,
-        "the sketch holds {} bytes, over its budget of {budget}",
-        sketch.memory_bytes()
-    );
-    Tollgate(sketch)
+    Tollgate(sizes::sketch(budget, depth))
 }
 
+/// pingora's `Rate` at the same memory ([`sizes::pingora`]: 2 MiB is `slots = 2^15`).
 fn pingora(budget: usize) -> Pingora {
-    // Two estimators (current and previous interval) of `hashes x slots` AtomicIsize each.
-    let per_slot = 2 * PINGORA_HASHES * std::mem::size_of::<isize>();
-    assert_eq!(
-        budget % per_slot,
-        0,
-        "{budget} bytes is not a whole pingora shape"
-    );
-    Pingora(Rate::new_with_estimator_config(
-        WINDOW,
-        PINGORA_HASHES,
-        budget / per_slot,
-    ))
+    Pingora(sizes::pingora(budget))
 }
 
 fn governor() -> Governor {

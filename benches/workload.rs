@@ -64,6 +64,26 @@ pub(crate) fn synthetic_frame(id: u64) -> Vec<u8> {
     bytes
 }
 
+/// The frame benchmarks' policy (`benches/frames.rs`, `benches/threads`): one rule, 100 per
+/// 10 s per address and 1000 per 10 s per IPv4 /24 or IPv6 /64, 64 MiB of sketches.
+pub(crate) const FRAME_POLICY: &str = r#"
+[sketch]
+memory = "64MiB"
+
+[[rule]]
+name = "per-source"
+limits = [
+  { rate = "100/10s",  ipv4_prefix = 32, ipv6_prefix = 128 },
+  { rate = "1000/10s", ipv4_prefix = 24, ipv6_prefix = 64 },
+]
+"#;
+
+/// A filter under [`FRAME_POLICY`], from zero counts.
+pub(crate) fn frame_filter() -> tollgate_filter::Filter {
+    let config = tollgate_filter::Config::parse(FRAME_POLICY).expect("valid policy");
+    tollgate_filter::Filter::new(config).expect("policy")
+}
+
 /// Whether to time on-CPU time instead of wall time (`TOLLGATE_BENCH_CLOCK=cpu`): on a
 /// machine shared with other work, wall time counts the time the scheduler gave to others.
 pub(crate) fn cpu_clock() -> bool {

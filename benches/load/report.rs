@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 use tollgate_benches::kind::Kind;
-use tollgate_benches::table::{number, render};
+use tollgate_benches::table::{median, number, render};
 
 use crate::cli::Scenario;
 
@@ -340,18 +340,6 @@ impl Report {
             })
             .collect();
         json!({ "run": header, "results": results, "syscalls": syscalls, "notes": self.notes })
-    }
-}
-
-/// The median of `values`; `None` if empty.
-fn median(values: &[f64]) -> Option<f64> {
-    let mut values = values.to_vec();
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    match values.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(values[mid]),
-        _ => Some((values[mid - 1] + values[mid]) / 2.0),
     }
 }
 

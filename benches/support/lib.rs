@@ -1,6 +1,6 @@
 //! What the load and attack tools share: the upstreams they run in-process, the proxies they
 //! start as child processes, what `/proc` says about those, loopback client addresses, and the
-//! plain-text table both print.
+//! plain-text table both print; and the limiters the micro-benchmarks size ([`sizes`]).
 //!
 //! ```no_run
 //! use tollgate_benches::usage;
@@ -18,6 +18,7 @@ pub mod kind;
 pub mod launch;
 pub mod machine;
 pub mod process;
+pub mod sizes;
 pub mod sources;
 pub mod table;
 pub mod upstream;

@@ -39,6 +39,27 @@ pub fn number(value: f64) -> String {
     }
 }
 
+/// The median of `values`; `None` if empty.
+///
+/// # Examples
+/// ```
+/// use tollgate_benches::table::median;
+///
+/// assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+/// assert_eq!(median(&[1.0, 2.0]), Some(1.5));
+/// ```
+#[must_use]
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut values = values.to_vec();
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[mid]),
+        _ => Some((values[mid - 1] + values[mid]) / 2.0),
+    }
+}
+
 /// Rows of cells as aligned text: the first column left-aligned, the others right-aligned,
 /// two spaces apart, one line per row.
 #[must_use]

@@ -1,0 +1,203 @@
+//! The contenders, each driven by one thread's slice of a workload, and the timed run that
+//! starts every thread together.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pingora_limits::rate::{PROPORTIONAL_RATE_ESTIMATE_CALC_FN, Rate};
+use tollgate_benches::sizes;
+use tollgate_filter::{Decision, FRAME_BATCH, Filter, Verdict};
+use tollgate_sketch::{Clock, MonotonicClock, RateSketch};
+
+use crate::streams::Key;
+
+/// The cap of the capped and batch cases: a limit of 100, plus one.
+pub(crate) const CAP: u64 = 100 + 1;
+
+/// A limiter under test: what one thread does with its slice of `T`s (keys or frames), one
+/// clock reading per event (per group of events for the batch APIs, which take one tick).
+pub(crate) trait Contender<T>: Sync {
+    /// Its column in the tables.
+    fn name(&self) -> &'static str;
+
+    /// Whether it is Tollgate's (its failed swaps are counted, its ratio to pingora shown).
+    fn ours(&self) -> bool {
+        true
+    }
+
+    /// Every item of `items`, in order.
+    fn pass(&self, items: &[T], clock: &MonotonicClock);
+}
+
+/// One call per event: `observe(key, 1, now)` as an embedder calls it, or (`capped`)
+/// `observe_capped(key, 1, CAP, now)` as the filter counts.
+pub(crate) struct PerEvent {
+    pub(crate) sketch: RateSketch,
+    pub(crate) capped: bool,
+}
+
+impl Contender<Key> for PerEvent {
+    fn name(&self) -> &'static str {
+        if self.capped { "capped" } else { "tollgate" }
+    }
+
+    fn pass(&self, keys: &[Key], clock: &MonotonicClock) {
+        // The branch outside the loops: each loop is the call alone.
+        if self.capped {
+            for key in keys {
+                black_box(self.sketch.observe_capped(key, 1, CAP, clock.now()));
+            }
+        } else {
+            for key in keys {
+                black_box(self.sketch.observe(key, 1, clock.now()));
+            }
+        }
+    }
+}
+
+/// `observe_batch` of [`RateSketch::OBSERVE_BATCH`] keys at a time, capped at `CAP`, one tick
+/// per group.
+pub(crate) struct Batch(pub(crate) RateSketch);
+
+impl Contender<Key> for Batch {
+    fn name(&self) -> &'static str {
+        "batch"
+    }
+
+    fn pass(&self, keys: &[Key], clock: &MonotonicClock) {
+        // Allocated once a pass: one allocation for a million events or so.
+        let mut estimates = Vec::with_capacity(RateSketch::OBSERVE_BATCH);
+        for group in keys.chunks(RateSketch::OBSERVE_BATCH) {
+            estimates.clear();
+            self.0
+                .observe_batch(group, 1, CAP, clock.now(), &mut estimates);
+            black_box(&estimates);
+        }
+    }
+}
+
+/// pingora-limits' `Rate`: `observe` and the proportional sliding estimate, reading its own
+/// clock (`Instant`) as a user pays it.
+pub(crate) struct Pingora(pub(crate) Rate);
+
+impl Contender<Key> for Pingora {
+    fn name(&self) -> &'static str {
+        "pingora"
+    }
+
+    fn ours(&self) -> bool {
+        false
+    }
+
+    fn pass(&self, keys: &[Key], _clock: &MonotonicClock) {
+        for key in keys {
+            black_box(self.0.observe(key, 1));
+            black_box(self.0.rate_with(key, PROPORTIONAL_RATE_ESTIMATE_CALC_FN));
+        }
+    }
+}
+
+/// The four key contenders, each at `budget` bytes, from zero counts.
+pub(crate) fn key_contenders(budget: usize) -> Vec<Box<dyn Contender<Key>>> {
+    let sketch = || sizes::sketch(budget, sizes::DEFAULT_DEPTH);
+    vec![
+        Box::new(PerEvent {
+            sketch: sketch(),
+            capped: false,
+        }),
+        Box::new(PerEvent {
+            sketch: sketch(),
+            capped: true,
+        }),
+        Box::new(Batch(sketch())),
+        Box::new(Pingora(sizes::pingora(budget))),
+    ]
+}
+
+/// A shared [`Filter`] deciding frames `FRAME_BATCH` at a time (`decide_frames`, one tick a
+/// batch), each batch's decisions read and dropped before the next (a receive loop's buffer).
+pub(crate) struct Frames(pub(crate) Filter);
+
+impl<'a> Contender<&'a [u8]> for Frames {
+    fn name(&self) -> &'static str {
+        "filter"
+    }
+
+    fn pass(&self, frames: &[&'a [u8]], clock: &MonotonicClock) {
+        let mut decisions: Vec<Decision> = Vec::with_capacity(FRAME_BATCH);
+        let mut allowed = 0usize;
+        for batch in frames.chunks(FRAME_BATCH) {
+            decisions.clear();
+            self.0.decide_frames(batch, clock.now(), &mut decisions);
+            allowed += decisions
+                .iter()
+                .filter(|d| d.verdict == Verdict::Allow)
+                .count();
+        }
+        black_box(allowed);
+    }
+}
+
+/// What one run of a contender measured.
+pub(crate) struct Measured {
+    /// Events (or frames) a second, all threads together.
+    pub(crate) per_second: f64,
+    /// Failed compare-and-swaps per event (`--cfg tollgate_contention` builds, Tollgate's
+    /// contenders only).
+    pub(crate) failed_swaps: Option<f64>,
+}
+
+/// `contender` over `slices`, one thread each, started together on a barrier: the wall time
+/// from the first thread leaving the barrier to the last one's end.
+pub(crate) fn run<T: Sync, C: Contender<T> + ?Sized>(
+    contender: &C,
+    slices: &[&[T]],
+    clock: &MonotonicClock,
+) -> Measured {
+    let barrier = Barrier::new(slices.len());
+    #[cfg(tollgate_contention)]
+    tollgate_sketch::contention::reset();
+    let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
+        let workers: Vec<_> = slices
+            .iter()
+            .map(|slice| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    contender.pass(slice, clock);
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().expect("a benchmark thread panicked"))
+            .collect()
+    });
+    let events: usize = slices.iter().map(|slice| slice.len()).sum();
+    let start = spans.iter().map(|span| span.0).min();
+    let end = spans.iter().map(|span| span.1).max();
+    let elapsed = start
+        .zip(end)
+        .map_or(Duration::ZERO, |(start, end)| end - start);
+    Measured {
+        per_second: events as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
+        failed_swaps: failed_swaps(contender.ours(), events),
+    }
+}
+
+/// Failed compare-and-swaps per event since the run's reset.
+#[cfg(tollgate_contention)]
+fn failed_swaps(ours: bool, events: usize) -> Option<f64> {
+    let counted = tollgate_sketch::contention::snapshot();
+    ours.then(|| counted.failed_swaps as f64 / events.max(1) as f64)
+}
+
+/// Not counted in a plain build.
+#[cfg(not(tollgate_contention))]
+fn failed_swaps(_ours: bool, _events: usize) -> Option<f64> {
+    None
+}
