@@ -353,23 +353,10 @@ fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
 }
 
 /// How long until `key`'s estimate in `counter` is at most `target` if it sends nothing
-/// more; never early.
-///
-/// MERGE: helper `tr` (issue 33, branch `tr`, `filter/src/fade.rs`) computes this exactly as
-/// `counter.halves(key, cap, now).back_under(target, counter window, now)`; when that is on
-/// main, this body becomes that one call. Until then the bound below, from the window
-/// formula alone: with no new event the previous window's share is gone at this window's
-/// end, leaving the current count; that is gone by the next window's end.
+/// more: the one computation `/explain`, Retry-After, `delay` and the kernel hold use
+/// ([`crate::Halves::back_under`]): exact below the cap, never early at it.
 fn back_under(counter: &Counter, key: &[u8], target: u64, cap: u64, now: Tick) -> Duration {
-    if counter.estimate_capped(key, cap, now) <= target {
-        return Duration::ZERO;
-    }
-    let period = u128::from(counter.sketch().window().as_nanos().max(1) as u64);
-    let rest = period - u128::from(now.as_nanos()) % period;
-    let nanos = if counter.current_count(key, now) <= target {
-        rest
-    } else {
-        rest + period
-    };
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    counter
+        .halves(key, cap, now)
+        .back_under(target, counter.sketch().window(), now)
 }
