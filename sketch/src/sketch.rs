@@ -200,7 +200,10 @@ impl RateSketch {
             return Some(Event { weight, reserve });
         }
         let claim = crate::reserve::claim(self.id, hash, at.index, weight);
-        let reserve = if claim.free { reserve } else { Reserve::NONE };
+        let reserve = match claim.entry {
+            Some(entry) => reserve.held_in(entry),
+            None => Reserve::NONE,
+        };
         if claim.taken == weight {
             #[cfg(tollgate_contention)]
             crate::contention::credited();
@@ -617,7 +620,7 @@ impl RateSketch {
         };
         if reserved != 0 {
             // After the update that counted it: the credit answers only events the cells hold.
-            crate::reserve::hold(self.id, hash, at.index, reserved);
+            crate::reserve::hold(reserve.entry(), self.id, hash, at.index, reserved);
             #[cfg(tollgate_contention)]
             crate::contention::reserved();
         }
