@@ -167,8 +167,8 @@ impl Builder {
     /// `P * estimate / 2^s` above what it would read without reservations (1/256 of it per
     /// thread at the default); keys below `2^s` events in the window read exactly as without.
     /// What it buys: a hot key's cells are written about `2^s * (1 + ln(N / 2^s))` times per
-    /// window and thread for `N` events, instead of `N`, so threads sharing hot keys stop
-    /// bouncing their cache lines. It never reads below the truth.
+    /// window for `N` events, all threads together, instead of `N`, so threads sharing hot keys
+    /// stop bouncing their cache lines. It never reads below the truth.
     ///
     /// # Examples
     /// ```

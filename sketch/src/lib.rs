@@ -108,13 +108,13 @@
 //! key's next events on that thread are answered from the credit, reading the cells (which
 //! hold them already) without writing (the sloppy counters of Boyd-Wickizer et al., "An
 //! Analysis of Linux Scalability to Many Cores", OSDI 2010). A hot key's cells are then written
-//! about `2^s * (1 + ln(N / 2^s))` times per window and thread instead of `N`. A credit answers
-//! only events of its own sketch, key and window, so estimates still never fall below the
-//! truth; unspent credits are overcount, at most `P * estimate / 2^s` for `P` threads, and the
-//! events they stand for are tallied in `N` (so `eps * N` covers their collisions). Keys below
-//! `2^s` events in the window read exactly as without. [`Builder::reserve_shift`] sets `s`
-//! (default 8); `None` turns reservations off. The `reserve` module's source docs have the
-//! argument.
+//! about `2^s * (1 + ln(N / 2^s))` times per window (all threads together) instead of `N`.
+//! A credit answers only events of its own sketch, key and window, so estimates still never
+//! fall below the truth; unspent credits are overcount, at most `P * estimate / 2^s` for `P`
+//! threads, and the events they stand for are tallied in `N` (so `eps * N` covers their
+//! collisions). Keys below `2^s` events in the window read exactly as without.
+//! [`Builder::reserve_shift`] sets `s` (default 8); `None` turns reservations off. The `reserve`
+//! module's source docs have the argument.
 //!
 //! # What the front buys
 //! Measured with the accuracy tool (`benches/accuracy`, 8 MiB, one-event keys): at 1 M keys the

@@ -588,11 +588,11 @@ impl RateSketch {
     /// misses in flight to keep a core's line-fill buffers busy.
     pub const OBSERVE_BATCH: usize = 16;
 
-    /// Counts `event`'s weight for the key of `hash` and `snapshot` in `at`'s window: the front first
-    /// (in `register`, the key's from [`Front::register`]), then the counters with what it did
-    /// not absorb, starting from `read`, the snapshot's counts, with a reservation on top by
-    /// `event`'s reserve (then held as this thread's credit, see [`crate::reserve`]). The key's counts
-    /// (including it) and which fronts hold it.
+    /// Counts `event`'s weight for the key of `hash` and `snapshot` in `at`'s window: the front
+    /// first (in `register`, the key's from [`Front::register`]), then the counters with what
+    /// it did not absorb, starting from `read`, the snapshot's counts, with a reservation on top
+    /// by `event`'s reserve (then held as this thread's credit, see [`crate::reserve`]). The
+    /// key's counts (including it) and which fronts hold it.
     ///
     /// Inlined: out of line, its call and frame cost about 40 instructions per counted event
     /// (callgrind).
