@@ -229,6 +229,13 @@ impl Reserve {
         }
     }
 
+    /// Whether a key counted to `count` may hold or take a credit: `count >= 2^s` (never
+    /// with reservations off).
+    #[inline(always)]
+    pub(crate) fn reaches(self, count: u32) -> bool {
+        self.shift != 0 && self.shift < 32 && count >> self.shift != 0
+    }
+
     /// The same, its credit held in `entry` of this thread's table (from [`claim`]).
     #[inline(always)]
     pub(crate) fn held_in(self, entry: u8) -> Reserve {
@@ -338,5 +345,7 @@ mod tests {
         assert_eq!(Reserve::NONE.of(1 << 20, 1), 0);
         assert_eq!(reserve.of(900, 0), 0, "no weight, no credit");
         assert!(!Reserve::NONE.is_on());
+        assert!(!reserve.reaches(255) && reserve.reaches(256));
+        assert!(!Reserve::NONE.reaches(u32::MAX));
     }
 }

@@ -178,7 +178,7 @@ impl RateSketch {
         let (located, words) = self.counters.locate_read::<D>(hash);
         let snapshot = CountMin::snapshot(&located, words);
         let read = self.counters.counts(&snapshot, at.index);
-        let Some(event) = self.claim(hash, clamp(weight), at, self.reserve) else {
+        let Some(event) = self.claim(hash, clamp(weight), read, at, self.reserve) else {
             // Counted already, when the credit was reserved: the cells hold it (and the events
             // tally), so only read them.
             return self.slide(at, read, self.front.presence(hash, at.index));
@@ -188,13 +188,25 @@ impl RateSketch {
         self.slide(at, counts, presence)
     }
 
-    /// What this thread's credit for the key of `hash` in `at`'s window leaves of an event of
-    /// `weight` (clamped) to count, and how that count may reserve: by `reserve` if the key's
+    /// What this thread's credit for the key of `hash` (read as `read`) in `at`'s window leaves
+    /// of an event of `weight` (clamped) to count, and how that count may reserve: by `reserve` if the key's
     /// slot is free, not at all otherwise (see [`crate::reserve::claim`]). `None` if the
     /// credit answers the whole event.
     #[inline(always)]
-    fn claim(&self, hash: KeyHash, weight: u32, at: Position, reserve: Reserve) -> Option<Event> {
-        if !self.reserve.is_on() || weight == 0 {
+    fn claim(
+        &self,
+        hash: KeyHash,
+        weight: u32,
+        read: Halves,
+        at: Position,
+        reserve: Reserve,
+    ) -> Option<Event> {
+        // A key whose count read below `2^s - weight` holds no credit on this thread (the
+        // update that reserved it raised every cell to `2^s` or more, and this thread reads
+        // that or later) and reserves nothing now: counted with no look at the table. (A read
+        // that missed a credit only counts the event again: never unsafe.) Most keys of a
+        // skewed stream are such: the test keeps the table off their path.
+        if !reserve.reaches(read.current.saturating_add(weight)) || weight == 0 {
             // An event of no weight is counted as ever: its first sighting marks the front.
             let reserve = Reserve::NONE;
             return Some(Event { weight, reserve });
@@ -384,7 +396,7 @@ impl RateSketch {
         let reserve = self
             .reserve
             .below(u32::try_from(cap.saturating_sub(1)).unwrap_or(u32::MAX));
-        let Some(event) = self.claim(hash, clamp(weight), at, reserve) else {
+        let Some(event) = self.claim(hash, clamp(weight), read, at, reserve) else {
             // As in `observe_rows`: counted when reserved, below the cap.
             let presence = self.front.presence(hash, at.index);
             return saturated(self.slide(at, read, presence), read, cap);
