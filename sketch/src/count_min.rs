@@ -37,6 +37,7 @@
 
 use crate::hash::KeyHash;
 use crate::pair::{COUNTER, Fold, Halves, UNKNOWN};
+use crate::reserve::Reserve;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most rows a sketch may have.
@@ -285,11 +286,12 @@ impl CountMin {
     }
 
     /// Counts `weight` for the key of `snapshot` in `window` (conservative update) and returns
-    /// its estimated counts including it. `read` is [`CountMin::counts`] of `snapshot` as it
-    /// is (the caller has it already: the first attempt does not work it out again). The
-    /// first attempt starts from the words in `snapshot`, however old: a swap lands only on
-    /// the exact word read, so a stale word fails its swap and the update starts again from
-    /// a fresh read (left in `snapshot`).
+    /// its estimated counts including it, and how many events it reserved on top (see
+    /// [`crate::reserve`]: by `reserve`, and only when every cell holds exactly `window`).
+    /// `read` is [`CountMin::counts`] of `snapshot` as it is (the caller has it already: the
+    /// first attempt does not work it out again). The first attempt starts from the words in
+    /// `snapshot`, however old: a swap lands only on the exact word read, so a stale word
+    /// fails its swap and the update starts again from a fresh read (left in `snapshot`).
     ///
     /// Inlined into the observe that counts (see `RateSketch::count`): out of line its frame
     /// cost about 20 instructions per counted event.
@@ -300,17 +302,33 @@ impl CountMin {
         read: Halves,
         weight: u32,
         window: u64,
-    ) -> Halves {
+        reserve: Reserve,
+    ) -> (Halves, u32) {
         debug_assert_eq!(read, self.min(snapshot, window));
+        #[cfg(tollgate_contention)]
+        crate::contention::update();
         let mut min = read;
         loop {
-            let target = min.current.saturating_add(weight).min(COUNT_MAX);
+            let counted = min.current.saturating_add(weight).min(COUNT_MAX);
+            // Only on words of exactly this window: a lagging tick's rows ahead are added to,
+            // not raised, and a reservation there would follow the fold into the next window.
+            let extra =
+                if reserve.is_on() && COUNTER.min_if_held(snapshot.words(), window).is_some() {
+                    reserve.of(counted, weight)
+                } else {
+                    0
+                };
+            // At most COUNT_MAX: `of` keeps `counted + extra` within the ceiling, which is.
+            let target = counted + extra;
             if self.raise(snapshot, window, target, weight) {
-                return Halves {
+                let counts = Halves {
                     current: target,
                     previous: min.previous,
                 };
+                return (counts, extra);
             }
+            #[cfg(tollgate_contention)]
+            crate::contention::failed_swap();
             self.reload(snapshot);
             min = self.min(snapshot, window);
         }
@@ -418,7 +436,8 @@ mod tests {
         let located = counters.locate::<MAX_DEPTH>(hash);
         let mut snapshot = counters.read(&located);
         let read = counters.counts(&snapshot, 2);
-        let counts = counters.add(&mut snapshot, read, 1, 2);
+        let (counts, reserved) = counters.add(&mut snapshot, read, 1, 2, Reserve::NONE);
+        assert_eq!(reserved, 0);
         assert_eq!(
             counts,
             Halves {

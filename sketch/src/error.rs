@@ -35,6 +35,11 @@ pub enum BuildError {
         /// The window it was given for.
         window: std::time::Duration,
     },
+    /// The reserve shift was over [`crate::Builder::MAX_RESERVE_SHIFT`].
+    ReserveShiftOutOfRange {
+        /// The shift given.
+        requested: u32,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -64,6 +69,12 @@ impl fmt::Display for BuildError {
                 f,
                 "lag tolerance {requested:?} is out of range: it must be at most half the \
                  window ({window:?} / 2)"
+            ),
+            BuildError::ReserveShiftOutOfRange { requested } => write!(
+                f,
+                "reserve shift {requested} is out of range: it must be 1 to {} (0 or None: no \
+                 reservations)",
+                crate::Builder::MAX_RESERVE_SHIFT
             ),
         }
     }

@@ -24,9 +24,11 @@
 //!   A limiter that refuses when `observe(..) > limit` therefore never lets a key through more
 //!   than `limit` times per sliding window: being over the limit is always seen.
 //! - **Above it by a stated amount.** The estimate exceeds the truth by at most
-//!   [`RateSketch::overcount_bound`] with the probability [`Stats::confidence`]. A key under its
-//!   limit can be refused only when its headroom is smaller than that: size the sketch so the
-//!   bound stays well under your smallest limit (below).
+//!   [`RateSketch::overcount_bound`] with the probability [`Stats::confidence`], plus what
+//!   threads hold of a hot key in reservations: at most `P * estimate / 2^s` with `P` threads
+//!   observing it (1/256 of the estimate per thread at the default; "Many cores" below). A key
+//!   under its limit can be refused only when its headroom is smaller than that: size the
+//!   sketch so the bound stays well under your smallest limit (below).
 //! - **Fixed memory.** Everything is allocated by [`Builder::build`];
 //!   [`RateSketch::memory_bytes`] is exact, whatever the number of keys.
 //! - **No lock.** [`RateSketch::observe`] takes `&self`: share one sketch between threads with an
@@ -98,6 +100,22 @@
 //! little, and a tick two windows behind the newest reads only what is left of its own window.
 //! How it works is in the `pair` module's source docs.
 //!
+//! # Many cores
+//! When every core counts the same hot key, a write per event to the key's cells would bounce
+//! their cache lines between the cores, and every compare-and-swap that loses its line restarts
+//! the key's update. So a thread that counts a key with `n >= 2^s` events in the window counts
+//! `n >> s` more than it was given in the same update and keeps them as its own credit; the
+//! key's next events on that thread are answered from the credit, reading the cells (which
+//! hold them already) without writing (the sloppy counters of Boyd-Wickizer et al., "An
+//! Analysis of Linux Scalability to Many Cores", OSDI 2010). A hot key's cells are then written
+//! about `2^s * (1 + ln(N / 2^s))` times per window (all threads together) instead of `N`.
+//! A credit answers only events of its own sketch, key and window, so estimates still never
+//! fall below the truth; unspent credits are overcount, at most `P * estimate / 2^s` for `P`
+//! threads, and the events they stand for are tallied in `N` (so `eps * N` covers their
+//! collisions). Keys below `2^s` events in the window read exactly as without.
+//! [`Builder::reserve_shift`] sets `s` (default 8); `None` turns reservations off. The `reserve`
+//! module's source docs have the argument.
+//!
 //! # What the front buys
 //! Measured with the accuracy tool (`benches/accuracy`, 8 MiB, one-event keys): at 1 M keys the
 //! front holds them (fill 0.55) and the mean overcount is 0.12 against 1.08 for the same budget
@@ -151,12 +169,15 @@ mod bloom;
 mod builder;
 mod clock;
 mod concurrency;
+#[cfg(tollgate_contention)]
+pub mod contention;
 mod count_min;
 mod error;
 mod hash;
 mod hot;
 mod memory;
 mod pair;
+mod reserve;
 mod sketch;
 mod snapshot;
 mod stats;

@@ -9,6 +9,7 @@ use crate::count_min::{COUNT_MAX, CountMin, FIXED_DEPTH, MAX_DEPTH, Snapshot};
 use crate::hash::KeyHash;
 use crate::hot::{HotKeys, Stamp};
 use crate::pair::{Fold, Halves};
+use crate::reserve::Reserve;
 use crate::stats::Stats;
 use crate::sync::AtomicU64;
 use crate::tally::{Stripes, Tally, WINDOWS};
@@ -58,6 +59,15 @@ pub struct Moment {
     window_nanos: u64,
 }
 
+/// What an observe has left to count once this thread's credit took its part (see
+/// [`RateSketch::claim`]), and how the count may reserve ahead.
+#[derive(Clone, Copy)]
+struct Event {
+    /// The weight to count, clamped.
+    weight: u32,
+    reserve: Reserve,
+}
+
 /// Whether an observe has consulted the hot keys' table for its key yet.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Looked {
@@ -104,6 +114,11 @@ pub struct RateSketch {
     pub(crate) front_weight: u32,
     /// How far a tick may lag the newest and still never underestimate.
     pub(crate) lag_tolerance: Duration,
+    /// This sketch's id, which no other sketch of the process has had: the threads' credits
+    /// (see [`crate::reserve`]) name it.
+    pub(crate) id: u64,
+    /// How uncapped observes reserve (see [`crate::reserve`]); capped ones lower its ceiling.
+    pub(crate) reserve: Reserve,
 }
 
 impl RateSketch {
@@ -163,9 +178,53 @@ impl RateSketch {
         let (located, words) = self.counters.locate_read::<D>(hash);
         let snapshot = CountMin::snapshot(&located, words);
         let read = self.counters.counts(&snapshot, at.index);
+        let Some(event) = self.claim(hash, clamp(weight), read, at, self.reserve) else {
+            // Counted already, when the credit was reserved: the cells hold it (and the events
+            // tally), so only read them.
+            return self.slide(at, read, self.front.presence(hash, at.index));
+        };
         let register = self.front.register(hash);
-        let (counts, presence) = self.count(hash, register, snapshot, read, weight, at);
+        let (counts, presence) = self.count(hash, register, snapshot, read, event, at);
         self.slide(at, counts, presence)
+    }
+
+    /// What this thread's credit for the key of `hash` (read as `read`) in `at`'s window leaves
+    /// of an event of `weight` (clamped) to count, and how that count may reserve: by `reserve` if the key's
+    /// slot is free, not at all otherwise (see [`crate::reserve::claim`]). `None` if the
+    /// credit answers the whole event.
+    #[inline(always)]
+    fn claim(
+        &self,
+        hash: KeyHash,
+        weight: u32,
+        read: Halves,
+        at: Position,
+        reserve: Reserve,
+    ) -> Option<Event> {
+        // A key whose count read below `2^s - weight` holds no credit on this thread (the
+        // update that reserved it raised every cell to `2^s` or more, and this thread reads
+        // that or later) and reserves nothing now: counted with no look at the table. (A read
+        // that missed a credit only counts the event again: never unsafe.) Most keys of a
+        // skewed stream are such: the test keeps the table off their path.
+        if !reserve.reaches(read.current.saturating_add(weight)) || weight == 0 {
+            // An event of no weight is counted as ever: its first sighting marks the front.
+            let reserve = Reserve::NONE;
+            return Some(Event { weight, reserve });
+        }
+        let claim = crate::reserve::claim(self.id, hash, at.index, weight);
+        let reserve = match claim.entry {
+            Some(entry) => reserve.held_in(entry),
+            None => Reserve::NONE,
+        };
+        if claim.taken == weight {
+            #[cfg(tollgate_contention)]
+            crate::contention::credited();
+            return None;
+        }
+        Some(Event {
+            weight: weight - claim.taken,
+            reserve,
+        })
     }
 
     /// Loads the cache lines an observe of the key at `hash` will need, counting nothing and
@@ -199,7 +258,8 @@ impl RateSketch {
     /// `cap` only (a limiter: its limit + 1, or more), and returns the key's sliding-window
     /// estimate, **never below `min(cap, true sliding count)`**.
     ///
-    /// Below `cap` this is exactly `observe`: same count, same estimate, same guarantees. Once
+    /// Below `cap` this is `observe`: same count, same estimate, same guarantees (but for
+    /// reservations, which stop below the cap: see [`Builder::reserve_shift`]). Once
     /// the key's count in the current window has reached `cap`, an observe only reads: no
     /// compare-and-swap, no write, so the cache lines of a flood's hot keys stay shared between
     /// cores. Its events are not counted (the event totals of [`RateSketch::stats`] still
@@ -331,11 +391,21 @@ impl RateSketch {
                 .slide(at, u64::from(read.current), u64::from(read.previous))
                 .max(cap);
         }
+        // Reservations stop below the cap: a key reads its cap (and turns read-only, and is
+        // noted) on its own events and collisions, never on events counted ahead.
+        let reserve = self
+            .reserve
+            .below(u32::try_from(cap.saturating_sub(1)).unwrap_or(u32::MAX));
+        let Some(event) = self.claim(hash, clamp(weight), read, at, reserve) else {
+            // As in `observe_rows`: counted when reserved, below the cap.
+            let presence = self.front.presence(hash, at.index);
+            return saturated(self.slide(at, read, presence), read, cap);
+        };
         let (counts, presence) = match looked {
             // One event (`observe_hashed_capped`): counted in this frame.
-            Looked::Up => self.count(hash, register, snapshot, read, weight, at),
+            Looked::Up => self.count(hash, register, snapshot, read, event, at),
             // A batch's (`observe_prepared`): see `count_in_batch`.
-            Looked::Not => self.count_in_batch(hash, register, snapshot, read, weight, at),
+            Looked::Not => self.count_in_batch(hash, register, snapshot, read, event, at),
         };
         saturated(self.slide(at, counts, presence), counts, cap)
     }
@@ -530,10 +600,11 @@ impl RateSketch {
     /// misses in flight to keep a core's line-fill buffers busy.
     pub const OBSERVE_BATCH: usize = 16;
 
-    /// Counts `weight` for the key of `hash` and `snapshot` in `at`'s window: the front first
-    /// (in `register`, the key's from [`Front::register`]), then the counters with what it did
-    /// not absorb, starting from `read`, the snapshot's counts. The key's counts (including
-    /// it) and which fronts hold it.
+    /// Counts `event`'s weight for the key of `hash` and `snapshot` in `at`'s window: the front
+    /// first (in `register`, the key's from [`Front::register`]), then the counters with what
+    /// it did not absorb, starting from `read`, the snapshot's counts, with a reservation on top
+    /// by `event`'s reserve (then held as this thread's credit, see [`crate::reserve`]). The
+    /// key's counts (including it) and which fronts hold it.
     ///
     /// Inlined: out of line, its call and frame cost about 40 instructions per counted event
     /// (callgrind).
@@ -544,22 +615,31 @@ impl RateSketch {
         register: Option<&AtomicU64>,
         mut snapshot: Snapshot<'_, D>,
         read: Halves,
-        weight: u64,
+        event: Event,
         at: Position,
     ) -> (Halves, Presence) {
-        let weight = clamp(weight);
+        let Event { weight, reserve } = event;
         let (sighting, presence) = Front::sight_in(register, hash, at.index);
         let absorbed = match sighting {
             Sighting::First => weight.min(self.front_weight),
             Sighting::Again => 0,
         };
-        let counts = if weight > absorbed {
+        let (counts, reserved) = if weight > absorbed {
             self.counters
-                .add(&mut snapshot, read, weight - absorbed, at.index)
+                .add(&mut snapshot, read, weight - absorbed, at.index, reserve)
         } else {
-            self.counters.reread(&mut snapshot, at.index)
+            (self.counters.reread(&mut snapshot, at.index), 0)
         };
-        self.events.add(at.index, u64::from(weight));
+        if reserved != 0 {
+            // After the update that counted it: the credit answers only events the cells hold.
+            crate::reserve::hold(reserve.entry(), self.id, hash, at.index, reserved);
+            #[cfg(tollgate_contention)]
+            crate::contention::reserved();
+        }
+        // Reserved events are tallied now, credited ones never again: the stated eps * N
+        // covers every event the cells hold.
+        self.events
+            .add(at.index, u64::from(weight) + u64::from(reserved));
         (counts, presence)
     }
 
@@ -574,10 +654,10 @@ impl RateSketch {
         register: Option<&AtomicU64>,
         snapshot: Snapshot<'_, D>,
         read: Halves,
-        weight: u64,
+        event: Event,
         at: Position,
     ) -> (Halves, Presence) {
-        self.count(hash, register, snapshot, read, weight, at)
+        self.count(hash, register, snapshot, read, event, at)
     }
 
     /// The key's sliding-window estimate at `now`, counting nothing.

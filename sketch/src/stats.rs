@@ -24,7 +24,8 @@ pub struct Stats {
     pub window_index: u64,
     /// The window length.
     pub window: Duration,
-    /// Total weight observed in the current window.
+    /// Total weight observed in the current window, with the events reserved ahead for hot
+    /// keys (see [`crate::Builder::reserve_shift`]) counted when reserved.
     pub events_current: u64,
     /// Total weight observed in the previous window.
     pub events_previous: u64,
@@ -38,7 +39,10 @@ pub struct Stats {
     /// what the folds for lagging ticks keep of the collisions of older windows), besides the
     /// fold of the key's own count: up to `L / (T - L)` of its count before the previous
     /// window, weighted by the previous window's share (see
-    /// [`crate::Builder::lag_tolerance`]).
+    /// [`crate::Builder::lag_tolerance`]), and besides what threads hold of the key in
+    /// reservations: at most `P * estimate / 2^s` with `P` threads observing it (see
+    /// [`crate::Builder::reserve_shift`]; the reserved events themselves are in the events
+    /// totals, so this bound covers their collisions).
     pub overcount_bound: u64,
     /// `1 - delta`, the probability that [`Stats::overcount_bound`] holds for a given key.
     pub confidence: f64,

@@ -9,6 +9,24 @@ pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
+/// A new sketch's id, never handed out before in this process (from 1: 0 is no sketch), so that
+/// what a thread keeps per sketch (see [`crate::reserve`]) never answers for another.
+///
+/// A std atomic under loom too: ids are handed out once per build, outside any race a model
+/// checks, and they must stay unique across a model's executions.
+pub(crate) fn sketch_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    // Relaxed: the read-modify-write alone makes each id unique; it orders nothing else.
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The std atomics for the contention counter (see `crate::contention`), which loom must not
+/// see: it counts, it decides nothing, and it is compiled into measuring builds only.
+#[cfg(tollgate_contention)]
+pub(crate) mod plain {
+    pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+}
+
 /// A small per-thread number used to spread shared statistics over stripes, so that two threads
 /// counting events do not bounce one cache line between their cores.
 #[cfg(not(loom))]

@@ -61,9 +61,16 @@ fn step(keys: u16) -> impl Strategy<Value = Step> {
     ]
 }
 
-/// A sketch with `extra` bytes beyond the smallest of its shape: small, so keys collide.
-fn sketch(extra: usize, depth: usize, front_share: f64, front_weight: u32) -> RateSketch {
-    hot_sketch(extra, depth, front_share, front_weight, 0)
+/// A sketch with `extra` bytes beyond the smallest of its shape: small, so keys collide; with
+/// reservations by `reserve` (see `Builder::reserve_shift`).
+fn sketch(
+    extra: usize,
+    depth: usize,
+    front_share: f64,
+    front_weight: u32,
+    reserve: Option<u32>,
+) -> RateSketch {
+    hot_sketch(extra, depth, front_share, front_weight, 0, reserve)
 }
 
 /// [`sketch`] with a table of `hot` bytes for keys seen at their cap.
@@ -73,6 +80,7 @@ fn hot_sketch(
     front_share: f64,
     front_weight: u32,
     hot: usize,
+    reserve: Option<u32>,
 ) -> RateSketch {
     let builder = RateSketch::builder()
         .window(Duration::from_nanos(WINDOW))
@@ -80,6 +88,7 @@ fn hot_sketch(
         .front_share(front_share)
         .front_weight(front_weight)
         .hot_keys_bytes(hot)
+        .reserve_shift(reserve)
         .seed(42);
     let memory = builder.min_memory_bytes() + extra;
     builder
@@ -88,12 +97,24 @@ fn hot_sketch(
         .expect("valid test shape")
 }
 
+/// Reserve shifts to draw: none, small ones that reserve from a few events on (1: half the
+/// count, so credits are taken and spent constantly), and the default.
+fn reserve() -> impl Strategy<Value = Option<u32>> {
+    prop_oneof![Just(None), Just(Some(1)), Just(Some(2)), Just(Some(8))]
+}
+
 /// A roomy plain sketch for one key, with the given lag tolerance.
 fn lone(lag: Duration) -> RateSketch {
+    lone_reserving(lag, None)
+}
+
+/// [`lone`] with reservations by `reserve`.
+fn lone_reserving(lag: Duration, reserve: Option<u32>) -> RateSketch {
     RateSketch::builder()
         .window(Duration::from_nanos(WINDOW))
         .front_share(0.0)
         .lag_tolerance(lag)
+        .reserve_shift(reserve)
         .memory_bytes(1 << 16)
         .seed(42)
         .build()
@@ -111,8 +132,9 @@ proptest! {
         front_share in prop_oneof![Just(0.0), Just(0.125), 0.0..0.5f64],
         front_weight in prop_oneof![Just(1u32), 1..3_000u32],
         start in prop_oneof![Just(0u64), 0..u64::MAX / 4],
+        reserve in reserve(),
     ) {
-        let sketch = sketch(extra, depth, front_share, front_weight);
+        let sketch = sketch(extra, depth, front_share, front_weight, reserve);
         let mut oracle = Oracle::default();
         let mut now = start;
         for step in steps {
@@ -146,11 +168,12 @@ proptest! {
         start in prop_oneof![Just(0u64), 0..u64::MAX / 4],
         // No table, one line (64 keys share 8 slots), and room for all.
         hot in prop_oneof![Just(0usize), Just(64), Just(4_096)],
+        reserve in reserve(),
     ) {
         // The caps' promise: estimate >= min(cap, truth). Keys stop counting at the cap, so
         // the oracle's truth goes on above what the sketch holds; keys noted at their cap
         // are answered from the hot keys' table, and must be counted again the next window.
-        let sketch = hot_sketch(extra, depth, front_share, 1, hot);
+        let sketch = hot_sketch(extra, depth, front_share, 1, hot, reserve);
         let mut oracle = Oracle::default();
         let mut now = start;
         for step in steps {
@@ -203,13 +226,52 @@ proptest! {
             );
         }
     }
+
+    #[test]
+    fn a_lone_key_reads_at_most_its_reservations_above_the_truth(
+        steps in prop::collection::vec(
+            (prop_oneof![3 => Just(1u64), 1 => 1..40u64], 0..WINDOW / 4),
+            1..600,
+        ),
+        shift in 1u32..=8,
+    ) {
+        // One thread, one key, no collisions, no fold (no lag tolerance): without
+        // reservations the estimate is the truth. With them, each window's cells hold the
+        // truth plus the one unspent credit, at most `count >> s` of that window's count, so
+        // the estimate reads at most `estimate / 2^s` above the truth (+ 1: the previous
+        // share's rounding, done once on both parts together).
+        let sketch = lone_reserving(Duration::ZERO, Some(shift));
+        let mut oracle = Oracle::default();
+        let mut now = 0;
+        let key = 7u16.to_le_bytes();
+        for (weight, offset) in steps {
+            now += offset;
+            oracle.observe(7, weight, now);
+            let truth = oracle.estimate(7, now);
+            let estimate = sketch.observe(&key, weight, Tick::from_nanos(now));
+            let bound = truth + estimate.div_ceil(1 << shift) + 1;
+            prop_assert!(
+                (truth..=bound).contains(&estimate),
+                "{estimate} outside {truth}..={bound} (shift {shift})"
+            );
+            for probe in [1, WINDOW / 2, WINDOW] {
+                let (at, truth) = (now + probe, oracle.estimate(7, now + probe));
+                let estimate = sketch.estimate(&key, Tick::from_nanos(at));
+                let bound = truth + estimate.div_ceil(1 << shift) + 1;
+                prop_assert!(
+                    (truth..=bound).contains(&estimate),
+                    "at +{probe}: {estimate} outside {truth}..={bound} (shift {shift})"
+                );
+            }
+        }
+    }
 }
 
 #[test]
 fn racing_threads_lose_no_count() {
     // Not a model (loom covers the interleavings); a smoke test that real threads on one tiny
     // sketch, hammering the same few keys, never end below the true count.
-    let sketch = sketch(0, 2, 0.125, 1);
+    let sketch = sketch(0, 2, 0.125, 1, Some(8));
     let now = Tick::from_nanos(5);
     std::thread::scope(|s| {
         for _ in 0..4 {
@@ -223,5 +285,40 @@ fn racing_threads_lose_no_count() {
     for key in 0..8u32 {
         let estimate = sketch.estimate(&key.to_le_bytes(), now);
         assert!(estimate >= 10_000, "key {key}: {estimate} < 10000");
+    }
+}
+
+#[test]
+fn threads_spending_reservations_on_one_key_lose_no_count() {
+    // Four threads, one key, reservations of half the count (shift 1) and of 1/256: each
+    // thread's credits answer most of its events without a write, and every one of them was
+    // counted in the cells before it was answered: the key ends at or above the total.
+    for shift in [1, 8] {
+        let sketch = lone_reserving(Duration::ZERO, Some(shift));
+        let now = Tick::from_nanos(5);
+        let events = 20_000u64;
+        let least = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..events)
+                            .map(|_| sketch.observe(b"hot", 1, now))
+                            .min()
+                            .unwrap_or(0)
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("no panic"))
+                .min()
+        });
+        assert!(least >= Some(1));
+        let estimate = sketch.estimate(b"hot", now);
+        assert!(
+            estimate >= 4 * events,
+            "shift {shift}: {estimate} < {}",
+            4 * events
+        );
     }
 }

@@ -41,12 +41,20 @@ fn truth<'a>(events: impl IntoIterator<Item = &'a Event>, key: u16, at: u64) -> 
 }
 
 /// A small sketch, so keys collide, with lag tolerance `lag`.
-fn sketch(extra: usize, depth: usize, front_share: f64, lag: u64) -> RateSketch {
+/// With reservations by `reserve` (see `Builder::reserve_shift`).
+fn sketch(
+    extra: usize,
+    depth: usize,
+    front_share: f64,
+    lag: u64,
+    reserve: Option<u32>,
+) -> RateSketch {
     let builder = RateSketch::builder()
         .window(Duration::from_nanos(WINDOW))
         .depth(depth)
         .front_share(front_share)
         .lag_tolerance(Duration::from_nanos(lag))
+        .reserve_shift(reserve)
         .seed(42);
     let memory = builder.min_memory_bytes() + extra;
     builder
@@ -92,8 +100,10 @@ proptest! {
         depth in 1usize..=4,
         front_share in prop_oneof![Just(0.0), Just(0.125), 0.0..0.5f64],
         lag in prop_oneof![Just(WINDOW / 64), Just(WINDOW / 4), Just(WINDOW / 2), 0..=WINDOW / 2],
+        // None, half the count (credits taken and spent constantly), and the default.
+        reserve in prop_oneof![Just(None), Just(Some(1)), Just(Some(2)), Just(Some(8))],
     ) {
-        let sketch = sketch(extra, depth, front_share, lag);
+        let sketch = sketch(extra, depth, front_share, lag, reserve);
         let mut events = Vec::new();
         // The clock starts a few windows in, so that stepping back never goes below zero.
         let mut now = 4 * WINDOW;
@@ -156,7 +166,8 @@ fn racing_threads_with_lagging_ticks_never_read_below_what_finished_before() {
     const LAG: u64 = WINDOW / 4;
     const STEP: u64 = 70;
     const KEYS: u64 = 6;
-    let sketch = sketch(256, 2, 0.125, LAG);
+    // Reserving from 4 events on: credits taken and spent while ticks step back.
+    let sketch = sketch(256, 2, 0.125, LAG, Some(2));
     let sequence = AtomicU64::new(0);
     let barrier = Barrier::new(THREADS);
     let records: Vec<Record> = std::thread::scope(|s| {

@@ -1,7 +1,8 @@
 //! Loom models of the sketch: observe vs observe on one key (counting, and capped) and on two
 //! keys that share a cell, observe vs rotation, a lagging tick vs the tick that rolls its window away, the front's
-//! first-sighting decision racing itself, acquires racing under a cap, and a key noted at its
-//! cap racing the next window.
+//! first-sighting decision racing itself, acquires racing under a cap, a key noted at its
+//! cap racing the next window, and reservations (credits spent racing a count of the same key,
+//! and a credit racing the next window).
 
 #![cfg(loom)]
 
@@ -295,4 +296,74 @@ fn lagging_vs_rolling(front_share: f64) {
     assert!(newest >= 12, "newest tick read {newest} < 12");
     assert!(sketch.estimate(KEY, t(190)) >= 15);
     assert!(sketch.estimate(KEY, t(200)) >= 13);
+}
+
+/// A sketch of two rows, no front, reserving half of a key's count (shift 1): a key reserves
+/// from its second event on, so a model of a few events takes and spends credits.
+fn reserving() -> RateSketch {
+    let builder = RateSketch::builder()
+        .window(Duration::from_nanos(WINDOW))
+        .depth(2)
+        .front_share(0.0)
+        .reserve_shift(Some(1))
+        .seed(1);
+    let minimum = builder.min_memory_bytes();
+    builder.memory_bytes(minimum).build().expect("builds")
+}
+
+/// One thread spends a credit (an event answered without a write) while another counts the
+/// same key, reserving and then spending its own: every event was in the cells before it was
+/// answered, so each observe returns at least its thread's own events and the key ends at or
+/// above all five.
+#[test]
+fn reserved_observe_observe_one_key() {
+    check(|| {
+        let sketch = Arc::new(reserving());
+        let now = Tick::from_nanos(10);
+        // 1, then 2 + a credit of 1 (the cells read 3).
+        let _ = sketch.observe(KEY, 1, now);
+        assert!(sketch.observe(KEY, 1, now) >= 2);
+        let other = Arc::clone(&sketch);
+        let racer = thread::spawn(move || {
+            let first = other.observe(KEY, 1, now);
+            let second = other.observe(KEY, 1, now);
+            (first, second)
+        });
+        let mine = sketch.observe(KEY, 1, now);
+        let (first, second) = racer.join().expect("no panic");
+        assert!(
+            mine >= 3,
+            "answered from its credit below its own events: {mine}"
+        );
+        assert!(first >= 1 && second >= 2, "returned {first} and {second}");
+        assert!(sketch.estimate(KEY, now) >= 5, "lost a count");
+    });
+}
+
+/// A thread holding a credit of window 0 observes the key in window 1 while another thread's
+/// observe of window 1 rolls the key's cells: the credit must not answer the event of window 1
+/// (window 1's two events have to reach the cells, or window 2 reads too little of them).
+#[test]
+fn a_credit_vs_the_next_window() {
+    check(|| {
+        let sketch = Arc::new(reserving());
+        let early = Tick::from_nanos(10);
+        let next = Tick::from_nanos(WINDOW);
+        // Window 0: 2 events, and a credit of 1 left on this thread.
+        let _ = sketch.observe(KEY, 1, early);
+        let _ = sketch.observe(KEY, 1, early);
+        let other = Arc::clone(&sketch);
+        let racer = thread::spawn(move || other.observe(KEY, 1, next));
+        let mine = sketch.observe(KEY, 1, next);
+        let theirs = racer.join().expect("no panic");
+        // Window 0's 2 still count whole at the start of window 1.
+        assert!(mine >= 3 && theirs >= 3, "returned {mine} and {theirs}");
+        assert!(sketch.estimate(KEY, next) >= 4);
+        // Early in window 2, window 1's two events are owed whole.
+        let after = Tick::from_nanos(2 * WINDOW);
+        assert!(
+            sketch.estimate(KEY, after) >= 2,
+            "a credit of window 0 answered an event of window 1"
+        );
+    });
 }
