@@ -40,9 +40,14 @@ impl Share {
     /// The builder of this share's sketch: penalties have no front (their marks are heavy, and
     /// a front's slack would only blur them), limits the sketch's default one.
     pub(crate) fn builder(&self) -> Builder {
+        // No reservations (see `tollgate_sketch::Builder::reserve_shift`): a reserved credit
+        // reads up to `threads * estimate / 256` above the truth, a per-key share that the
+        // policy's stated bound (`/explain`'s "overcount at most", the penalties' margin) does
+        // not include yet. Keys at their cap are read-only already (`observe_capped`).
         let builder = RateSketch::builder()
             .window(self.window)
-            .memory_bytes(self.bytes);
+            .memory_bytes(self.bytes)
+            .reserve_shift(None);
         match self.counts {
             Counts::Limits => builder,
             Counts::Penalties { .. } => builder.front_share(0.0),
