@@ -145,7 +145,7 @@ pub(super) fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::testing::{parsed, refused};
+    use crate::config::testing::{parsed, refused, refused_file};
 
     #[test]
     fn proxy_settings_are_read_and_zero_durations_refused() {
@@ -179,5 +179,24 @@ mod tests {
         );
         refused("[proxy]\nstate_file = \"\"", "does not name a file");
         refused("[proxy]\nstate_interval = \"5s\"", "without state_file");
+    }
+
+    #[test]
+    fn a_connection_memory_too_small_for_its_counts_is_located() {
+        // It passed `check` and failed only at start, with neither line nor value.
+        refused_file(
+            "connection_memory.toml",
+            "[proxy]\nconnection_memory = \"0MiB\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\n",
+            &["connection_memory.toml:2:21: connection_memory `0MiB` is too small"],
+        );
+    }
+
+    #[test]
+    fn a_state_interval_without_a_state_file_is_located() {
+        refused_file(
+            "state.toml",
+            "[proxy]\nstate_interval = \"10s\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\n",
+            &["state.toml:2:18: state_interval without state_file"],
+        );
     }
 }

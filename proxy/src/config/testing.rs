@@ -32,6 +32,20 @@ pub(super) fn refused(proxy: &str, needle: &str) {
     );
 }
 
+/// Parses `text`, the whole file `name` (the `tollgate check` of the e2e tests, without the
+/// binary): it must be refused, and its errors as `check` locates them
+/// ([`super::located`]) say each of `needles`.
+pub(super) fn refused_file(name: &str, text: &str, needles: &[&str]) {
+    let errors = match ProxyConfig::parse(text) {
+        Ok(_) => panic!("{name} passed:\n{text}"),
+        Err(errors) => errors,
+    };
+    let out = super::located(std::path::Path::new(name), &errors);
+    for needle in needles {
+        assert!(out.contains(needle), "{needle} missing from\n{out}");
+    }
+}
+
 pub(super) fn listener(fields: &str) -> String {
     format!(
         "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:1\"\nupstreams = [\"127.0.0.1:2\"]\n{fields}"

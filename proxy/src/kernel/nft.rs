@@ -31,9 +31,14 @@ impl std::error::Error for NftError {}
 /// # Errors
 /// [`NftError`] saying whether nft could not run or what it refused.
 pub(crate) fn run(text: &str) -> Result<(), NftError> {
+    run_program("nft", text)
+}
+
+/// [`run`] through `program` (`nft`; the tests' stand-in reports how it was started).
+fn run_program(program: &str, text: &str) -> Result<(), NftError> {
     // Its own process group: a signal to the proxy's group (a terminal's Ctrl-C, `kill --
     // -PGID`) does not cut a transaction short, the table's delete at shutdown included.
-    let mut child = Command::new("nft")
+    let mut child = Command::new(program)
         .process_group(0)
         .args(["-f", "-"])
         .stdin(Stdio::piped())
@@ -73,5 +78,16 @@ mod tests {
             refused.to_string(),
             "nft refused the transaction: Error: syntax error"
         );
+    }
+
+    /// A signal to the proxy's process group does not reach nft: it leads a group of its own
+    /// (its process group id is its process id). `sh -f -` stands in for `nft -f -`: it reads
+    /// the text from its standard input the same way, and refuses it when the ids differ.
+    #[test]
+    fn nft_runs_in_a_process_group_of_its_own() {
+        let check = r#"set -- $(cat /proc/$$/stat)
+            [ "$1" = "$5" ] || { echo "pid $1 in process group $5" >&2; exit 1; }"#;
+        let started = run_program("sh", check);
+        assert!(started.is_ok(), "{started:?}");
     }
 }

@@ -122,22 +122,3 @@ fn a_whole_config_round_trips_through_check() {
     let again = tollgate::config::ProxyConfig::parse(&printed).unwrap();
     assert_eq!(first, again, "printed:\n{printed}");
 }
-
-#[test]
-fn a_connection_memory_too_small_for_its_counts_is_located() {
-    // It passed `check` and failed only at start, with neither line nor value.
-    refused(
-        "connection_memory.toml",
-        "[proxy]\nconnection_memory = \"0MiB\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\n",
-        &["connection_memory.toml:2:21: connection_memory `0MiB` is too small"],
-    );
-}
-
-#[test]
-fn a_state_interval_without_a_state_file_is_located() {
-    refused(
-        "state.toml",
-        "[proxy]\nstate_interval = \"10s\"\n\n[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/s\" }]\n",
-        &["state.toml:2:18: state_interval without state_file"],
-    );
-}

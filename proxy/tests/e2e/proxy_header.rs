@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 
+use crate::support::process::Launch;
 use crate::support::{self, Wire, attempt, connect_from, echo_upstream, exchange, metric, start};
 use tokio::io::AsyncWriteExt;
 use tollgate::listeners::proxy_protocol::{V2Transport, encode_v1, encode_v2};
@@ -114,6 +115,58 @@ async fn an_untrusted_peers_header_is_refused() {
         attempt("127.0.0.6", front).await,
         Wire::Echoed,
         "plain traffic from it still flows"
+    );
+}
+
+/// The peer that sent a header it is not trusted to send is the offender (not the source its
+/// header claims): listed in `/top` with the reason, and a rejection line in the log. The
+/// real binary, for its log as an operator reads it.
+#[tokio::test]
+async fn an_untrusted_peers_header_makes_it_an_offender_and_is_logged() {
+    let upstream = echo_upstream().await;
+    let proxy = Launch::new(
+        "proxy-header-offender",
+        &format!("upstreams = [\"{upstream}\"]\ntrusted_proxies = [\"127.0.0.5/32\"]"),
+        "[[rule]]\nname = \"per-source\"\nlimits = [{ rate = \"5/60s\" }]",
+    )
+    .shell("export RUST_LOG=info && ")
+    .start();
+    let mut stream = connect_from("127.0.0.6", proxy.front).await.unwrap();
+    let spoofed: SocketAddr = "203.0.113.1:1234".parse().unwrap();
+    stream
+        .write_all(&encode_v1(spoofed, proxy.front))
+        .await
+        .unwrap();
+    assert_eq!(exchange(stream, b"hello\n").await, Wire::Reset);
+    let why = "PROXY header from an untrusted peer";
+    let top = proxy.get("/top?format=json");
+    let body = top.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let json: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {top}"));
+    let offenders: Vec<_> = json["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["source"].clone(),
+                o["rejected"].clone(),
+                o["last"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        offenders,
+        [("127.0.0.6".into(), 1.into(), why.into())],
+        "{json}"
+    );
+    // Both were done before the reset the client saw.
+    let log = proxy.log();
+    assert!(
+        log.lines().any(|line| line.contains(" rejected ")
+            && line.contains("source=127.0.0.6")
+            && line.contains(why)),
+        "no rejection line in\n{log}"
     );
 }
 

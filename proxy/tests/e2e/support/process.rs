@@ -220,17 +220,26 @@ impl Proxy {
             .expect("VmRSS")
     }
 
-    /// The value of the metric line starting with `prefix`, from the admin endpoint.
-    pub(crate) fn metric(&self, prefix: &str) -> f64 {
+    /// The whole answer (status line, headers and body) of the admin endpoint to
+    /// `GET path`.
+    pub(crate) fn get(&self, path: &str) -> String {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(self.admin).unwrap();
         stream.set_read_timeout(Some(super::BOUND)).unwrap();
         stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
             .unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).unwrap();
-        text.lines()
+        text
+    }
+
+    /// The value of the metric line starting with `prefix`, from the admin endpoint.
+    pub(crate) fn metric(&self, prefix: &str) -> f64 {
+        self.get("/metrics")
+            .lines()
             .find(|line| line.starts_with(prefix))
             .and_then(|line| line.rsplit(' ').next())
             .map_or(0.0, |value| value.parse().unwrap())
