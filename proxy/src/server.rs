@@ -149,9 +149,9 @@ impl Server {
                         protocol: Protocol::Tcp,
                         address,
                     });
-                    let frontend = Arc::new(Frontend::new(config, &shared));
+                    let frontend = Arc::new(Frontend::new(config, shared.gate()));
                     server.tasks.push(tokio::spawn(tcp::serve(
-                        Arc::clone(&shared),
+                        Arc::clone(shared.gate()),
                         Arc::clone(&frontend),
                         listener,
                         stopped.clone(),
@@ -170,9 +170,10 @@ impl Server {
                         address,
                     });
                     let sessions = budget.sessions(&config);
-                    let frontend = Arc::new(UdpFrontend::new(config, address, &shared, sessions));
+                    let frontend =
+                        Arc::new(UdpFrontend::new(config, address, shared.gate(), sessions));
                     server.tasks.push(tokio::spawn(udp::serve(
-                        Arc::clone(&shared),
+                        Arc::clone(shared.gate()),
                         Arc::clone(&frontend),
                         Arc::new(socket),
                         stopped.clone(),

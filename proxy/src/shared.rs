@@ -1,49 +1,29 @@
-//! What every listener shares: the filter and its clock, the open-connection counts, metrics,
-//! the offender list, the rejection log budget and the cluster link; and the one place a
-//! decision is made.
+//! What the proxy's parts share: the data path's door ([`Gate`]), the metrics, the cluster
+//! link, the state file, the config lifecycle (reload and apply) and the kernel's hand-offs.
 
-use std::net::IpAddr;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tollgate_filter::{
-    Decision, DenyReason, Event, Filter, LimitKey, ListError, Policy, Prefix, Remote, Rule, RuleId,
-    Source, Transport, Verdict,
-};
-use tollgate_sketch::{Clock, MonotonicClock, Tick};
+use tollgate_filter::{Filter, ListError, Policy, Remote};
+use tollgate_sketch::Tick;
 
 use crate::cluster::Cluster;
-use crate::config::{ProxyConfig, Settings, located};
-use crate::gate::connections::Connections;
-use crate::gate::log_limit::LogLimit;
-use crate::gate::offenders::Offenders;
-use crate::listeners::{ListenerMetrics, Offence, Refusal, Serving};
+use crate::config::{ProxyConfig, located};
+use crate::gate::Gate;
+use crate::listeners::Serving;
 use crate::metrics::Metrics;
 use crate::state::lists::{self as saved_lists, SavedEntry};
 use crate::state::{self, Saver, Saving, StateMetrics};
 
-/// How many sources the offender list keeps.
-const OFFENDERS: usize = 256;
-/// State shared by every listener and the admin endpoint.
+/// State shared by every listener and the admin endpoint: the data path's door and what the
+/// rest of the proxy keeps beside it.
 #[derive(Debug)]
 pub struct Shared {
-    /// The policy in force, swapped whole on reload.
-    pub filter: Filter,
-    clock: MonotonicClock,
-    /// The clock's reading when this process started it (a warm restart's clock resumes
-    /// where the last process's stopped: not zero).
-    started: Tick,
-    connections: Connections,
-    /// Every metric.
-    pub metrics: Metrics,
-    /// The most rejected sources.
-    pub offenders: Offenders,
-    /// The rejection log budget.
-    pub logs: LogLimit,
-    /// Process settings (fixed at start).
-    pub settings: Settings,
+    /// The data path's door (the filter, its clock and what decisions are counted in).
+    gate: Arc<Gate>,
+    /// Every metric (the gate counts into the same ones).
+    pub metrics: Arc<Metrics>,
     /// This node's part of a cluster (`[cluster]`, fixed at start); its sync task is started
     /// by [`crate::server::Server::start`].
     pub cluster: Option<Arc<Cluster>>,
@@ -58,9 +38,6 @@ pub struct Shared {
     /// The `[kernel]` section in force: a reload that changes it sends the new one (the
     /// server's kernel task follows it, see [`crate::kernel::follow`]).
     pub kernel: tokio::sync::watch::Sender<Option<crate::config::KernelConfig>>,
-    /// Rung by a decision that puts a source over `[kernel] factor` times a limit, so the
-    /// kernel's updater sends it at once (see [`crate::kernel::Wake`]).
-    pub kernel_wake: crate::kernel::Wake,
     /// What a reload needs to make the kernel's table itself (`[kernel] required = true`);
     /// set by the server once its listeners are bound, unset without a server.
     pub kernel_setup: std::sync::OnceLock<Arc<crate::kernel::Setup>>,
@@ -107,29 +84,6 @@ impl std::fmt::Display for ReloadError {
 
 impl std::error::Error for ReloadError {}
 
-/// A decision and the policy that made it (its rule indices point into that policy, which a
-/// reload may have replaced since).
-#[derive(Debug)]
-pub struct Decided {
-    /// The decision.
-    pub decision: Decision,
-    /// The policy it was made under.
-    policy: Arc<Policy>,
-}
-
-impl Decided {
-    /// The rule a throttle or a penalty names, as the policy that decided holds it (`None`
-    /// for an allow or a listed source): what a listener carries out.
-    #[must_use]
-    pub fn rule(&self) -> Option<&Rule> {
-        match self.decision.verdict {
-            Verdict::Throttle(throttle) => self.policy.rule(throttle.at.rule),
-            Verdict::Deny(DenyReason::Penalty { rule }) => self.policy.rule(rule),
-            Verdict::Allow | Verdict::Deny(_) => None,
-        }
-    }
-}
-
 impl Shared {
     /// State for `config`, read from `path` if it came from a file.
     ///
@@ -163,28 +117,15 @@ impl Shared {
             .state
             .as_ref()
             .map(|file| Saver::new(file.path.clone(), file.interval));
-        let connections = Connections::new(config.settings.connection_memory)?;
-        metrics
-            .connection_memory
-            .set(i64::try_from(connections.memory_bytes()).unwrap_or(i64::MAX));
-        let logs = LogLimit::new(
-            config.settings.log_rejections,
-            metrics.logs_suppressed.clone(),
-        );
+        let metrics = Arc::new(metrics);
+        let gate = Gate::new(filter, clock, config.settings, Arc::clone(&metrics))?;
         let shared = Shared {
-            filter,
-            started: clock.now(),
-            clock,
+            gate: Arc::new(gate),
             cluster,
             state: saver,
-            connections,
-            offenders: Offenders::new(OFFENDERS),
-            logs,
-            settings: config.settings,
             metrics,
             path,
             kernel: tokio::sync::watch::Sender::new(config.kernel.clone()),
-            kernel_wake: crate::kernel::Wake::new(),
             kernel_setup: std::sync::OnceLock::new(),
             kernel_view: crate::kernel::View::new(),
             loaded: Mutex::new(config),
@@ -204,148 +145,28 @@ impl Shared {
         Ok(shared)
     }
 
+    /// The data path's door, for the listeners.
+    #[must_use]
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// The filter whose policy decides.
+    #[must_use]
+    pub fn filter(&self) -> &Filter {
+        self.gate.filter()
+    }
+
     /// The filter's clock now.
     #[must_use]
     pub fn now(&self) -> Tick {
-        self.clock.now()
+        self.gate.now()
     }
 
     /// How long this process has run at `now` (a reading of [`Shared::now`]): the time base
     /// of its counters, which start at zero at every start, warm restarts included.
     pub fn uptime(&self, now: Tick) -> Duration {
-        now.saturating_since(self.started)
-    }
-
-    /// Decides on one connection or datagram from `source` on `listener`, and counts the
-    /// decision (see [`Shared::account`]): the data path's one call per arrival. If the limiter
-    /// fails (a bug: it is not meant to), the traffic is let through and counted: a rate
-    /// limiter must not take the service down.
-    pub fn pass(
-        &self,
-        listener: &ListenerMetrics,
-        source: Source,
-        transport: Transport,
-        bytes: u64,
-    ) -> Decided {
-        let decided = self.judge(source, transport, bytes, Policy::decide);
-        self.account(listener, &decided, source);
-        decided
-    }
-
-    /// Counts a connection or datagram refused on `listener` for `refusal`, which is not a
-    /// verdict (a cap, a PROXY header): in the metrics, and as its kind says
-    /// ([`Refusal::offence`]) in the offender list and the rejection log. True when the caller
-    /// is to log its own line about it (within the log budget).
-    #[must_use = "true asks the caller for its own log line"]
-    pub fn refuse(&self, listener: &ListenerMetrics, refusal: Refusal, source: IpAddr) -> bool {
-        self.metrics.listeners.refused(listener, refusal);
-        match refusal.offence() {
-            Offence::Offender(why) => {
-                self.rejected(listener, source, why);
-                false
-            }
-            Offence::Warning => self.logs.allow(),
-            Offence::Counted => false,
-        }
-    }
-
-    /// Whether a connection decided before may pass now (see [`Policy::recheck`]); fails open
-    /// like [`Shared::decide`].
-    pub fn recheck(&self, source: Source, transport: Transport) -> Decided {
-        self.judge(source, transport, 0, Policy::recheck)
-    }
-
-    fn judge(
-        &self,
-        source: Source,
-        transport: Transport,
-        bytes: u64,
-        how: fn(&Policy, &Event, Tick) -> Decision,
-    ) -> Decided {
-        let event = Event {
-            source,
-            transport,
-            bytes,
-        };
-        let policy = self.filter.policy();
-        let now = self.now();
-        let decision =
-            catch_unwind(AssertUnwindSafe(|| how(&policy, &event, now))).unwrap_or_else(|_| {
-                self.metrics.decide_failures.inc();
-                Decision {
-                    verdict: Verdict::Allow,
-                    shadow: None,
-                    shadow_count: 0,
-                }
-            });
-        Decided { decision, policy }
-    }
-
-    /// Takes one open-connection slot of the network of `source` (`prefixes`: its IPv4 and
-    /// IPv6 lengths) in `scope`, or `None` if that network holds `cap` already. The key returned
-    /// gives the slot back through [`Shared::close_connection`].
-    #[must_use]
-    pub fn open_in_network(
-        &self,
-        scope: RuleId,
-        source: Source,
-        prefixes: (Prefix, Prefix),
-        cap: u32,
-    ) -> Option<LimitKey> {
-        self.connections.open(scope, source, prefixes, cap)
-    }
-
-    /// Gives back a slot taken by [`Shared::open_in_network`] (once per slot).
-    pub fn close_connection(&self, key: &LimitKey) {
-        self.connections.close(key);
-    }
-
-    /// Counts a decision on `listener` in the metrics and, if it rejects, in the offender list
-    /// and (within the budget) the log.
-    fn account(&self, listener: &ListenerMetrics, decided: &Decided, source: Source) {
-        let metrics = &self.metrics;
-        let rule_name = |index: usize| decided.policy.rule(index).map_or("?", |r| r.name.as_str());
-        if let Some(shadow) = decided.decision.shadow {
-            metrics
-                .listeners
-                .shadow_throttled(listener, &decided.policy, shadow.at.rule);
-        }
-        match decided.decision.verdict {
-            Verdict::Allow => {
-                listener.allowed.inc();
-            }
-            Verdict::Throttle(throttle) => {
-                metrics
-                    .listeners
-                    .throttled(listener, &decided.policy, throttle.at.rule);
-                self.rejected(listener, source.addr(), rule_name(throttle.at.rule));
-                self.kernel_wake.over(throttle.estimate, throttle.allowed);
-            }
-            Verdict::Deny(DenyReason::Penalty { rule }) => {
-                metrics.listeners.refused(listener, Refusal::Penalty);
-                self.rejected(listener, source.addr(), rule_name(rule));
-                self.kernel_wake.penalty();
-            }
-            Verdict::Deny(_) => {
-                metrics.listeners.refused(listener, Refusal::Listed);
-                self.rejected(listener, source.addr(), "deny list");
-            }
-        }
-    }
-
-    /// Bytes held for per-source open-connection counts.
-    #[must_use]
-    pub fn connections_memory(&self) -> usize {
-        self.connections.memory_bytes()
-    }
-
-    /// Records a rejection of `source` for the offender list and, within the log budget, the
-    /// log.
-    fn rejected(&self, listener: &ListenerMetrics, source: IpAddr, why: &str) {
-        self.offenders.record(source, why);
-        if self.logs.allow() {
-            tracing::info!(listener = &*listener.name.0, %source, why, "rejected");
-        }
+        self.gate.uptime(now)
     }
 
     /// Re-reads the config file and swaps in its policy, keeping the counters of unchanged
@@ -402,7 +223,7 @@ impl Shared {
         config: ProxyConfig,
         loaded: &mut ProxyConfig,
     ) -> Result<(), ReloadError> {
-        self.filter
+        self.filter()
             .reload(config.policy.clone(), self.now())
             .map_err(ReloadError::Policy)?;
         // A required fast path is made before the reload counts as done: one that cannot be
@@ -415,7 +236,7 @@ impl Shared {
         ) && let Err(err) = setup.make(kernel)
         {
             self.metrics.kernel.errors.inc();
-            if let Err(back) = self.filter.reload(loaded.policy.clone(), self.now()) {
+            if let Err(back) = self.filter().reload(loaded.policy.clone(), self.now()) {
                 tracing::error!(%back, "the policy in force before the refused reload cannot be rebuilt");
             }
             return Err(ReloadError::Kernel(kernel.table.clone(), err));
@@ -445,7 +266,11 @@ impl Shared {
     /// The run-time list entries in force now, for the state file (see [`saved_lists::save`]).
     #[must_use]
     pub fn saved_lists(&self) -> Vec<SavedEntry> {
-        saved_lists::save(&self.filter.lists(), self.now(), saved_lists::unix_ms_now())
+        saved_lists::save(
+            &self.filter().lists(),
+            self.now(),
+            saved_lists::unix_ms_now(),
+        )
     }
 
     /// Puts run-time list entries read from the state file back (see [`saved_lists::restore`]); they
@@ -455,7 +280,7 @@ impl Shared {
     /// As [`saved_lists::restore`]: nothing is restored then.
     pub fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
         saved_lists::restore(
-            &self.filter.lists(),
+            &self.filter().lists(),
             saved,
             self.now(),
             saved_lists::unix_ms_now(),
@@ -473,7 +298,7 @@ impl Saving for Shared {
     }
 
     fn policy(&self) -> Arc<Policy> {
-        self.filter.policy()
+        self.filter().policy()
     }
 
     fn saved_lists(&self) -> Vec<SavedEntry> {
@@ -487,6 +312,7 @@ impl Saving for Shared {
 
 #[cfg(test)]
 mod tests {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::time::Duration;
 
     use tollgate_filter::{Cidr, ListKind};
@@ -513,8 +339,8 @@ mod tests {
         let (_dir, path) = config_file(GOOD);
         let config = ProxyConfig::parse(GOOD).expect("valid");
         let shared = Shared::new(config, Some(path.clone())).expect("fits");
-        let first = shared.filter.policy();
-        let same = |policy: &Arc<Policy>| Arc::ptr_eq(policy, &shared.filter.policy());
+        let first = shared.filter().policy();
+        let same = |policy: &Arc<Policy>| Arc::ptr_eq(policy, &shared.filter().policy());
         std::fs::write(&path, "[[rule]]\nname = ").unwrap();
         assert!(matches!(shared.reload(), Err(ReloadError::Invalid(..))));
         assert!(same(&first), "a bad file changes nothing");
@@ -523,7 +349,7 @@ mod tests {
         assert!(same(&first), "a missing file changes nothing");
         std::fs::write(&path, CHANGED).unwrap();
         shared.reload().expect("a good file");
-        let second = shared.filter.policy();
+        let second = shared.filter().policy();
         assert!(!same(&first));
         assert_eq!(second.rule(1).map(|r| r.name.as_str()), Some("s"));
         // A bad file after a good one: the good one stays, not the first.
@@ -541,7 +367,10 @@ mod tests {
             .apply(ProxyConfig::parse(&format!("{GOOD}\n[kernel]\n")).expect("valid"))
             .expect("applied");
         assert!(!kernel.has_changed().unwrap(), "the same [kernel]");
-        assert!(shared.filter.policy().rule(1).is_none(), "GOOD's one rule");
+        assert!(
+            shared.filter().policy().rule(1).is_none(),
+            "GOOD's one rule"
+        );
         let without = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), None).expect("fits");
         assert!(matches!(without.reload(), Err(ReloadError::NoFile)));
     }
@@ -647,17 +476,17 @@ mod tests {
     async fn a_reload_off_the_runtime_answers_what_the_reload_decided() {
         let (_dir, path) = config_file(GOOD);
         let shared = reloading_from(path.clone());
-        let first = shared.filter.policy();
+        let first = shared.filter().policy();
         std::fs::write(&path, "[[rule]]\nname = ").unwrap();
         let refused = shared.reload_off_runtime().await;
         assert!(
             matches!(refused, Err(ReloadError::Invalid(..))),
             "{refused:?}"
         );
-        assert!(Arc::ptr_eq(&first, &shared.filter.policy()));
+        assert!(Arc::ptr_eq(&first, &shared.filter().policy()));
         std::fs::write(&path, CHANGED).unwrap();
         shared.reload_off_runtime().await.expect("a good file");
-        let rule = shared.filter.policy().rule(1).map(|r| r.name.clone());
+        let rule = shared.filter().policy().rule(1).map(|r| r.name.clone());
         assert_eq!(rule.as_deref(), Some("s"));
     }
 
@@ -685,7 +514,10 @@ mod tests {
             })
             .expect("a stopped runtime answers at once");
         assert!(matches!(result, Err(ReloadError::Cancelled)), "{result:?}");
-        assert!(shared.filter.policy().rule(1).is_none(), "GOOD's one rule");
+        assert!(
+            shared.filter().policy().rule(1).is_none(),
+            "GOOD's one rule"
+        );
     }
 
     /// A log line that panics, to make a reload panic on the thread it runs on.
@@ -736,7 +568,7 @@ mod tests {
         for cidr in ["192.0.2.0/24", "2001:db8::/32"] {
             let cidr = Cidr::parse(cidr).unwrap();
             let ttl = Duration::from_secs(600);
-            let lists = first.filter.lists();
+            let lists = first.filter().lists();
             lists
                 .add(cidr, ListKind::Deny, ttl, "r".into(), first.now())
                 .unwrap();
@@ -745,6 +577,6 @@ mod tests {
         assert_eq!(saved.len(), 2);
         let second = Shared::new(config(), None).unwrap();
         assert_eq!(second.restore_lists(saved), Ok(2));
-        assert_eq!(second.filter.lists().entries(second.now()).len(), 2);
+        assert_eq!(second.filter().lists().entries(second.now()).len(), 2);
     }
 }

@@ -286,9 +286,9 @@ where
     }
     match (request.method(), path.as_str()) {
         (&Method::GET, "/metrics") => {
-            let policy = shared.filter.policy();
+            let policy = shared.filter().policy();
             let now = shared.now();
-            let lists = shared.filter.lists();
+            let lists = shared.filter().lists();
             lists.sweep(now);
             shared.metrics.set_lists(&lists.stats());
             text(StatusCode::OK, shared.metrics.render(&policy, now))

@@ -229,7 +229,7 @@ pub async fn follow(
             }
             (Ok(Ok(_)), _) => {
                 in_force = None;
-                shared.kernel_wake.disarm();
+                shared.gate().kernel_wake().disarm();
                 tracing::info!("kernel fast path: [kernel] removed by a reload, table deleted");
                 metrics.active.set(0);
                 for set in super::SETS {

@@ -337,7 +337,7 @@ impl Updater {
         let metrics = shared.metrics.kernel.clone();
         let mut ticks = tokio::time::interval(self.config.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let wake = &shared.kernel_wake;
+        let wake = &shared.gate().kernel_wake();
         wake.arm(self.config.factor);
         let mut pace = Pace::new(GAP.min(self.config.interval));
         loop {
@@ -345,13 +345,14 @@ impl Updater {
                 return;
             }
             let sources = shared
-                .offenders
+                .gate()
+                .offenders()
                 .top(CANDIDATES)
                 .into_iter()
                 .map(|o| (o.source, o.count));
-            let policy = shared.filter.policy();
+            let policy = shared.filter().policy();
             let now = shared.now();
-            let runtime = shared.filter.lists().entries(now);
+            let runtime = shared.filter().lists().entries(now);
             self.deny(
                 &policy.config().allow,
                 &policy.config().deny,

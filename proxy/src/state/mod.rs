@@ -680,7 +680,9 @@ mod tests {
         let shared = Arc::new(shared);
         assert!(save_bounded(&shared, true).await);
         assert!(path.exists());
-        let metrics = shared.metrics.render(&shared.filter.policy(), shared.now());
+        let metrics = shared
+            .metrics
+            .render(&shared.filter().policy(), shared.now());
         assert!(
             metrics.contains("tollgate_state_saves_total{result=\"ok\"} 1\n"),
             "{metrics}"

@@ -303,7 +303,7 @@ async fn exported() -> BTreeSet<String> {
     let _ = server.shared().reload();
     let (status, body) = support::admin(&server, "GET", "/metrics").await;
     assert_eq!(status, 200, "{body}");
-    let (policy, now) = (server.shared().filter.policy(), server.shared().now());
+    let (policy, now) = (server.shared().filter().policy(), server.shared().now());
     server.shutdown().await;
     let mut names = exported_names(&body);
     let kernel = Metrics::for_sections(false, true);

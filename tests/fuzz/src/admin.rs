@@ -147,7 +147,7 @@ fn message(json: bool, body: &str) -> String {
 /// not find because it had just ended, too).
 fn held() -> Vec<ListEntry> {
     let shared = &endpoint().shared;
-    shared.filter.lists().sweep(shared.now());
+    shared.filter().lists().sweep(shared.now());
     entries_now()
 }
 
@@ -155,7 +155,7 @@ fn held() -> Vec<ListEntry> {
 fn entries_now() -> Vec<ListEntry> {
     let mut entries = endpoint()
         .shared
-        .filter
+        .filter()
         .lists()
         .entries(tollgate_sketch::Tick::ZERO);
     entries.sort_by_key(|e| (e.kind.as_str(), e.cidr.to_string()));
@@ -221,7 +221,7 @@ pub fn check(data: &[u8]) {
 /// Checks the one entry a successful `POST` to list `kind` added (or replaced), then takes it
 /// out with a `DELETE`, as an operator would.
 fn added(kind: ListKind, before: &[ListEntry], after: &[ListEntry]) {
-    let lists = endpoint().shared.filter.lists();
+    let lists = endpoint().shared.filter().lists();
     let new: Vec<&ListEntry> = after.iter().filter(|e| !before.contains(e)).collect();
     let [entry] = new[..] else {
         panic!("a successful POST changed {} entries: {new:?}", new.len());
