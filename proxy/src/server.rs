@@ -261,11 +261,15 @@ impl Server {
         }
         let setup = Arc::new(kernel::Setup::new(Arc::clone(&self.kernel), guarded));
         // Set once: a server is started once per shared state.
-        let _ = self.shared.kernel_setup.set(Arc::clone(&setup));
+        let _ = self
+            .shared
+            .reloader()
+            .kernel_setup()
+            .set(Arc::clone(&setup));
         self.tasks.push(tokio::spawn(kernel::follow(
             Arc::clone(&self.shared),
             setup,
-            self.shared.kernel.subscribe(),
+            self.shared.reloader().kernel().subscribe(),
             running,
             stopped.clone(),
         )));
@@ -361,7 +365,7 @@ impl Server {
             tokio::select! {
                 _ = signals.hangup.recv() => {
                     tracing::info!("SIGHUP: reloading");
-                    let _ = self.shared.reload_off_runtime().await;
+                    let _ = self.shared.reloader().reload_off_runtime().await;
                 }
                 _ = signals.terminate.recv() => break,
                 _ = signals.interrupt.recv() => break,

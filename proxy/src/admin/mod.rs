@@ -309,7 +309,7 @@ where
             query(&request, "transport").as_deref(),
         ),
         (&Method::GET, "/lists") => lists::list(shared, format),
-        (&Method::POST, "/reload") => match shared.reload_off_runtime().await {
+        (&Method::POST, "/reload") => match shared.reloader().reload_off_runtime().await {
             Ok(()) => text(StatusCode::OK, "reloaded\n".into()),
             Err(err) => format.refuse(
                 StatusCode::UNPROCESSABLE_ENTITY,
