@@ -216,7 +216,7 @@ mod tests {
     fn a_refused_reload_keeps_the_last_good_policy_and_a_good_one_replaces_it() {
         let (_dir, path) = config_file(GOOD);
         let config = ProxyConfig::parse(GOOD).expect("valid");
-        let shared = Shared::new(config, Some(path.clone())).expect("fits");
+        let shared = crate::server::shared_state(config, Some(path.clone())).expect("fits");
         let first = shared.filter().policy();
         let same = |policy: &Arc<Policy>| Arc::ptr_eq(policy, &shared.filter().policy());
         std::fs::write(&path, "[[rule]]\nname = ").unwrap();
@@ -257,7 +257,8 @@ mod tests {
             shared.filter().policy().rule(1).is_none(),
             "GOOD's one rule"
         );
-        let without = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), None).expect("fits");
+        let without = crate::server::shared_state(ProxyConfig::parse(GOOD).expect("valid"), None)
+            .expect("fits");
         assert!(matches!(
             without.reloader().reload(),
             Err(ReloadError::NoFile)
@@ -269,7 +270,8 @@ mod tests {
 
     /// What applying GOOD's policy with `sections` over a proxy started from GOOD logs.
     fn applied(sections: &str) -> String {
-        let shared = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), None).expect("fits");
+        let shared = crate::server::shared_state(ProxyConfig::parse(GOOD).expect("valid"), None)
+            .expect("fits");
         let config = ProxyConfig::parse(&format!("{sections}\n{GOOD}"))
             .unwrap_or_else(|e| panic!("{sections}: {e}"));
         crate::test_log::logged(|| shared.reloader().apply(config).expect("applied"))
@@ -277,7 +279,8 @@ mod tests {
 
     #[test]
     fn an_apply_says_once_which_sections_wait_for_a_restart_and_nothing_when_none_changed() {
-        let shared = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), None).expect("fits");
+        let shared = crate::server::shared_state(ProxyConfig::parse(GOOD).expect("valid"), None)
+            .expect("fits");
         let log = crate::test_log::logged(|| {
             shared
                 .reloader()
@@ -303,8 +306,11 @@ mod tests {
     #[test]
     fn a_reload_says_once_whether_it_applied_and_a_refused_one_names_its_error() {
         let (_dir, path) = config_file(GOOD);
-        let shared = Shared::new(ProxyConfig::parse(GOOD).expect("valid"), Some(path.clone()))
-            .expect("fits");
+        let shared = crate::server::shared_state(
+            ProxyConfig::parse(GOOD).expect("valid"),
+            Some(path.clone()),
+        )
+        .expect("fits");
         let reload = || {
             let mut result = None;
             let log = crate::test_log::logged(|| result = Some(shared.reloader().reload()));
@@ -359,7 +365,7 @@ mod tests {
     /// A proxy's shared state started from GOOD, reloading from `path`.
     fn reloading_from(path: PathBuf) -> Arc<Shared> {
         let config = ProxyConfig::parse(GOOD).expect("valid");
-        Arc::new(Shared::new(config, Some(path)).expect("fits"))
+        Arc::new(crate::server::shared_state(config, Some(path)).expect("fits"))
     }
 
     #[tokio::test]

@@ -18,6 +18,7 @@ use crate::listeners::descriptors::{self, Budget};
 use crate::listeners::tcp::Frontend;
 use crate::listeners::udp::UdpFrontend;
 use crate::listeners::{socket, tcp, udp};
+use crate::metrics::Metrics;
 use crate::shared::Shared;
 use crate::{admin, state};
 
@@ -101,7 +102,7 @@ impl Server {
         };
         let drain = config.settings.drain;
         let kernel = config.kernel.clone();
-        let shared = Arc::new(Shared::new(config, path).map_err(StartError::State)?);
+        let shared = Arc::new(shared_state(config, path).map_err(StartError::State)?);
         let budget = Budget::new(open_files(&shared), &listeners);
         if let (Some(excess), Some(advice)) = (budget.excess(&listeners), budget.advice(&listeners))
         {
@@ -408,6 +409,25 @@ impl Signals {
             interrupt: signal(SignalKind::interrupt())?,
         })
     }
+}
+
+/// The state the proxy's parts share for `config`, read from `path` if it came from a file:
+/// its metrics, the cluster's secrets checked, then the state file read ([`state::warm_start`])
+/// and the filter, the gate and the reloader made from it.
+///
+/// # Errors
+/// A cluster secret that cannot be read, or a policy or connection counts whose memory is too
+/// small.
+pub fn shared_state(
+    config: ProxyConfig,
+    path: Option<PathBuf>,
+) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
+    let metrics = Metrics::for_sections(config.cluster.is_some(), config.kernel.is_some());
+    if let Some(cluster) = &config.cluster {
+        cluster::Cluster::check_secret(cluster)?;
+    }
+    let warm = state::warm_start(&config, &metrics.state)?;
+    Shared::new(config, path, metrics, warm)
 }
 
 /// Raises the open-file limit to the hard limit, logs and exports it; the limit in force.

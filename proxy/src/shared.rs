@@ -15,7 +15,7 @@ use crate::listeners::Serving;
 use crate::metrics::Metrics;
 use crate::reload::Reloader;
 use crate::state::lists::{self as saved_lists, SavedEntry};
-use crate::state::{self, Saver, Saving, StateMetrics};
+use crate::state::{Saver, Saving, StateMetrics, WarmStart};
 
 /// State shared by every listener and the admin endpoint: the data path's door and what the
 /// rest of the proxy keeps beside it.
@@ -41,19 +41,17 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// State for `config`, read from `path` if it came from a file.
+    /// State for `config`, read from `path` if it came from a file, counting into `metrics`
+    /// and starting from `warm` (see [`crate::state::warm_start`], which the server calls first).
     ///
     /// # Errors
-    /// When the policy's or the connection counts' memory is too small.
+    /// When the connection counts' memory is too small.
     pub fn new(
         config: ProxyConfig,
         path: Option<PathBuf>,
+        metrics: Metrics,
+        warm: WarmStart,
     ) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
-        let metrics = Metrics::for_sections(config.cluster.is_some(), config.kernel.is_some());
-        if let Some(cluster) = &config.cluster {
-            Cluster::check_secret(cluster)?;
-        }
-        let warm = state::warm_start(&config, &metrics.state)?;
         let clock = warm.clock;
         let cluster = config
             .cluster
@@ -185,8 +183,6 @@ mod tests {
 
     use tollgate_filter::{Cidr, ListKind};
 
-    use super::*;
-
     #[test]
     fn a_proxys_entries_are_saved_and_put_back_into_another() {
         let config = || {
@@ -195,7 +191,7 @@ mod tests {
             )
             .unwrap()
         };
-        let first = Shared::new(config(), None).unwrap();
+        let first = crate::server::shared_state(config(), None).unwrap();
         for cidr in ["192.0.2.0/24", "2001:db8::/32"] {
             let cidr = Cidr::parse(cidr).unwrap();
             let ttl = Duration::from_secs(600);
@@ -206,7 +202,7 @@ mod tests {
         }
         let saved = first.saved_lists();
         assert_eq!(saved.len(), 2);
-        let second = Shared::new(config(), None).unwrap();
+        let second = crate::server::shared_state(config(), None).unwrap();
         assert_eq!(second.restore_lists(saved), Ok(2));
         assert_eq!(second.filter().lists().entries(second.now()).len(), 2);
     }

@@ -17,6 +17,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use serde_json::Value;
 use tollgate::admin::{Access, Token, handle};
 use tollgate::config::{ProxyConfig, TokenSource};
+use tollgate::server::shared_state;
 use tollgate::shared::Shared;
 use tollgate_filter::{ListEntry, ListKind, MAX_REASON};
 
@@ -39,7 +40,7 @@ fn endpoint() -> &'static Endpoint {
     static ENDPOINT: OnceLock<Endpoint> = OnceLock::new();
     ENDPOINT.get_or_init(|| {
         let config = ProxyConfig::parse(CONFIG).expect("the harness's config parses");
-        let shared = Arc::new(Shared::new(config, None).expect("the harness's config fits"));
+        let shared = Arc::new(shared_state(config, None).expect("the harness's config fits"));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()

@@ -245,7 +245,6 @@ fn claim_slot(
 mod tests {
     use super::*;
     use crate::config::ProxyConfig;
-    use crate::shared::Shared;
 
     fn budget(listener: &str) -> (Arc<Gate>, Budget) {
         let text = format!(
@@ -253,7 +252,7 @@ mod tests {
         );
         let config = ProxyConfig::parse(&text).unwrap();
         let listener = config.listeners[0].clone();
-        let shared = Arc::clone(Shared::new(config, None).unwrap().gate());
+        let shared = Arc::clone(crate::server::shared_state(config, None).unwrap().gate());
         (
             shared,
             Budget::new(

@@ -591,7 +591,6 @@ mod tests {
 
     use super::*;
     use crate::config::ProxyConfig;
-    use crate::shared::Shared;
 
     /// The shared state and listener of one rule that holds a source over 1 connection an
     /// hour for at most `delay`: its verdict stays a throttle for the whole hold.
@@ -603,7 +602,7 @@ mod tests {
         );
         let config = ProxyConfig::parse(&text).unwrap();
         let listener = config.listeners[0].clone();
-        let shared = Arc::clone(Shared::new(config, None).unwrap().gate());
+        let shared = Arc::clone(crate::server::shared_state(config, None).unwrap().gate());
         let frontend = Frontend::new(listener, &shared);
         (shared, frontend)
     }
