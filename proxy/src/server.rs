@@ -239,7 +239,7 @@ impl Server {
                     metrics.active.set(1);
                     let updater = kernel::start_updater(
                         config.clone(),
-                        &self.shared,
+                        &(Arc::clone(&self.shared) as Arc<dyn kernel::Host>),
                         &self.kernel,
                         table,
                         stopped,
@@ -268,7 +268,7 @@ impl Server {
             .kernel_setup()
             .set(Arc::clone(&setup));
         self.tasks.push(tokio::spawn(kernel::follow(
-            Arc::clone(&self.shared),
+            Arc::clone(&self.shared) as Arc<dyn kernel::Host>,
             setup,
             self.shared.reloader().kernel().subscribe(),
             running,

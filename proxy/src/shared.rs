@@ -72,7 +72,15 @@ impl Shared {
             .as_ref()
             .map(|file| Saver::new(file.path.clone(), file.interval));
         let metrics = Arc::new(metrics);
-        let gate = Gate::new(filter, clock, config.settings, Arc::clone(&metrics))?;
+        let settings = &config.settings;
+        let gate = Gate::new(
+            filter,
+            clock,
+            Arc::clone(&metrics),
+            settings.connection_memory,
+            settings.log_rejections,
+            settings.delay,
+        )?;
         let gate = Arc::new(gate);
         let shared = Shared {
             reloader: Arc::new(Reloader::new(Arc::clone(&gate), path, config)),
@@ -174,6 +182,37 @@ impl Saving for Shared {
 
     fn metrics(&self) -> &StateMetrics {
         &self.metrics.state
+    }
+}
+
+impl crate::kernel::Host for Shared {
+    fn metrics(&self) -> &crate::kernel::KernelMetrics {
+        &self.metrics.kernel
+    }
+
+    fn export_metrics(&self) {
+        self.metrics.export_kernel();
+    }
+
+    fn view(&self) -> &crate::kernel::View {
+        &self.kernel_view
+    }
+
+    fn wake(&self) -> &crate::kernel::Wake {
+        self.gate.kernel_wake()
+    }
+
+    fn offenders(&self, n: usize) -> Vec<(std::net::IpAddr, u64)> {
+        let top = self.gate.offenders().top(n);
+        top.into_iter().map(|o| (o.source, o.count)).collect()
+    }
+
+    fn filter(&self) -> &Filter {
+        self.gate.filter()
+    }
+
+    fn now(&self) -> Tick {
+        self.gate.now()
     }
 }
 

@@ -14,7 +14,6 @@ use tollgate_filter::{
 };
 use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
-use crate::config::Settings;
 use crate::gate::connections::Connections;
 use crate::gate::log_limit::LogLimit;
 use crate::gate::offenders::Offenders;
@@ -42,8 +41,9 @@ pub struct Gate {
     offenders: Offenders,
     /// The rejection log budget.
     logs: LogLimit,
-    /// Process settings (fixed at start).
-    settings: Settings,
+    /// How long a `delay` action holds a connection when its rule names no bound
+    /// (`[proxy] delay`).
+    delay: Duration,
     /// Rung by a decision that puts a source over `[kernel] factor` times a limit, so the
     /// kernel's updater sends it at once (see [`crate::kernel::Wake`]).
     kernel_wake: Wake,
@@ -73,21 +73,26 @@ impl Decided {
 }
 
 impl Gate {
-    /// The door to `filter`, read with `clock`, counting into `metrics`.
+    /// The door to `filter`, read with `clock`, counting into `metrics`; the open-connection
+    /// counts in `connection_memory` bytes, at most `log_rejections` rejection log lines a
+    /// second, and `delay` the hold of a `delay` action whose rule names none (the `[proxy]`
+    /// settings of those names).
     ///
     /// # Errors
-    /// When `[proxy] connection_memory` is too small for the open-connection counts.
+    /// When `connection_memory` is too small for the open-connection counts.
     pub fn new(
         filter: Filter,
         clock: MonotonicClock,
-        settings: Settings,
         metrics: Arc<Metrics>,
+        connection_memory: usize,
+        log_rejections: u32,
+        delay: Duration,
     ) -> Result<Gate, tollgate_sketch::BuildError> {
-        let connections = Connections::new(settings.connection_memory)?;
+        let connections = Connections::new(connection_memory)?;
         metrics
             .connection_memory
             .set(i64::try_from(connections.memory_bytes()).unwrap_or(i64::MAX));
-        let logs = LogLimit::new(settings.log_rejections, metrics.logs_suppressed.clone());
+        let logs = LogLimit::new(log_rejections, metrics.logs_suppressed.clone());
         Ok(Gate {
             filter,
             started: clock.now(),
@@ -95,7 +100,7 @@ impl Gate {
             connections,
             offenders: Offenders::new(OFFENDERS),
             logs,
-            settings,
+            delay,
             metrics,
             kernel_wake: Wake::new(),
         })
@@ -125,10 +130,10 @@ impl Gate {
         &self.logs
     }
 
-    /// Process settings (fixed at start).
+    /// How long a `delay` action holds a connection when its rule names no bound.
     #[must_use]
-    pub fn settings(&self) -> &Settings {
-        &self.settings
+    pub fn delay(&self) -> Duration {
+        self.delay
     }
 
     /// The kernel's doorbell, rung by decisions far over a limit.

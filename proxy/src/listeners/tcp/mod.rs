@@ -395,7 +395,7 @@ async fn tarpit(
     let bound = decided
         .rule()
         .and_then(|rule| rule.delay)
-        .unwrap_or(gate.settings().delay);
+        .unwrap_or(gate.delay());
     let deadline = tokio::time::Instant::now() + bound;
     loop {
         let wake = (tokio::time::Instant::now() + retry_after.max(TARPIT_STEP)).min(deadline);
