@@ -77,7 +77,7 @@ trap - EXIT
 out=$(ls -S "$dir"/callgrind.out* | head -1)
 echo "callgrind output: $out (N=$n, $sources sources)"
 callgrind_annotate --inclusive=yes "$out" 2>/dev/null | awk -v n="$n" '
-    /^ *[0-9,]+ / && /(tcp::arrive|Shared::account|Shared::decide|Shared::rejected|Offenders::record|Metrics::throttled|Metrics::refused|Metrics::shadow_throttled|RuleCounters|Policy::decide|PROGRAM TOTALS)/ {
+    /^ *[0-9,]+ / && /(tcp::arrive|Gate::account|Gate::judge|Gate::rejected|Offenders::record|Metrics::throttled|Metrics::refused|Metrics::shadow_throttled|RuleCounters|Policy::decide|PROGRAM TOTALS)/ {
         count = $1; gsub(",", "", count);
         printf "%10.0f per connection  %s\n", count / n, $0
     }' | sort -k1,1nr | head -25

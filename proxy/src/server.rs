@@ -18,6 +18,7 @@ use crate::listeners::descriptors::{self, Budget};
 use crate::listeners::tcp::Frontend;
 use crate::listeners::udp::UdpFrontend;
 use crate::listeners::{socket, tcp, udp};
+use crate::metrics::Metrics;
 use crate::shared::Shared;
 use crate::{admin, state};
 
@@ -101,7 +102,7 @@ impl Server {
         };
         let drain = config.settings.drain;
         let kernel = config.kernel.clone();
-        let shared = Arc::new(Shared::new(config, path).map_err(StartError::State)?);
+        let shared = Arc::new(shared_state(config, path).map_err(StartError::State)?);
         let budget = Budget::new(open_files(&shared), &listeners);
         if let (Some(excess), Some(advice)) = (budget.excess(&listeners), budget.advice(&listeners))
         {
@@ -149,9 +150,9 @@ impl Server {
                         protocol: Protocol::Tcp,
                         address,
                     });
-                    let frontend = Arc::new(Frontend::new(config, &shared));
+                    let frontend = Arc::new(Frontend::new(config, shared.gate()));
                     server.tasks.push(tokio::spawn(tcp::serve(
-                        Arc::clone(&shared),
+                        Arc::clone(shared.gate()),
                         Arc::clone(&frontend),
                         listener,
                         stopped.clone(),
@@ -170,9 +171,10 @@ impl Server {
                         address,
                     });
                     let sessions = budget.sessions(&config);
-                    let frontend = Arc::new(UdpFrontend::new(config, address, &shared, sessions));
+                    let frontend =
+                        Arc::new(UdpFrontend::new(config, address, shared.gate(), sessions));
                     server.tasks.push(tokio::spawn(udp::serve(
-                        Arc::clone(&shared),
+                        Arc::clone(shared.gate()),
                         Arc::clone(&frontend),
                         Arc::new(socket),
                         stopped.clone(),
@@ -237,7 +239,7 @@ impl Server {
                     metrics.active.set(1);
                     let updater = kernel::start_updater(
                         config.clone(),
-                        &self.shared,
+                        &(Arc::clone(&self.shared) as Arc<dyn kernel::Host>),
                         &self.kernel,
                         table,
                         stopped,
@@ -260,11 +262,15 @@ impl Server {
         }
         let setup = Arc::new(kernel::Setup::new(Arc::clone(&self.kernel), guarded));
         // Set once: a server is started once per shared state.
-        let _ = self.shared.kernel_setup.set(Arc::clone(&setup));
+        let _ = self
+            .shared
+            .reloader()
+            .kernel_setup()
+            .set(Arc::clone(&setup));
         self.tasks.push(tokio::spawn(kernel::follow(
-            Arc::clone(&self.shared),
+            Arc::clone(&self.shared) as Arc<dyn kernel::Host>,
             setup,
-            self.shared.kernel.subscribe(),
+            self.shared.reloader().kernel().subscribe(),
             running,
             stopped.clone(),
         )));
@@ -360,7 +366,7 @@ impl Server {
             tokio::select! {
                 _ = signals.hangup.recv() => {
                     tracing::info!("SIGHUP: reloading");
-                    let _ = self.shared.reload_off_runtime().await;
+                    let _ = self.shared.reloader().reload_off_runtime().await;
                 }
                 _ = signals.terminate.recv() => break,
                 _ = signals.interrupt.recv() => break,
@@ -403,6 +409,25 @@ impl Signals {
             interrupt: signal(SignalKind::interrupt())?,
         })
     }
+}
+
+/// The state the proxy's parts share for `config`, read from `path` if it came from a file:
+/// its metrics, the cluster's secrets checked, then the state file read ([`state::warm_start`])
+/// and the filter, the gate and the reloader made from it.
+///
+/// # Errors
+/// A cluster secret that cannot be read, or a policy or connection counts whose memory is too
+/// small.
+pub fn shared_state(
+    config: ProxyConfig,
+    path: Option<PathBuf>,
+) -> Result<Shared, Box<dyn std::error::Error + Send + Sync>> {
+    let metrics = Metrics::for_sections(config.cluster.is_some(), config.kernel.is_some());
+    if let Some(cluster) = &config.cluster {
+        cluster::Cluster::check_secret(cluster)?;
+    }
+    let warm = state::warm_start(&config, &metrics.state)?;
+    Shared::new(config, path, metrics, warm)
 }
 
 /// Raises the open-file limit to the hard limit, logs and exports it; the limit in force.

@@ -40,7 +40,7 @@ pub(crate) fn explain(
             );
         }
     };
-    let policy = shared.filter.policy();
+    let policy = shared.filter().policy();
     let now = shared.now();
     let why = policy.explain(Source::new(addr), transport, now);
     // The kernel fast path's hold on the source, if `[kernel]` is on (what its updater last

@@ -10,7 +10,7 @@ use crate::shared::Shared;
 /// kernel holds it, padded; empty without `[kernel]`.
 #[must_use]
 pub(super) fn top_column(shared: &Shared, source: Option<IpAddr>) -> String {
-    if shared.kernel.borrow().is_none() {
+    if shared.reloader().kernel().borrow().is_none() {
         return String::new();
     }
     match source {
@@ -23,7 +23,7 @@ pub(super) fn top_column(shared: &Shared, source: Option<IpAddr>) -> String {
 /// held in the kernel`; empty without `[kernel]`.
 #[must_use]
 pub(super) fn estimate_line(shared: &Shared, source: IpAddr) -> String {
-    if shared.kernel.borrow().is_none() {
+    if shared.reloader().kernel().borrow().is_none() {
         return String::new();
     }
     format!("{source}: {}\n", shared.kernel_view.describe(source))
@@ -33,7 +33,7 @@ pub(super) fn estimate_line(shared: &Shared, source: IpAddr) -> String {
 /// else the network held and the seconds left (`null` for a deny entry, held while listed).
 #[must_use]
 pub(super) fn held(shared: &Shared, source: IpAddr) -> serde_json::Value {
-    if shared.kernel.borrow().is_none() {
+    if shared.reloader().kernel().borrow().is_none() {
         return serde_json::Value::Null;
     }
     match shared.kernel_view.hold(source, Instant::now()) {

@@ -104,7 +104,7 @@ fn entry_text(entry: &ListEntry, now: Tick, node: Option<String>) -> String {
 
 /// `GET /lists`.
 pub(crate) fn list(shared: &Shared, format: Format) -> Answer {
-    let lists = shared.filter.lists();
+    let lists = shared.filter().lists();
     let now = shared.now();
     lists.sweep(now);
     let entries = lists.entries(now);
@@ -199,7 +199,7 @@ where
     };
     let now = shared.now();
     let reason = posted.reason;
-    match shared.filter.lists().add(cidr, kind, ttl, reason, now) {
+    match shared.filter().lists().add(cidr, kind, ttl, reason, now) {
         Ok((entry, replaced)) => {
             if let Some(cluster) = &shared.cluster {
                 // The rest of the cluster holds it from its next round.
@@ -259,7 +259,7 @@ pub(crate) fn remove<B>(
         Err(err) => return format.refuse(StatusCode::BAD_REQUEST, &format!("cidr: {err}")),
     };
     let now = shared.now();
-    match shared.filter.lists().remove(cidr, kind, now) {
+    match shared.filter().lists().remove(cidr, kind, now) {
         Ok(entry) => {
             let node = origin(shared, &entry);
             if let Some(cluster) = &shared.cluster {

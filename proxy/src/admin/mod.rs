@@ -286,9 +286,9 @@ where
     }
     match (request.method(), path.as_str()) {
         (&Method::GET, "/metrics") => {
-            let policy = shared.filter.policy();
+            let policy = shared.filter().policy();
             let now = shared.now();
-            let lists = shared.filter.lists();
+            let lists = shared.filter().lists();
             lists.sweep(now);
             shared.metrics.set_lists(&lists.stats());
             text(StatusCode::OK, shared.metrics.render(&policy, now))
@@ -309,7 +309,7 @@ where
             query(&request, "transport").as_deref(),
         ),
         (&Method::GET, "/lists") => lists::list(shared, format),
-        (&Method::POST, "/reload") => match shared.reload_off_runtime().await {
+        (&Method::POST, "/reload") => match shared.reloader().reload_off_runtime().await {
             Ok(()) => text(StatusCode::OK, "reloaded\n".into()),
             Err(err) => format.refuse(
                 StatusCode::UNPROCESSABLE_ENTITY,

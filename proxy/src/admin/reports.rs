@@ -42,8 +42,8 @@ fn over_text(over: Option<(f64, bool)>) -> String {
 /// `/top`: the `n` most rejected sources, in the order of their rejections (counted by the
 /// offender list, never capped), each with how far over its limits it stands now.
 pub(crate) fn top(shared: &Shared, format: Format, n: usize) -> Answer {
-    let top = shared.offenders.top(n);
-    let policy = shared.filter.policy();
+    let top = shared.gate().offenders().top(n);
+    let policy = shared.filter().policy();
     let now = shared.now();
     if format == Format::Json {
         let rows: Vec<_> = top
@@ -97,7 +97,7 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
         Ok(addr) => addr,
         Err(message) => return format.refuse(StatusCode::BAD_REQUEST, &message),
     };
-    let policy = shared.filter.policy();
+    let policy = shared.filter().policy();
     let found = policy.estimates(Source::new(addr), shared.now());
     let rule = |index: usize| policy.rule(index).map_or("?", |r| r.name.as_str());
     let counted_as = |prefix: tollgate_filter::Prefix| {

@@ -173,7 +173,7 @@ impl SketchStatus {
 impl Status {
     fn read(shared: &Shared) -> Status {
         let now = shared.now();
-        let policy = shared.filter.policy();
+        let policy = shared.filter().policy();
         let mut totals = Verdicts::default();
         let listeners = shared
             .running
@@ -207,7 +207,8 @@ impl Status {
             decide_failures: shared.metrics.decide_failures.get(),
             listeners,
             offenders: shared
-                .offenders
+                .gate()
+                .offenders()
                 .top(OFFENDERS)
                 .into_iter()
                 .map(|offender| OffenderStatus {

@@ -9,8 +9,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::KernelConfig;
-use crate::shared::Shared;
 
+use super::host::Host;
 use super::nft::{self, NftError};
 use super::ruleset::Ruleset;
 use super::table::Table;
@@ -154,13 +154,13 @@ impl Setup {
 #[must_use]
 pub fn start_updater(
     config: KernelConfig,
-    shared: &Arc<Shared>,
+    host: &Arc<dyn Host>,
     current: &Arc<Current>,
     table: Arc<Table>,
     stopped: &watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(Updater::new(config).run(
-        Arc::clone(shared),
+        Arc::clone(host),
         Arc::clone(current),
         table,
         stopped.clone(),
@@ -175,7 +175,7 @@ pub fn start_updater(
 /// the one in force, if any, stays with its updater. A section added exports the kernel
 /// metrics from then on.
 pub async fn follow(
-    shared: Arc<Shared>,
+    host: Arc<dyn Host>,
     setup: Arc<Setup>,
     mut configs: watch::Receiver<Option<KernelConfig>>,
     running: Option<(KernelConfig, JoinHandle<()>)>,
@@ -185,7 +185,7 @@ pub async fn follow(
         Some((config, updater)) => (Some(config), Some(updater)),
         None => (None, None),
     };
-    let metrics = shared.metrics.kernel.clone();
+    let metrics = host.metrics().clone();
     loop {
         tokio::select! {
             changed = configs.changed() => if changed.is_err() { return },
@@ -196,14 +196,14 @@ pub async fn follow(
         }
         let config = configs.borrow_and_update().clone();
         if config.is_some() {
-            shared.metrics.export_kernel();
+            host.export_metrics();
         }
         if let Some(updater) = running.take() {
             updater.abort();
         }
         // A replaced or deleted table holds nothing; a new one is empty until its updater
         // commits.
-        shared.kernel_view.set([]);
+        host.view().set([]);
         let current = Arc::clone(&setup.current);
         let from = Arc::clone(&current);
         let made = config.as_ref().and_then(|c| setup.take_made(c));
@@ -225,11 +225,11 @@ pub async fn follow(
                 );
                 metrics.active.set(1);
                 in_force = Some(config.clone());
-                running = Some(start_updater(config, &shared, &current, table, &stopped));
+                running = Some(start_updater(config, &host, &current, table, &stopped));
             }
             (Ok(Ok(_)), _) => {
                 in_force = None;
-                shared.kernel_wake.disarm();
+                host.wake().disarm();
                 tracing::info!("kernel fast path: [kernel] removed by a reload, table deleted");
                 metrics.active.set(0);
                 for set in super::SETS {
@@ -249,7 +249,7 @@ pub async fn follow(
         if running.is_none()
             && let (Some(table), Some(config)) = (current.table(), in_force.clone())
         {
-            running = Some(start_updater(config, &shared, &current, table, &stopped));
+            running = Some(start_updater(config, &host, &current, table, &stopped));
         }
         metrics.active.set(i64::from(current.table().is_some()));
     }

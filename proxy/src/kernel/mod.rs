@@ -23,6 +23,7 @@
 mod control;
 mod deny_list;
 mod element;
+mod host;
 mod metrics;
 mod nft;
 mod ruleset;
@@ -35,6 +36,7 @@ mod wake;
 pub use control::{Current, Guarded, Setup, follow, start_updater};
 pub use deny_list::{Network, denied};
 pub use element::{Element, SETS, set_of};
+pub use host::Host;
 pub use metrics::KernelMetrics;
 pub use nft::NftError;
 pub use ruleset::{Changes, Ruleset};

@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::config::KernelConfig;
-use crate::kernel::KernelMetrics;
-use crate::shared::Shared;
 
 use tollgate_filter::{Cidr, ListEntry, ListKind};
 use tollgate_sketch::Tick;
@@ -17,6 +15,8 @@ use tollgate_sketch::Tick;
 use super::control::Current;
 use super::deny_list::{Network, denied};
 use super::element::{Element, SETS, set_of};
+use super::host::Host;
+use super::metrics::KernelMetrics;
 use super::ruleset::{Changes, Ruleset};
 use super::selection::select;
 use super::table::Table;
@@ -329,29 +329,25 @@ impl Updater {
     /// longer the one in force in `current` (a reload replaced or deleted it).
     pub async fn run(
         mut self,
-        shared: Arc<Shared>,
+        host: Arc<dyn Host>,
         current: Arc<Current>,
         table: Arc<Table>,
         mut stop: watch::Receiver<bool>,
     ) {
-        let metrics = shared.metrics.kernel.clone();
+        let metrics = host.metrics().clone();
         let mut ticks = tokio::time::interval(self.config.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let wake = &shared.kernel_wake;
+        let wake = host.wake();
         wake.arm(self.config.factor);
         let mut pace = Pace::new(GAP.min(self.config.interval));
         loop {
             if !pace.next(&mut ticks, wake, &mut stop).await {
                 return;
             }
-            let sources = shared
-                .offenders
-                .top(CANDIDATES)
-                .into_iter()
-                .map(|o| (o.source, o.count));
-            let policy = shared.filter.policy();
-            let now = shared.now();
-            let runtime = shared.filter.lists().entries(now);
+            let sources = host.offenders(CANDIDATES).into_iter();
+            let policy = host.filter().policy();
+            let now = host.now();
+            let runtime = host.filter().lists().entries(now);
             self.deny(
                 &policy.config().allow,
                 &policy.config().deny,
@@ -363,7 +359,7 @@ impl Updater {
                 &policy,
                 sources,
                 self.config.factor,
-                shared.now(),
+                host.now(),
                 self.config.max_elements,
             );
             drop(policy);
@@ -398,7 +394,7 @@ impl Updater {
                 // proxy forgets an element no earlier than the kernel lets it go.
                 self.committed(plan, ok, Instant::now());
                 if ok {
-                    shared.kernel_view.set(self.holding());
+                    host.view().set(self.holding());
                 }
             }
             for set in SETS {

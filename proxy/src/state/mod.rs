@@ -591,7 +591,7 @@ mod tests {
             path.display()
         );
         let config = crate::config::ProxyConfig::parse(&text).unwrap();
-        let shared = Shared::new(config, None).unwrap();
+        let shared = crate::server::shared_state(config, None).unwrap();
         let saver = shared.state.as_ref().unwrap();
         let writing = saver.writing.lock().unwrap();
         let err = saver.save(&shared, false).unwrap_err();
@@ -626,7 +626,11 @@ mod tests {
             path.display()
         );
         let config = crate::config::ProxyConfig::parse(&text).unwrap();
-        (dir, path, Shared::new(config, None).unwrap())
+        (
+            dir,
+            path,
+            crate::server::shared_state(config, None).unwrap(),
+        )
     }
 
     fn unix_ms_by_the_system_clock() -> u64 {
@@ -680,14 +684,16 @@ mod tests {
         let shared = Arc::new(shared);
         assert!(save_bounded(&shared, true).await);
         assert!(path.exists());
-        let metrics = shared.metrics.render(&shared.filter.policy(), shared.now());
+        let metrics = shared
+            .metrics
+            .render(&shared.filter().policy(), shared.now());
         assert!(
             metrics.contains("tollgate_state_saves_total{result=\"ok\"} 1\n"),
             "{metrics}"
         );
         let text = format!("[admin]\nenabled = false\n{MINUTE}");
         let config = crate::config::ProxyConfig::parse(&text).unwrap();
-        let without = Arc::new(Shared::new(config, None).unwrap());
+        let without = Arc::new(crate::server::shared_state(config, None).unwrap());
         assert!(!save_bounded(&without, true).await);
     }
 

@@ -217,7 +217,7 @@ async fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
         )?;
     }
     let shared = server.shared();
-    let policy = shared.filter.policy();
+    let policy = shared.filter().policy();
     let bound = policy
         .sketch_stats(shared.now())
         .iter()
@@ -229,7 +229,7 @@ async fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
         "\nmemory: {:.1} MiB of rate sketches and {:.2} MiB of open-connection counts, fixed \
          at start whatever the number of sources; stated overcount bound now: {bound}",
         policy.memory_bytes() as f64 / f64::from(1 << 20),
-        shared.connections_memory() as f64 / f64::from(1 << 20),
+        shared.gate().connections_memory() as f64 / f64::from(1 << 20),
     )?;
     writeln!(out, "done in {:.1} s", elapsed.as_secs_f64())?;
     server.shutdown().await;

@@ -259,7 +259,8 @@ async fn the_status_page_draws_live_rates_and_shows_markup_as_text() {
     support::eventually(|| {
         let shared = server.shared();
         shared
-            .offenders
+            .gate()
+            .offenders()
             .top(1)
             .first()
             .is_some_and(|o| o.count > 30)

@@ -290,7 +290,8 @@ async fn a_cap_of_its_own_makes_a_source_an_offender_a_full_listener_does_not() 
     assert_eq!(refused(&server, "listener_full"), 1.0);
     let top: Vec<(String, u64, String)> = server
         .shared()
-        .offenders
+        .gate()
+        .offenders()
         .top(10)
         .into_iter()
         .map(|o| (o.source.to_string(), o.count, o.last))

@@ -481,7 +481,7 @@ async fn without_a_cluster_section_nothing_of_it_runs_or_is_exported() {
     let text = server
         .shared()
         .metrics
-        .render(&server.shared().filter.policy(), server.shared().now());
+        .render(&server.shared().filter().policy(), server.shared().now());
     assert!(!text.contains("tollgate_cluster_"), "{text}");
 }
 

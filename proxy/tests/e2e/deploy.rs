@@ -300,10 +300,10 @@ async fn exported() -> BTreeSet<String> {
         let _ = support::attempt(from, web).await;
     }
     support::eventually(|| support::metric(&server, "tollgate_upstream_errors_total") > 0.0).await;
-    let _ = server.shared().reload();
+    let _ = server.shared().reloader().reload();
     let (status, body) = support::admin(&server, "GET", "/metrics").await;
     assert_eq!(status, 200, "{body}");
-    let (policy, now) = (server.shared().filter.policy(), server.shared().now());
+    let (policy, now) = (server.shared().filter().policy(), server.shared().now());
     server.shutdown().await;
     let mut names = exported_names(&body);
     let kernel = Metrics::for_sections(false, true);

@@ -68,7 +68,7 @@ fn decide(shared: &Arc<Shared>, source: &str) {
         transport: Transport::Tcp,
         bytes: 100,
     };
-    let _ = shared.filter.decide(&event, shared.now());
+    let _ = shared.filter().decide(&event, shared.now());
 }
 
 #[tokio::test]
@@ -194,7 +194,8 @@ async fn a_flood_past_eight_times_its_limit_is_said_to_be_at_least_and_back_at_m
     for (source, rejected) in [("192.0.2.7", 57), ("192.0.3.200", 2)] {
         for _ in 0..rejected {
             shared
-                .offenders
+                .gate()
+                .offenders()
                 .record(source.parse().unwrap(), "per-network");
         }
     }
@@ -323,7 +324,7 @@ async fn a_run_time_entry_applies_at_once_shows_everywhere_survives_a_reload_and
     .await;
     assert_eq!(status, 201, "{body}");
     let shared = Arc::clone(server.shared());
-    eventually(|| shared.filter.lists().entries(shared.now()).is_empty()).await;
+    eventually(|| shared.filter().lists().entries(shared.now()).is_empty()).await;
     let lists = get(&server, "/lists").await;
     assert_eq!(lists["entries"], serde_json::json!([]), "{lists}");
     let (_, metrics) = admin_json(&server, "GET", "/metrics", None, "").await;
@@ -618,7 +619,7 @@ async fn at_the_limit_explain_says_the_verdict_the_next_event_gets() {
         transport: Transport::Tcp,
         bytes: 100,
     };
-    let next = shared.filter.decide(&event, shared.now());
+    let next = shared.filter().decide(&event, shared.now());
     assert!(
         matches!(next.verdict, tollgate_filter::Verdict::Throttle(_)),
         "{next:?}"

@@ -54,7 +54,11 @@ async fn a_reload_changes_limits_and_keeps_counters_and_a_bad_one_changes_nothin
     }
     // Raise the limit to 6: the 4 connections already counted stay counted, so 2 more pass.
     std::fs::write(&path, config(&dir, upstream, "6/60s")).unwrap();
-    server.shared().reload().expect("a good file reloads");
+    server
+        .shared()
+        .reloader()
+        .reload()
+        .expect("a good file reloads");
     assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
     assert_eq!(attempt("127.0.0.2", front).await, Wire::Echoed);
     assert_eq!(

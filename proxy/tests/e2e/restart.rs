@@ -191,7 +191,9 @@ async fn the_state_is_saved_every_interval_and_at_shutdown() {
     // Shutdown saves once more, whatever the interval.
     let shared = std::sync::Arc::clone(server.shared());
     let saves = |shared: &tollgate::shared::Shared| {
-        let text = shared.metrics.render(&shared.filter.policy(), shared.now());
+        let text = shared
+            .metrics
+            .render(&shared.filter().policy(), shared.now());
         let line = text.lines().find(|l| l.starts_with(ok)).unwrap().to_owned();
         line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
     };
@@ -228,7 +230,7 @@ async fn run_time_list_entries_are_kept_across_a_restart() {
     let hour = Duration::from_secs(3600);
     let deny = Cidr::parse("192.0.2.0/24").unwrap();
     let allow = Cidr::parse("2001:db8::/48").unwrap();
-    let lists = shared.filter.lists();
+    let lists = shared.filter().lists();
     lists
         .add(deny, ListKind::Deny, hour, "flood".into(), shared.now())
         .unwrap();
@@ -246,7 +248,7 @@ async fn run_time_list_entries_are_kept_across_a_restart() {
     let again = support::start(&text).await;
     let shared = again.shared();
     let mut entries: Vec<_> = shared
-        .filter
+        .filter()
         .lists()
         .entries(shared.now())
         .into_iter()

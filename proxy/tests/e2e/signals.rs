@@ -99,7 +99,7 @@ async fn in_process_sighup_reloads_and_sigterm_answers_how_many_the_drain_cut() 
         .status()
         .expect("kill runs");
     assert!(hangup.success());
-    support::eventually(|| shared.filter.policy().rule(1).is_some()).await;
+    support::eventually(|| shared.filter().policy().rule(1).is_some()).await;
     assert_eq!(terminated(run).await, 1, "the held relay was cut");
 
     let (server, _dir, _) = serving(false).await;

@@ -17,6 +17,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use serde_json::Value;
 use tollgate::admin::{Access, Token, handle};
 use tollgate::config::{ProxyConfig, TokenSource};
+use tollgate::server::shared_state;
 use tollgate::shared::Shared;
 use tollgate_filter::{ListEntry, ListKind, MAX_REASON};
 
@@ -39,7 +40,7 @@ fn endpoint() -> &'static Endpoint {
     static ENDPOINT: OnceLock<Endpoint> = OnceLock::new();
     ENDPOINT.get_or_init(|| {
         let config = ProxyConfig::parse(CONFIG).expect("the harness's config parses");
-        let shared = Arc::new(Shared::new(config, None).expect("the harness's config fits"));
+        let shared = Arc::new(shared_state(config, None).expect("the harness's config fits"));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -147,7 +148,7 @@ fn message(json: bool, body: &str) -> String {
 /// not find because it had just ended, too).
 fn held() -> Vec<ListEntry> {
     let shared = &endpoint().shared;
-    shared.filter.lists().sweep(shared.now());
+    shared.filter().lists().sweep(shared.now());
     entries_now()
 }
 
@@ -155,7 +156,7 @@ fn held() -> Vec<ListEntry> {
 fn entries_now() -> Vec<ListEntry> {
     let mut entries = endpoint()
         .shared
-        .filter
+        .filter()
         .lists()
         .entries(tollgate_sketch::Tick::ZERO);
     entries.sort_by_key(|e| (e.kind.as_str(), e.cidr.to_string()));
@@ -221,7 +222,7 @@ pub fn check(data: &[u8]) {
 /// Checks the one entry a successful `POST` to list `kind` added (or replaced), then takes it
 /// out with a `DELETE`, as an operator would.
 fn added(kind: ListKind, before: &[ListEntry], after: &[ListEntry]) {
-    let lists = endpoint().shared.filter.lists();
+    let lists = endpoint().shared.filter().lists();
     let new: Vec<&ListEntry> = after.iter().filter(|e| !before.contains(e)).collect();
     let [entry] = new[..] else {
         panic!("a successful POST changed {} entries: {new:?}", new.len());

@@ -26,8 +26,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tollgate_filter::{LimitKey, Prefix, RuleId, Source};
 
 use crate::config::Listener;
+use crate::gate::Gate;
 use crate::listeners::Refusal;
-use crate::shared::Shared;
 
 /// How a source is counted: per IPv4 address, per IPv6 /64.
 const SOURCE: (Prefix, Prefix) = (Prefix::V4(32), Prefix::V6(64));
@@ -91,13 +91,13 @@ impl Drop for Ticket {
 /// One count in the shared open-connection sketch.
 #[derive(Debug)]
 struct Slot {
-    shared: Arc<Shared>,
+    gate: Arc<Gate>,
     key: LimitKey,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.shared.close_connection(&self.key);
+        self.gate.close_connection(&self.key);
     }
 }
 
@@ -172,7 +172,7 @@ impl Budget {
     /// The [`Refusal`] of the cap that is reached.
     pub fn claim(
         &self,
-        shared: &Arc<Shared>,
+        gate: &Arc<Gate>,
         use_: Use,
         source: Option<Source>,
     ) -> Result<Ticket, Refusal> {
@@ -190,18 +190,12 @@ impl Budget {
         caps.gauge.inc();
         if let Some(source) = source {
             ticket.source = Some(
-                claim_slot(shared, caps.source_scope, source, SOURCE, caps.per_source)
+                claim_slot(gate, caps.source_scope, source, SOURCE, caps.per_source)
                     .ok_or(source_cap)?,
             );
             ticket.network = Some(
-                claim_slot(
-                    shared,
-                    caps.network_scope,
-                    source,
-                    NETWORK,
-                    caps.per_network,
-                )
-                .ok_or(network_cap)?,
+                claim_slot(gate, caps.network_scope, source, NETWORK, caps.per_network)
+                    .ok_or(network_cap)?,
             );
         }
         Ok(ticket)
@@ -234,15 +228,15 @@ fn header_waits_per_peer(total: usize) -> u32 {
 }
 
 fn claim_slot(
-    shared: &Arc<Shared>,
+    gate: &Arc<Gate>,
     scope: RuleId,
     source: Source,
     prefixes: (Prefix, Prefix),
     cap: u32,
 ) -> Option<Slot> {
-    let key = shared.open_in_network(scope, source, prefixes, cap)?;
+    let key = gate.open_in_network(scope, source, prefixes, cap)?;
     Some(Slot {
-        shared: Arc::clone(shared),
+        gate: Arc::clone(gate),
         key,
     })
 }
@@ -252,13 +246,13 @@ mod tests {
     use super::*;
     use crate::config::ProxyConfig;
 
-    fn budget(listener: &str) -> (Arc<Shared>, Budget) {
+    fn budget(listener: &str) -> (Arc<Gate>, Budget) {
         let text = format!(
             "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:1\"]\n{listener}\n"
         );
         let config = ProxyConfig::parse(&text).unwrap();
         let listener = config.listeners[0].clone();
-        let shared = Arc::new(Shared::new(config, None).unwrap());
+        let shared = Arc::clone(crate::server::shared_state(config, None).unwrap().gate());
         (
             shared,
             Budget::new(

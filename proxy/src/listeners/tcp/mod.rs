@@ -17,11 +17,11 @@ use tokio::sync::watch;
 use tollgate_filter::{Action, DenyReason, PrefixMap, Source, Transport, Verdict};
 
 use crate::config::{Listener, SendProxy};
+use crate::gate::{Decided, Gate};
 use crate::listeners::proxy_protocol::{self, Header, V2Transport};
 use crate::listeners::socket;
 use crate::listeners::upstream::Pool;
 use crate::listeners::{ListenerMetrics, Refusal};
-use crate::shared::{Decided, Shared};
 use actions::ReplyValues;
 use budget::{Budget, Ticket, Use};
 use opening::Opening;
@@ -66,12 +66,12 @@ pub struct Frontend {
 impl Frontend {
     /// The fixed parts of listener `config`.
     #[must_use]
-    pub fn new(config: Listener, shared: &Shared) -> Frontend {
+    pub fn new(config: Listener, gate: &Gate) -> Frontend {
         let mut trusted = PrefixMap::new();
         for cidr in &config.trusted_proxies {
             trusted.insert(cidr.addr, cidr.prefix, ());
         }
-        let metrics = shared.metrics.listeners.listener(&config.name);
+        let metrics = gate.metrics().listeners.listener(&config.name);
         Frontend {
             pool: Pool::new(&config),
             trusted,
@@ -105,8 +105,8 @@ impl Frontend {
     /// Counts a connection refused by one of its budgets' caps or for opening with a PROXY
     /// header that it may not send (and, for what is the source's own doing, records it as an
     /// offender: see [`Refusal::offence`]).
-    fn refuse(&self, shared: &Shared, refusal: Refusal, source: IpAddr) {
-        let _counted_only = shared.refuse(&self.metrics, refusal, source);
+    fn refuse(&self, gate: &Gate, refusal: Refusal, source: IpAddr) {
+        let _counted_only = gate.refuse(&self.metrics, refusal, source);
     }
 }
 
@@ -118,7 +118,7 @@ impl Frontend {
 /// connection that is reset at once costs accept, setsockopt and close: no task, no epoll
 /// registration. Only connections that go on become tokio streams.
 pub async fn serve(
-    shared: Arc<Shared>,
+    gate: Arc<Gate>,
     frontend: Arc<Frontend>,
     listener: AsyncFd<std::net::TcpListener>,
     mut stop: watch::Receiver<bool>,
@@ -147,11 +147,11 @@ pub async fn serve(
             match ready.try_io(|listener| listener.get_ref().accept()) {
                 Ok(Ok((stream, peer))) => {
                     backoff = ACCEPT_BACKOFF.0;
-                    arrive(&shared, &frontend, stream, peer);
+                    arrive(&gate, &frontend, stream, peer);
                 }
                 Ok(Err(err)) if socket::is_resource_exhaustion(&err) => {
                     frontend.metrics.accept_errors.inc();
-                    if shared.logs.allow() {
+                    if gate.logs().allow() {
                         tracing::warn!(listener = %frontend.config.name, %err, ?backoff, "accept failed; backing off");
                     }
                     tokio::select! {
@@ -187,7 +187,7 @@ pub async fn serve(
 /// forward has its opening bytes read here too (see [`opening`]). Everything else becomes a
 /// task.
 fn arrive(
-    shared: &Arc<Shared>,
+    gate: &Arc<Gate>,
     frontend: &Arc<Frontend>,
     mut stream: std::net::TcpStream,
     peer: SocketAddr,
@@ -196,26 +196,23 @@ fn arrive(
         // Its header names the source later; until then it waits in a budget of its own,
         // counted for the peer, so that slow headers cannot take the forwarding slots.
         let peer_source = Some(Source::new(peer.ip()));
-        (
-            None,
-            frontend.budget.claim(shared, Use::Header, peer_source),
-        )
+        (None, frontend.budget.claim(gate, Use::Header, peer_source))
     } else {
         let source = Source::new(peer.ip());
-        let decided = shared.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
+        let decided = gate.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
         if resets(&decided) {
             socket::reset_on_close(&stream);
             return;
         }
         let ticket = frontend
             .budget
-            .claim(shared, budget_for(&decided), Some(source));
+            .claim(gate, budget_for(&decided), Some(source));
         (Some(decided), ticket)
     };
     let ticket = match ticket {
         Ok(ticket) => ticket,
         Err(refusal) => {
-            frontend.refuse(shared, refusal, peer.ip());
+            frontend.refuse(gate, refusal, peer.ip());
             socket::reset_on_close(&stream);
             return;
         }
@@ -233,7 +230,7 @@ fn arrive(
         Opening::Nothing
     };
     if opening == Opening::ProxyHeader {
-        frontend.refuse(shared, Refusal::UntrustedHeader, peer.ip());
+        frontend.refuse(gate, Refusal::UntrustedHeader, peer.ip());
         socket::reset_on_close(&stream);
         return;
     }
@@ -248,7 +245,7 @@ fn arrive(
     // reaches its task (callgrind: `memcpy` of it was 17% of the user instructions per short
     // connection); a box moves as a pointer.
     tokio::spawn(Box::pin(connection(
-        Arc::clone(shared),
+        Arc::clone(gate),
         Arc::clone(frontend),
         stream,
         peer,
@@ -298,7 +295,7 @@ struct Origin {
 /// is its claim on the listener's budgets, kept for its whole life. `opening` is what an
 /// untrusted peer's connection to forward sent before accept was done with it.
 async fn connection(
-    shared: Arc<Shared>,
+    gate: Arc<Gate>,
     frontend: Arc<Frontend>,
     mut client: TcpStream,
     peer: SocketAddr,
@@ -324,12 +321,12 @@ async fn connection(
             )
         }
         None => {
-            let Some(origin) = origin(&shared, &frontend, &mut client, peer).await else {
+            let Some(origin) = origin(&gate, &frontend, &mut client, peer).await else {
                 actions::reset(client);
                 return;
             };
             let source = Source::new(origin.source.ip());
-            let decided = shared.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
+            let decided = gate.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
             if resets(&decided) {
                 actions::reset(client);
                 return;
@@ -339,11 +336,11 @@ async fn connection(
             drop(ticket);
             let ticket = frontend
                 .budget
-                .claim(&shared, budget_for(&decided), Some(source));
+                .claim(&gate, budget_for(&decided), Some(source));
             match ticket {
                 Ok(ticket) => (origin, decided, ticket),
                 Err(refusal) => {
-                    frontend.refuse(&shared, refusal, origin.source.ip());
+                    frontend.refuse(&gate, refusal, origin.source.ip());
                     actions::reset(client);
                     return;
                 }
@@ -354,7 +351,7 @@ async fn connection(
     let _ticket = if let Verdict::Throttle(throttle) = decided.decision.verdict
         && throttle.action == Action::Delay
     {
-        let held = tarpit(&shared, &frontend, &decided, throttle.retry_after, source);
+        let held = tarpit(&gate, &frontend, &decided, throttle.retry_after, source);
         let released = tokio::select! {
             released = held => released,
             () = hung_up(&client) => false,
@@ -365,10 +362,10 @@ async fn connection(
         }
         // Let through: from the held budget to the forwarding one.
         drop(ticket);
-        match frontend.budget.claim(&shared, Use::Forward, Some(source)) {
+        match frontend.budget.claim(&gate, Use::Forward, Some(source)) {
             Ok(ticket) => ticket,
             Err(refusal) => {
-                frontend.refuse(&shared, refusal, origin.source.ip());
+                frontend.refuse(&gate, refusal, origin.source.ip());
                 actions::reset(client);
                 return;
             }
@@ -379,14 +376,14 @@ async fn connection(
     } else {
         ticket
     };
-    forward(&shared, &frontend, client, origin).await;
+    forward(&gate, &frontend, client, origin).await;
 }
 
 /// Holds a throttled connection (a timer: no thread, no buffer) until its source is back under
 /// its limits, rechecking when the verdict says to retry, for at most the rule's `delay`.
 /// True if it may go on.
 async fn tarpit(
-    shared: &Shared,
+    gate: &Gate,
     frontend: &Frontend,
     decided: &Decided,
     mut retry_after: Duration,
@@ -398,12 +395,12 @@ async fn tarpit(
     let bound = decided
         .rule()
         .and_then(|rule| rule.delay)
-        .unwrap_or(shared.settings.delay);
+        .unwrap_or(gate.delay());
     let deadline = tokio::time::Instant::now() + bound;
     loop {
         let wake = (tokio::time::Instant::now() + retry_after.max(TARPIT_STEP)).min(deadline);
         tokio::time::sleep_until(wake).await;
-        let again = shared.recheck(source, Transport::Tcp);
+        let again = gate.recheck(source, Transport::Tcp);
         match again.decision.verdict {
             Verdict::Allow => {
                 frontend.metrics.released.inc();
@@ -431,7 +428,7 @@ async fn hung_up(client: &TcpStream) {
 /// The origin a trusted peer's PROXY header names (it must send one in time). `None` if the
 /// header is bad or late (counted and logged).
 async fn origin(
-    shared: &Shared,
+    gate: &Gate,
     frontend: &Frontend,
     client: &mut TcpStream,
     peer: SocketAddr,
@@ -463,7 +460,7 @@ async fn origin(
             frontend.config.proxy_header_timeout
         ),
     };
-    if shared.refuse(&frontend.metrics, Refusal::BadHeader, peer.ip()) {
+    if gate.refuse(&frontend.metrics, Refusal::BadHeader, peer.ip()) {
         tracing::warn!(listener = %frontend.config.name, %peer, %why, "bad PROXY header; connection closed");
     }
     None
@@ -520,7 +517,7 @@ async fn enforce(decided: &Decided, client: TcpStream) {
 /// Relays between the client and an upstream until both directions end (a half-close is passed
 /// on: when one side finishes sending, the other side's write half is shut down), or until
 /// nothing moves either way for the listener's `idle_timeout`.
-async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, origin: Origin) {
+async fn forward(gate: &Gate, frontend: &Frontend, mut client: TcpStream, origin: Origin) {
     let destination = || {
         origin
             .destination
@@ -542,7 +539,7 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
     // The connect sends what it can of the preamble at once (see `upstream`).
     let Some((mut upstream, sent)) = frontend
         .pool
-        .connect(&shared.metrics.listeners, &frontend.metrics, &preamble)
+        .connect(&gate.metrics().listeners, &frontend.metrics, &preamble)
         .await
     else {
         actions::close(client).await;
@@ -556,8 +553,7 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
             tokio::time::timeout(frontend.config.connect_timeout, upstream.write_all(rest)).await;
         if !matches!(written, Ok(Ok(()))) {
             if let Ok(address) = upstream.peer_addr() {
-                shared
-                    .metrics
+                gate.metrics()
                     .listeners
                     .upstream_error(&frontend.metrics, address);
             }
@@ -582,7 +578,7 @@ async fn forward(shared: &Shared, frontend: &Frontend, mut client: TcpStream, or
             frontend.metrics.idle_closed.inc();
         }
         Ended::ProxyHeader => {
-            frontend.refuse(shared, Refusal::UntrustedHeader, origin.source.ip());
+            frontend.refuse(gate, Refusal::UntrustedHeader, origin.source.ip());
             actions::reset(client);
         }
     }
@@ -598,7 +594,7 @@ mod tests {
 
     /// The shared state and listener of one rule that holds a source over 1 connection an
     /// hour for at most `delay`: its verdict stays a throttle for the whole hold.
-    fn holding(delay: &str) -> (Arc<Shared>, Frontend) {
+    fn holding(delay: &str) -> (Arc<Gate>, Frontend) {
         let text = format!(
             "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstreams = [\"127.0.0.1:1\"]\n\n\
              [[rule]]\nname = \"r\"\nlimits = [{{ rate = \"1/3600s\" }}]\naction = \"delay\"\n\
@@ -606,7 +602,7 @@ mod tests {
         );
         let config = ProxyConfig::parse(&text).unwrap();
         let listener = config.listeners[0].clone();
-        let shared = Arc::new(Shared::new(config, None).unwrap());
+        let shared = Arc::clone(crate::server::shared_state(config, None).unwrap().gate());
         let frontend = Frontend::new(listener, &shared);
         (shared, frontend)
     }

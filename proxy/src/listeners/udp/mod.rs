@@ -35,10 +35,10 @@ use tokio::time::Instant;
 use tollgate_filter::{Source, Transport, Verdict};
 
 use crate::config::{Listener, SendProxy};
+use crate::gate::Gate;
 use crate::listeners::proxy_protocol::{V2Transport, encode_v2};
 use crate::listeners::upstream::Pool;
 use crate::listeners::{ListenerMetrics, Refusal};
-use crate::shared::Shared;
 use session::{HEADER_ROOM, Session};
 use table::SessionTable;
 
@@ -76,7 +76,7 @@ impl UdpFrontend {
     pub fn new(
         config: Listener,
         local: SocketAddr,
-        shared: &Shared,
+        gate: &Gate,
         max_sessions: usize,
     ) -> UdpFrontend {
         let caps = Caps {
@@ -84,7 +84,7 @@ impl UdpFrontend {
             per_source: config.max_sessions_per_source,
             per_prefix: config.max_sessions_per_prefix,
         };
-        let metrics = shared.metrics.listeners.listener(&config.name);
+        let metrics = gate.metrics().listeners.listener(&config.name);
         metrics
             .session_limit
             .set(i64::try_from(max_sessions).unwrap_or(i64::MAX));
@@ -177,7 +177,7 @@ fn gauge(count: usize) -> i64 {
 
 /// Receives datagrams until `stop` says so.
 pub async fn serve(
-    shared: Arc<Shared>,
+    gate: Arc<Gate>,
     frontend: Arc<UdpFrontend>,
     socket: Arc<UdpSocket>,
     mut stop: watch::Receiver<bool>,
@@ -201,7 +201,7 @@ pub async fn serve(
             }
         };
         let source = Source::new(client.ip());
-        let decided = shared.pass(&frontend.metrics, source, Transport::Udp, len as u64);
+        let decided = gate.pass(&frontend.metrics, source, Transport::Udp, len as u64);
         if decided.decision.verdict != Verdict::Allow {
             continue;
         }
@@ -215,10 +215,10 @@ pub async fn serve(
                 }
             }
             Err(NoSession::Cap(refusal)) => {
-                let _counted_only = shared.refuse(&frontend.metrics, refusal, client.ip());
+                let _counted_only = gate.refuse(&frontend.metrics, refusal, client.ip());
             }
             Err(NoSession::Socket(err)) => {
-                if shared.refuse(&frontend.metrics, Refusal::SessionSocket, client.ip()) {
+                if gate.refuse(&frontend.metrics, Refusal::SessionSocket, client.ip()) {
                     tracing::warn!(
                         listener = %frontend.config.name,
                         %client,

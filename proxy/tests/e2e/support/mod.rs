@@ -160,7 +160,9 @@ pub(crate) async fn attempt(from: &str, to: SocketAddr) -> Wire {
 /// The value of the metric line that starts with `prefix` (name and labels), 0 if absent.
 pub(crate) fn metric(server: &Server, prefix: &str) -> f64 {
     let shared = server.shared();
-    let text = shared.metrics.render(&shared.filter.policy(), shared.now());
+    let text = shared
+        .metrics
+        .render(&shared.filter().policy(), shared.now());
     text.lines()
         .find(|line| line.starts_with(prefix))
         .and_then(|line| line.rsplit(' ').next())
