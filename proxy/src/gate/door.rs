@@ -155,7 +155,7 @@ impl Gate {
     }
 
     /// Decides on one connection or datagram from `source` on `listener`, and counts the
-    /// decision (see [`Gate::account`]): the data path's one call per arrival. If the limiter
+    /// decision (`Gate::account`): the data path's one call per arrival. If the limiter
     /// fails (a bug: it is not meant to), the traffic is let through and counted: a rate
     /// limiter must not take the service down.
     pub fn pass(
