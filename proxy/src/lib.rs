@@ -15,6 +15,7 @@ mod io;
 pub mod kernel;
 pub mod listeners;
 pub mod metrics;
+pub mod rls;
 pub mod server;
 pub mod shared;
 pub mod state;

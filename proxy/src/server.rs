@@ -79,6 +79,7 @@ pub struct Server {
     tcp: Vec<(Arc<Frontend>, SocketAddr)>,
     udp: Vec<(Arc<UdpFrontend>, SocketAddr)>,
     admin: Option<SocketAddr>,
+    rls: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
     drain: Duration,
     kernel: Arc<Current>,
@@ -101,6 +102,8 @@ impl Server {
         };
         let drain = config.settings.drain;
         let kernel = config.kernel.clone();
+        let rls = config.rls.clone();
+        let dir = path.as_deref().and_then(Path::parent).map(Path::to_owned);
         let shared = Arc::new(Shared::new(config, path).map_err(StartError::State)?);
         let budget = Budget::new(open_files(&shared), &listeners);
         if let (Some(excess), Some(advice)) = (budget.excess(&listeners), budget.advice(&listeners))
@@ -119,6 +122,7 @@ impl Server {
             tcp: Vec::new(),
             udp: Vec::new(),
             admin: None,
+            rls: None,
             tasks: Vec::new(),
             drain,
             kernel: Arc::new(Current::new()),
@@ -178,6 +182,21 @@ impl Server {
                         stopped.clone(),
                     )));
                     server.udp.push((frontend, address));
+                }
+            }
+        }
+        if let Some(config) = &rls {
+            match crate::rls::start(config, dir.as_deref(), stopped.clone()).await {
+                Ok((task, address, rls)) => {
+                    let _ = shared.rls.set(rls);
+                    server.rls = Some(address);
+                    server.tasks.push(task);
+                }
+                Err(err) => {
+                    for task in &server.tasks {
+                        task.abort();
+                    }
+                    return Err(err);
                 }
             }
         }
@@ -283,6 +302,12 @@ impl Server {
     #[must_use]
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin
+    }
+
+    /// The rate-limit service's address (`[rls]`), if it runs.
+    #[must_use]
+    pub fn rls_addr(&self) -> Option<SocketAddr> {
+        self.rls
     }
 
     /// The shared state (filter, metrics, offenders).
@@ -473,6 +498,9 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         if let Some(address) = server.admin {
             tracing::info!(%address, "admin endpoint");
+        }
+        if let Some(address) = server.rls {
+            tracing::info!(%address, "rate-limit service (envoy.service.ratelimit.v3, HTTP/2)");
         }
         if let Some(node) = &server.shared.cluster {
             let config = node.config();

@@ -69,6 +69,9 @@ pub struct Shared {
     pub kernel_view: crate::kernel::View,
     /// The listeners serving now, as bound (the admin's status page shows them).
     pub running: Serving,
+    /// The rate-limit service (`[rls]`), set by the server that started it: a reload
+    /// re-reads its files.
+    pub rls: std::sync::OnceLock<Arc<crate::rls::Rls>>,
 }
 
 /// Why a reload was refused; the old policy stays in force.
@@ -87,6 +90,9 @@ pub enum ReloadError {
     /// The reload adds or changes `[kernel]` with `required = true`, and its table cannot be
     /// made: the table (name) and nft's error. The policy and table in force stay.
     Kernel(String, crate::kernel::NftError),
+    /// `[rls]`'s descriptor files cannot be read or checked (each error located), or its
+    /// memory is too small; everything in force stays.
+    Rls(crate::rls::RlsError),
 }
 
 impl std::fmt::Display for ReloadError {
@@ -101,6 +107,7 @@ impl std::fmt::Display for ReloadError {
                 f,
                 "[kernel] required = true, and its table `inet {table}` cannot be made: {err}"
             ),
+            ReloadError::Rls(err) => write!(f, "{err}"),
         }
     }
 }
@@ -189,6 +196,7 @@ impl Shared {
             kernel_view: crate::kernel::View::new(),
             loaded: Mutex::new(config),
             running: Serving::default(),
+            rls: std::sync::OnceLock::new(),
         };
         if let Some((path, saved)) = restoring {
             match shared.restore_lists(saved) {
@@ -402,6 +410,13 @@ impl Shared {
         config: ProxyConfig,
         loaded: &mut ProxyConfig,
     ) -> Result<(), ReloadError> {
+        // The descriptor files are re-read first: a bad one refuses the whole reload.
+        let rls = match (self.rls.get(), &config.rls) {
+            (Some(rls), Some(section)) => {
+                Some((rls, rls.prepare(section).map_err(ReloadError::Rls)?))
+            }
+            _ => None,
+        };
         self.filter
             .reload(config.policy.clone(), self.now())
             .map_err(ReloadError::Policy)?;
@@ -425,15 +440,19 @@ impl Shared {
             || loaded.settings != config.settings
             || loaded.cluster != config.cluster
             || loaded.state != config.state
+            || crate::rls::needs_restart(loaded.rls.as_ref(), config.rls.as_ref())
         {
             tracing::warn!(
-                "listener, admin, [proxy] (state_file too) or [cluster] settings changed: they \
-                 take effect on restart; the policy is reloaded now"
+                "listener, admin, [proxy] (state_file too), [cluster] or [rls] (listen and bounds) \
+                 settings changed: they take effect on restart; the policy is reloaded now"
             );
         }
         if loaded.kernel != config.kernel {
             // Nobody listening (no server, or it stopped): nothing to follow it.
             let _ = self.kernel.send(config.kernel.clone());
+        }
+        if let Some((rls, prepared)) = rls {
+            rls.commit(prepared);
         }
         *loaded = config;
         Ok(())
