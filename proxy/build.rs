@@ -1,6 +1,9 @@
 //! Names the commit the binary is built from, for `tollgate --version`: `TOLLGATE_COMMIT` is
 //! `git rev-parse --short HEAD` of the checkout, or `unknown` where there is no git (a source
 //! tarball, a vendored copy). Rebuilt when HEAD moves to another commit or branch.
+//!
+//! Compiles the vendored rate-limit service protos (`proto/`, see its README) into Rust with
+//! protox (a protobuf compiler in Rust: no `protoc` binary) and tonic-prost-build.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,8 +16,28 @@ fn git(args: &[&str]) -> Option<String> {
     (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
 }
 
+/// The service Envoy calls, and the files it imports from under `proto/`.
+const PROTO: &str = "proto/envoy/service/ratelimit/v3/rls.proto";
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=proto");
+    let descriptors = match protox::compile([PROTO], ["proto"]) {
+        Ok(descriptors) => descriptors,
+        Err(err) => panic!("{PROTO}: {err}"),
+    };
+    if let Err(err) = tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)
+    {
+        panic!("generating the gRPC code of {PROTO}: {err}");
+    }
+    commit();
+}
+
+/// `TOLLGATE_COMMIT`, and what to watch to rebuild when it changes.
+fn commit() {
     // The workspace's own .git (a directory, or a file in a worktree): not that of a repository
     // the sources happen to be unpacked in.
     let checkout = std::path::Path::new("../.git").exists();

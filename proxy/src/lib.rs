@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod listeners;
 pub mod metrics;
 pub mod reload;
+pub mod rls;
 pub mod server;
 pub mod shared;
 pub mod state;

@@ -27,6 +27,9 @@ pub enum ReloadError {
     /// The reload adds or changes `[kernel]` with `required = true`, and its table cannot be
     /// made: the table (name) and nft's error. The policy and table in force stay.
     Kernel(String, NftError),
+    /// `[rls]`'s descriptor files cannot be read or checked (each error located), or its
+    /// memory is too small; everything in force stays.
+    Rls(crate::rls::RlsError),
 }
 
 impl std::fmt::Display for ReloadError {
@@ -41,6 +44,7 @@ impl std::fmt::Display for ReloadError {
                 f,
                 "[kernel] required = true, and its table `inet {table}` cannot be made: {err}"
             ),
+            ReloadError::Rls(err) => write!(f, "{err}"),
         }
     }
 }
@@ -64,6 +68,9 @@ pub struct Reloader {
     /// What a reload needs to make the kernel's table itself (`[kernel] required = true`);
     /// set by the server once its listeners are bound, unset without a server.
     kernel_setup: OnceLock<Arc<Setup>>,
+    /// The rate-limit service (`[rls]`), set by the server that started it: a reload
+    /// re-reads its files.
+    rls: OnceLock<Arc<crate::rls::Rls>>,
 }
 
 impl Reloader {
@@ -76,6 +83,7 @@ impl Reloader {
             path,
             kernel: watch::Sender::new(config.kernel.clone()),
             kernel_setup: OnceLock::new(),
+            rls: OnceLock::new(),
             loaded: Mutex::new(config),
         }
     }
@@ -90,6 +98,13 @@ impl Reloader {
     #[must_use]
     pub fn kernel_setup(&self) -> &OnceLock<Arc<Setup>> {
         &self.kernel_setup
+    }
+
+    /// The rate-limit service a reload re-reads the descriptor files of; set once, by the
+    /// server that started it.
+    #[must_use]
+    pub fn rls(&self) -> &OnceLock<Arc<crate::rls::Rls>> {
+        &self.rls
     }
 
     /// Re-reads the config file and swaps in its policy, keeping the counters of unchanged
@@ -146,6 +161,13 @@ impl Reloader {
         config: ProxyConfig,
         loaded: &mut ProxyConfig,
     ) -> Result<(), ReloadError> {
+        // The descriptor files are re-read first: a bad one refuses the whole reload.
+        let rls = match (self.rls.get(), &config.rls) {
+            (Some(rls), Some(section)) => {
+                Some((rls, rls.prepare(section).map_err(ReloadError::Rls)?))
+            }
+            _ => None,
+        };
         self.gate
             .filter()
             .reload(config.policy.clone(), self.gate.now())
@@ -174,15 +196,19 @@ impl Reloader {
             || loaded.settings != config.settings
             || loaded.cluster != config.cluster
             || loaded.state != config.state
+            || crate::rls::needs_restart(loaded.rls.as_ref(), config.rls.as_ref())
         {
             tracing::warn!(
-                "listener, admin, [proxy] (state_file too) or [cluster] settings changed: they \
-                 take effect on restart; the policy is reloaded now"
+                "listener, admin, [proxy] (state_file too), [cluster] or [rls] (listen and bounds) \
+                 settings changed: they take effect on restart; the policy is reloaded now"
             );
         }
         if loaded.kernel != config.kernel {
             // Nobody listening (no server, or it stopped): nothing to follow it.
             let _ = self.kernel.send(config.kernel.clone());
+        }
+        if let Some((rls, prepared)) = rls {
+            rls.commit(prepared);
         }
         *loaded = config;
         Ok(())

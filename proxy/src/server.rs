@@ -80,6 +80,7 @@ pub struct Server {
     tcp: Vec<(Arc<Frontend>, SocketAddr)>,
     udp: Vec<(Arc<UdpFrontend>, SocketAddr)>,
     admin: Option<SocketAddr>,
+    rls: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
     drain: Duration,
     kernel: Arc<Current>,
@@ -102,6 +103,8 @@ impl Server {
         };
         let drain = config.settings.drain;
         let kernel = config.kernel.clone();
+        let rls = config.rls.clone();
+        let dir = path.as_deref().and_then(Path::parent).map(Path::to_owned);
         let shared = Arc::new(shared_state(config, path).map_err(StartError::State)?);
         let budget = Budget::new(open_files(&shared), &listeners);
         if let (Some(excess), Some(advice)) = (budget.excess(&listeners), budget.advice(&listeners))
@@ -120,6 +123,7 @@ impl Server {
             tcp: Vec::new(),
             udp: Vec::new(),
             admin: None,
+            rls: None,
             tasks: Vec::new(),
             drain,
             kernel: Arc::new(Current::new()),
@@ -180,6 +184,21 @@ impl Server {
                         stopped.clone(),
                     )));
                     server.udp.push((frontend, address));
+                }
+            }
+        }
+        if let Some(config) = &rls {
+            match crate::rls::start(config, dir.as_deref(), stopped.clone()).await {
+                Ok((task, address, rls)) => {
+                    let _ = shared.reloader().rls().set(rls);
+                    server.rls = Some(address);
+                    server.tasks.push(task);
+                }
+                Err(err) => {
+                    for task in &server.tasks {
+                        task.abort();
+                    }
+                    return Err(err);
                 }
             }
         }
@@ -289,6 +308,12 @@ impl Server {
     #[must_use]
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin
+    }
+
+    /// The rate-limit service's address (`[rls]`), if it runs.
+    #[must_use]
+    pub fn rls_addr(&self) -> Option<SocketAddr> {
+        self.rls
     }
 
     /// The shared state (filter, metrics, offenders).
@@ -498,6 +523,9 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         if let Some(address) = server.admin {
             tracing::info!(%address, "admin endpoint");
+        }
+        if let Some(address) = server.rls {
+            tracing::info!(%address, "rate-limit service (envoy.service.ratelimit.v3, HTTP/2)");
         }
         if let Some(node) = &server.shared.cluster {
             let config = node.config();

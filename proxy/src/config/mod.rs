@@ -1,4 +1,5 @@
-//! The proxy's part of the config file: `[proxy]`, `[admin]`, `[[listener]]` and `[cluster]`, read from the
+//! The proxy's part of the config file: `[proxy]`, `[admin]`, `[[listener]]`, `[cluster]`,
+//! `[kernel]` and `[rls]`, read from the
 //! same file as the policy (`[sketch]`, `[lists]`, `[[rule]]`, read by `tollgate-filter`). One
 //! file describes one deployment; both halves are checked before anything runs, and every error
 //! is located by line and column.
@@ -11,6 +12,7 @@ mod admin;
 mod cluster;
 mod kernel;
 mod listener;
+mod rls;
 mod secret;
 mod settings;
 #[cfg(test)]
@@ -25,6 +27,7 @@ pub use listener::{
     DEFAULT_HELD, DEFAULT_IDLE_TIMEOUT, DEFAULT_SESSIONS_PER_PREFIX, DEFAULT_SESSIONS_PER_SOURCE,
     Listener, Protocol, SendProxy, network_caps,
 };
+pub use rls::{DEFAULT_RLS_CONCURRENCY, DEFAULT_RLS_MEMORY, DEFAULT_RLS_MESSAGE_BYTES, RlsConfig};
 pub use secret::TokenSource;
 pub use settings::{DEFAULT_STATE_INTERVAL, Settings, StateFile};
 
@@ -40,6 +43,7 @@ use admin::RawAdmin;
 use cluster::RawCluster;
 use kernel::RawKernel;
 use listener::RawListener;
+use rls::RawRls;
 use settings::RawSettings;
 
 /// Everything one config file says.
@@ -57,6 +61,9 @@ pub struct ProxyConfig {
     /// The kernel fast path (`[kernel]`); `None` without the section: nothing is asked of
     /// the kernel.
     pub kernel: Option<KernelConfig>,
+    /// The rate-limit service Envoy calls (`[rls]`); `None` without the section: no gRPC
+    /// server.
+    pub rls: Option<RlsConfig>,
     /// The warm-restart state file (`[proxy] state_file`); `None` without it: nothing is
     /// saved, every start is cold.
     pub state: Option<StateFile>,
@@ -73,6 +80,7 @@ struct RawFile {
     listener: Vec<RawListener>,
     cluster: Option<RawCluster>,
     kernel: Option<RawKernel>,
+    rls: Option<Spanned<RawRls>>,
     // The policy's sections: checked by `Config::parse`.
     #[serde(default, rename = "sketch")]
     _sketch: Option<serde::de::IgnoredAny>,
@@ -158,6 +166,7 @@ impl ProxyConfig {
             .kernel
             .as_ref()
             .and_then(|k| kernel::kernel(k, &mut errors));
+        let rls = raw.rls.as_ref().and_then(|r| rls::rls(r, &mut errors));
         let own = errors.0.into_errors();
         match policy {
             Ok(policy) if own.is_empty() => Ok(ProxyConfig {
@@ -166,6 +175,7 @@ impl ProxyConfig {
                 listeners,
                 cluster,
                 kernel,
+                rls,
                 state,
                 policy,
             }),
@@ -220,6 +230,9 @@ impl fmt::Display for ProxyConfig {
         }
         if let Some(k) = &self.kernel {
             k.write(f)?;
+        }
+        if let Some(r) = &self.rls {
+            r.write(f)?;
         }
         writeln!(f)?;
         write!(f, "{}", self.policy)

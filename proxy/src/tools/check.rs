@@ -34,6 +34,22 @@ pub fn check(path: &Path, out: &mut dyn Write) -> std::io::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    // `[rls]`'s descriptor files, each error at the YAML's own FILE:LINE:COL.
+    let domains = match &config.rls {
+        Some(section) => match crate::rls::Rls::new(section, path.parent()) {
+            Ok(rls) => Some((rls.rules(), rls.memory_bytes())),
+            Err(err) => {
+                writeln!(out, "{err}")?;
+                writeln!(
+                    out,
+                    "{}: [rls]'s descriptor files are refused",
+                    path.display()
+                )?;
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+        None => None,
+    };
     let rules = config.policy.rules.len();
     match Policy::compile(config.policy.clone(), None) {
         Ok(policy) => {
@@ -45,6 +61,12 @@ pub fn check(path: &Path, out: &mut dyn Write) -> std::io::Result<ExitCode> {
                 config.listeners.len(),
                 policy.memory_bytes()
             )?;
+            if let Some((rules, bytes)) = domains {
+                writeln!(
+                    out,
+                    "# [rls]: valid; {rules} descriptor rule(s), {bytes} bytes of descriptor sketches"
+                )?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(err) => {

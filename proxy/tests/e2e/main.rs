@@ -29,6 +29,7 @@ mod proxy_protocol;
 mod readme;
 mod replay;
 mod restart;
+mod rls;
 mod signals;
 mod tcp;
 mod udp;

@@ -2,7 +2,9 @@
 //! READMEs, benches/README.md and the operator's manual under proxy/docs/) passes
 //! `tollgate check` (the library call the binary makes): a config an operator copies from the
 //! documentation is one the proxy accepts. A fragment that is not a whole config belongs in a
-//! ```text block.
+//! ```text block. A ```yaml block whose first line is `# NAME.yaml` is written beside the
+//! page's configs as that file first (an `[rls]` example's descriptor file), and so checked
+//! with them.
 
 use crate::support as common;
 
@@ -22,12 +24,17 @@ const PAGES: &[&str] = &[
 /// The ```toml blocks of `text`, each with the line its first line of TOML is on; `page`
 /// names the file in the panic if it ends inside a block.
 fn toml_blocks(page: &str, text: &str) -> Vec<(usize, String)> {
+    blocks(page, text, "```toml")
+}
+
+/// The blocks of `text` fenced by `opening` (```toml, ```yaml), as [`toml_blocks`].
+fn blocks(page: &str, text: &str, opening: &str) -> Vec<(usize, String)> {
     let mut blocks = Vec::new();
     let mut open: Option<(usize, String)> = None;
     for (index, line) in text.lines().enumerate() {
         let fence = line.trim_start();
         match open.take() {
-            None if fence.starts_with("```toml") => open = Some((index + 2, String::new())),
+            None if fence.starts_with(opening) => open = Some((index + 2, String::new())),
             None => {}
             Some(block) if fence.starts_with("```") => blocks.push(block),
             Some((start, mut body)) => {
@@ -37,7 +44,7 @@ fn toml_blocks(page: &str, text: &str) -> Vec<(usize, String)> {
             }
         }
     }
-    assert!(open.is_none(), "{page} ends inside a ```toml block");
+    assert!(open.is_none(), "{page} ends inside a {opening} block");
     blocks
 }
 
@@ -79,6 +86,12 @@ fn every_toml_block_of_the_documentation_passes_check() {
     for page in pages(&root) {
         let text = std::fs::read_to_string(root.join(&page))
             .unwrap_or_else(|err| panic!("{page} is readable: {err}"));
+        for (_, body) in blocks(&page, &text, "```yaml") {
+            let name = body.lines().next().and_then(|l| l.strip_prefix("# "));
+            if let Some(name) = name.filter(|n| n.ends_with(".yaml")) {
+                std::fs::write(dir.join(name), &body).expect("written");
+            }
+        }
         for (line, body) in toml_blocks(&page, &text) {
             checked += 1;
             let path = dir.join(format!("{}-line-{line}.toml", page.replace('/', "_")));

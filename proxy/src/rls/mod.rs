@@ -1,0 +1,185 @@
+//! The rate-limit service Envoy calls (`[rls]`): `envoy.service.ratelimit.v3`'s
+//! `ShouldRateLimit` over the filter's [`DescriptorPolicy`], configured by
+//! envoyproxy/ratelimit's own YAML files (see `tollgate_filter::descriptors`).
+//!
+//! The part's narrow entry points: [`load`] (the YAML files of a section, for `tollgate
+//! check`), [`start`] (bind and serve, for the server) and [`Rls::prepare`] / [`Rls::commit`]
+//! (a reload: the files re-read, the counts kept). The gRPC answers are in `service.rs`.
+
+pub mod proto;
+mod service;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tollgate_filter::{DescriptorConfig, DescriptorErrors, DescriptorPolicy, Request, Response};
+use tollgate_sketch::{BuildError, Clock, MonotonicClock};
+
+use crate::config::RlsConfig;
+use crate::server::StartError;
+
+/// Why the descriptor files could not be made a policy.
+#[derive(Debug)]
+pub enum RlsError {
+    /// A file could not be read.
+    Read(PathBuf, std::io::Error),
+    /// The files have errors, each `FILE:LINE:COL`.
+    Invalid(DescriptorErrors),
+    /// `[rls] memory` is too small for the sketches of the units the files use.
+    Memory(BuildError),
+}
+
+impl std::fmt::Display for RlsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RlsError::Read(path, err) => write!(f, "{}: cannot read: {err}", path.display()),
+            RlsError::Invalid(errors) => write!(f, "{errors}"),
+            RlsError::Memory(err) => write!(f, "[rls] memory: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for RlsError {}
+
+/// Reads and checks the descriptor files of `config`; a relative path is read from `dir`,
+/// the config file's directory (from the working directory without one). Each file is named
+/// by the path read, so its errors read `that/path.yaml:LINE:COL`.
+///
+/// # Errors
+/// [`RlsError::Read`] for the first file that cannot be read, else every problem of every file.
+pub fn load(config: &RlsConfig, dir: Option<&Path>) -> Result<DescriptorConfig, RlsError> {
+    let mut files = Vec::with_capacity(config.configs.len());
+    for path in &config.configs {
+        let path = match dir {
+            Some(dir) => dir.join(path),
+            None => path.clone(),
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| RlsError::Read(path.clone(), e))?;
+        files.push((path.display().to_string(), text));
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    DescriptorConfig::parse(&files).map_err(RlsError::Invalid)
+}
+
+/// The service's state: the policy in force (swapped whole on reload) and its clock.
+#[derive(Debug)]
+pub struct Rls {
+    policy: ArcSwap<DescriptorPolicy>,
+    clock: MonotonicClock,
+    /// Where relative file paths are read from (see [`load`]).
+    dir: Option<PathBuf>,
+}
+
+/// A policy built from re-read files, waiting for the rest of a reload to succeed.
+#[derive(Debug)]
+pub struct Prepared(DescriptorPolicy);
+
+impl Rls {
+    /// The service of `config`, its files read now (relative ones from `dir`, see [`load`]).
+    ///
+    /// # Errors
+    /// [`RlsError`] if the files cannot be read or checked, or the memory is too small.
+    pub fn new(config: &RlsConfig, dir: Option<&Path>) -> Result<Rls, RlsError> {
+        let descriptors = load(config, dir)?;
+        let policy =
+            DescriptorPolicy::new(&descriptors, config.memory, None).map_err(RlsError::Memory)?;
+        Ok(Rls {
+            policy: ArcSwap::from_pointee(policy),
+            clock: MonotonicClock::new(),
+            dir: dir.map(Path::to_owned),
+        })
+    }
+
+    /// How many descriptor rules (nodes with a `rate_limit`) the files in force configure.
+    #[must_use]
+    pub fn rules(&self) -> usize {
+        self.policy.load().matcher().rules().len()
+    }
+
+    /// Bytes of descriptor sketches held.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        self.policy.load().memory_bytes()
+    }
+
+    /// Re-reads the files of `config` and builds their policy over the one in force: every
+    /// rule whose path is unchanged keeps its counts (see [`DescriptorPolicy::new`]). Nothing
+    /// changes until [`Rls::commit`].
+    ///
+    /// # Errors
+    /// As [`Rls::new`]; the policy in force stays.
+    pub fn prepare(&self, config: &RlsConfig) -> Result<Prepared, RlsError> {
+        let descriptors = load(config, self.dir.as_deref())?;
+        let current = self.policy.load();
+        let previous = Some((&**current, self.clock.now()));
+        DescriptorPolicy::new(&descriptors, config.memory, previous)
+            .map(Prepared)
+            .map_err(RlsError::Memory)
+    }
+
+    /// Puts a prepared policy in force.
+    pub fn commit(&self, prepared: Prepared) {
+        self.policy.store(Arc::new(prepared.0));
+    }
+
+    /// Decides `request` now (see [`DescriptorPolicy::decide`]), with the policy that decided.
+    fn decide(
+        &self,
+        request: &Request,
+    ) -> (
+        Arc<DescriptorPolicy>,
+        Result<Response, tollgate_filter::Refusal>,
+    ) {
+        let policy = self.policy.load_full();
+        let decided = policy.decide(request, self.clock.now());
+        (policy, decided)
+    }
+}
+
+/// Whether a reload from `old` to `new` changes what only a restart applies: whether the
+/// service runs, its address and its gRPC bounds (the files and the memory reload).
+#[must_use]
+pub fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) -> bool {
+    let fixed = |c: Option<&RlsConfig>| {
+        c.map(|c| (c.listen, c.max_concurrent_requests, c.max_message_bytes))
+    };
+    fixed(old) != fixed(new)
+}
+
+/// Builds the service of `config` (relative file paths read from `dir`), binds its address
+/// and serves it until `stopped` says stop: the task, the bound address and the service's
+/// state (for reloads).
+///
+/// # Errors
+/// [`StartError::Invalid`] if the files cannot be read or checked (their errors located),
+/// [`StartError::Bind`] if the address cannot be bound.
+pub async fn start(
+    config: &RlsConfig,
+    dir: Option<&Path>,
+    stopped: watch::Receiver<bool>,
+) -> Result<(JoinHandle<()>, SocketAddr, Arc<Rls>), StartError> {
+    let rls = Arc::new(Rls::new(config, dir).map_err(|e| StartError::Invalid(e.to_string()))?);
+    let bind_error = |error| StartError::Bind {
+        listener: "rls".to_owned(),
+        address: config.listen,
+        error,
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(bind_error)?;
+    let address = listener.local_addr().map_err(bind_error)?;
+    let task = tokio::spawn(service::serve(
+        Arc::clone(&rls),
+        listener,
+        config.clone(),
+        stopped,
+    ));
+    Ok((task, address, rls))
+}

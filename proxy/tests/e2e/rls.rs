@@ -1,0 +1,272 @@
+//! The rate-limit service Envoy calls (`[rls]`): a real tonic client on loopback against the
+//! in-process proxy, speaking `envoy.service.ratelimit.v3` as Envoy does, and `tollgate check`
+//! on its YAML files.
+
+use std::path::PathBuf;
+
+use tollgate::config::ProxyConfig;
+use tollgate::rls::proto::rate_limit_descriptor::Entry;
+use tollgate::rls::proto::rate_limit_response::rate_limit::Unit;
+use tollgate::rls::proto::{
+    Code, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
+};
+use tollgate::server::Server;
+use tonic::transport::Channel;
+
+use crate::support;
+
+/// Three per minute per API key (a named rule), a hundred per hour per path.
+const YAML: &str = "\
+domain: api
+descriptors:
+  - key: api_key
+    rate_limit:
+      name: per_key
+      unit: minute
+      requests_per_unit: 3
+  - key: path
+    rate_limit: {unit: hour, requests_per_unit: 100}
+";
+
+/// A proxy serving `[rls]` from `api.yaml` (holding `yaml`) beside its config file, and a
+/// client connected to it.
+struct Rls {
+    server: Server,
+    dir: tempfile::TempDir,
+    client: RateLimitServiceClient<Channel>,
+}
+
+async fn serving(yaml: &str, more: &str) -> Rls {
+    let dir = support::scratch("rls");
+    std::fs::write(dir.path().join("api.yaml"), yaml).expect("written");
+    let path = dir.path().join("tollgate.toml");
+    let text = format!(
+        "[admin]\nenabled = false\n[rls]\nlisten = \"127.0.0.1:0\"\nconfigs = [\"api.yaml\"]\n\
+         memory = \"1MiB\"\n{more}\n"
+    );
+    std::fs::write(&path, &text).expect("written");
+    let config = ProxyConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let server = Server::start(config, Some(path)).await.expect("starts");
+    let address = server.rls_addr().expect("[rls] runs");
+    let client = tokio::time::timeout(
+        support::BOUND,
+        RateLimitServiceClient::connect(format!("http://{address}")),
+    )
+    .await
+    .expect("connects in time")
+    .expect("connects");
+    Rls {
+        server,
+        dir,
+        client,
+    }
+}
+
+/// A request for `domain` of one descriptor per list of `(key, value)` entries.
+fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits_addend: u32) -> RateLimitRequest {
+    let descriptor = |entries: &[(&str, &str)]| RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).to_owned(),
+                value: (*value).to_owned(),
+            })
+            .collect(),
+        limit: None,
+    };
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
+        hits_addend,
+    }
+}
+
+impl Rls {
+    async fn ask(&mut self, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        tokio::time::timeout(support::BOUND, self.client.should_rate_limit(request))
+            .await
+            .expect("answers in time")
+            .map(tonic::Response::into_inner)
+    }
+
+    async fn answer(&mut self, request: RateLimitRequest) -> RateLimitResponse {
+        self.ask(request).await.expect("an answer")
+    }
+
+    async fn refused(&mut self, request: RateLimitRequest) -> tonic::Status {
+        self.ask(request).await.expect_err("refused")
+    }
+}
+
+fn key(value: &str) -> [(&str, &str); 1] {
+    [("api_key", value)]
+}
+
+/// Each status's code and `limit_remaining`.
+fn codes(response: &RateLimitResponse) -> Vec<(Code, u32)> {
+    response
+        .statuses
+        .iter()
+        .map(|s| (s.code(), s.limit_remaining))
+        .collect()
+}
+
+#[tokio::test]
+async fn under_the_limit_is_ok_with_statuses_and_over_it_is_over_limit() {
+    let mut rls = serving(YAML, "").await;
+    for remaining in [2, 1, 0] {
+        // hits_addend 0, as Envoy sends it: counts as 1.
+        let response = rls.answer(request("api", &[&key("k1")], 0)).await;
+        assert_eq!(response.overall_code(), Code::Ok);
+        assert_eq!(codes(&response), [(Code::Ok, remaining)]);
+        let limit = response.statuses[0].current_limit.clone().expect("a limit");
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit()),
+            ("per_key", 3, Unit::Minute)
+        );
+    }
+    let over = rls.answer(request("api", &[&key("k1")], 0)).await;
+    assert_eq!(over.overall_code(), Code::OverLimit);
+    assert_eq!(codes(&over), [(Code::OverLimit, 0)]);
+    let reset = over.statuses[0].duration_until_reset.expect("a reset");
+    // Not now, and within two windows: 4 counted in this minute fall to the 2 that leave
+    // room for one more once this minute ends and half the next has passed (the sliding
+    // window weighs the last minute by what of it is still inside one minute): about 90 s.
+    assert!((1..=120).contains(&reset.seconds), "{reset:?}");
+    // Another key has its own count.
+    let other = rls.answer(request("api", &[&key("k2")], 0)).await;
+    assert_eq!(codes(&other), [(Code::Ok, 2)]);
+}
+
+#[tokio::test]
+async fn one_descriptor_over_makes_the_whole_request_over_limit() {
+    let mut rls = serving(YAML, "").await;
+    rls.answer(request("api", &[&key("k1")], 3)).await;
+    let both = rls
+        .answer(request("api", &[&key("k1"), &[("path", "/v1/users")]], 0))
+        .await;
+    assert_eq!(both.overall_code(), Code::OverLimit);
+    assert_eq!(codes(&both), [(Code::OverLimit, 0), (Code::Ok, 99)]);
+}
+
+#[tokio::test]
+async fn hits_addend_is_the_weight() {
+    let mut rls = serving(YAML, "").await;
+    let three = rls.answer(request("api", &[&key("k1")], 3)).await;
+    assert_eq!(codes(&three), [(Code::Ok, 0)]);
+    let one_more = rls.answer(request("api", &[&key("k1")], 1)).await;
+    assert_eq!(one_more.overall_code(), Code::OverLimit);
+    let four = rls.answer(request("api", &[&key("k2")], 4)).await;
+    assert_eq!(four.overall_code(), Code::OverLimit, "4 > 3 at once");
+    let two = rls.answer(request("api", &[&key("k3")], 2)).await;
+    assert_eq!(codes(&two), [(Code::Ok, 1)]);
+}
+
+#[tokio::test]
+async fn bad_requests_are_invalid_arguments_and_unknown_domains_ok() {
+    let mut rls = serving(YAML, "").await;
+    let empty = rls.refused(request("api", &[], 0)).await;
+    assert_eq!(empty.code(), tonic::Code::InvalidArgument);
+    assert!(
+        empty
+            .message()
+            .contains("rate limit descriptor list must not be empty"),
+        "{empty:?}"
+    );
+    let long = "v".repeat(4_097);
+    let oversized = rls.refused(request("api", &[&key(&long)], 0)).await;
+    assert_eq!(oversized.code(), tonic::Code::InvalidArgument);
+    assert!(
+        oversized.message().contains("value_too_long")
+            && oversized.message().contains("more than 4096"),
+        "{oversized:?}"
+    );
+    let unknown = rls.answer(request("nowhere", &[&key("k1")], 0)).await;
+    assert_eq!(unknown.overall_code(), Code::Ok);
+    assert_eq!(codes(&unknown), [(Code::Ok, 0)]);
+    assert!(unknown.statuses[0].current_limit.is_none());
+    let unmatched = rls.answer(request("api", &[&[("user", "u")]], 0)).await;
+    assert_eq!(codes(&unmatched), [(Code::Ok, 0)]);
+    // The service still answers everyone else.
+    let fine = rls.answer(request("api", &[&key("k1")], 0)).await;
+    assert_eq!(codes(&fine), [(Code::Ok, 2)]);
+}
+
+#[tokio::test]
+async fn a_message_past_max_message_bytes_is_refused_before_decoding() {
+    let mut rls = serving(YAML, "max_message_bytes = \"1KiB\"").await;
+    let status = rls
+        .refused(request("api", &[&key(&"v".repeat(2_000))], 0))
+        .await;
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    let fine = rls.answer(request("api", &[&key("k1")], 0)).await;
+    assert_eq!(codes(&fine), [(Code::Ok, 2)]);
+}
+
+#[tokio::test]
+async fn a_reload_rereads_the_files_and_keeps_the_counts() {
+    let mut rls = serving(YAML, "").await;
+    for _ in 0..2 {
+        rls.answer(request("api", &[&key("k1")], 0)).await;
+    }
+    let yaml = rls.dir.path().join("api.yaml");
+    // A bad file refuses the reload: the rules in force stay, counts and all.
+    std::fs::write(&yaml, YAML.replace("minute", "fortnight")).expect("written");
+    let refused = rls.server.shared().reloader().reload_off_runtime().await;
+    let message = refused.expect_err("a bad file is refused").to_string();
+    assert!(
+        message.contains("api.yaml:6:13: invalid rate limit unit"),
+        "{message}"
+    );
+    // The same path with a new limit, and a new rule: the count of k1 carries over.
+    let changed = YAML.replace("requests_per_unit: 3", "requests_per_unit: 4")
+        + "  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    std::fs::write(&yaml, changed).expect("written");
+    rls.server
+        .shared()
+        .reloader()
+        .reload_off_runtime()
+        .await
+        .expect("reloaded");
+    let after = rls.answer(request("api", &[&key("k1")], 0)).await;
+    assert_eq!(
+        codes(&after),
+        [(Code::Ok, 1)],
+        "2 counted before, 1 now, of 4"
+    );
+    let limit = after.statuses[0].current_limit.clone().expect("a limit");
+    assert_eq!(limit.requests_per_unit, 4);
+    let user = rls.answer(request("api", &[&[("user", "u")]], 0)).await;
+    let limit = user.statuses[0].current_limit.clone();
+    assert_eq!(
+        limit.map(|l| l.unit()),
+        Some(Unit::Second),
+        "the new rule is in force"
+    );
+}
+
+#[test]
+fn check_names_the_yaml_file_line_and_column() {
+    let dir = support::scratch("rls-check");
+    let bad = YAML.replace("unit: minute", "unit: fortnight");
+    std::fs::write(dir.path().join("bad.yaml"), bad).expect("written");
+    let path: PathBuf = dir.path().join("tollgate.toml");
+    let text = "[rls]\nlisten = \"127.0.0.1:8081\"\nconfigs = [\"bad.yaml\"]\n";
+    std::fs::write(&path, text).expect("written");
+    let mut out = Vec::new();
+    let code = tollgate::tools::check::check(&path, &mut out).expect("output is written");
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(code, std::process::ExitCode::FAILURE, "{out}");
+    let at = format!(
+        "{}:6:13: invalid rate limit unit 'fortnight'",
+        dir.path().join("bad.yaml").display()
+    );
+    assert!(out.contains(&at), "{at} not in\n{out}");
+    // The same file fixed passes, and says what it holds.
+    std::fs::write(dir.path().join("bad.yaml"), YAML).expect("written");
+    let mut out = Vec::new();
+    let code = tollgate::tools::check::check(&path, &mut out).expect("output is written");
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+    assert!(out.contains("[rls]: valid; 2 descriptor rule(s)"), "{out}");
+}
