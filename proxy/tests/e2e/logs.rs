@@ -71,7 +71,14 @@ impl Run {
                 run.text()
             );
         }
-        let pid = run.child.id().to_string();
+        let status = run.terminate();
+        assert!(status.success(), "{status}:\n{}", run.text());
+        std::fs::read(&run.stderr).unwrap()
+    }
+
+    /// Sends the child SIGTERM and waits (bounded) for its exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
         assert!(
             Command::new("kill")
                 .args(["-s", "TERM", &pid])
@@ -79,9 +86,7 @@ impl Run {
                 .unwrap()
                 .success()
         );
-        let status = exited(&mut run.child);
-        assert!(status.success(), "{status}:\n{}", run.text());
-        std::fs::read(&run.stderr).unwrap()
+        exited(&mut self.child)
     }
 
     fn text(&self) -> String {
@@ -204,15 +209,7 @@ fn a_reason_with_a_newline_and_an_escape_sequence_stays_one_line_in_the_text_log
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
-    let pid = run.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-s", "TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert!(exited(&mut run.child).success(), "{}", run.text());
+    assert!(run.terminate().success(), "{}", run.text());
     let log = std::fs::read(&run.stderr).unwrap();
     let text = String::from_utf8_lossy(&log);
     let escape = log.iter().position(|&byte| byte == 0x1b);
