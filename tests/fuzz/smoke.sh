@@ -18,7 +18,7 @@ afl_version=0.18.2
 if [ "$#" -gt 0 ]; then
   targets=("$@")
 else
-  targets=(frame proxy_header config capture state admin cluster_lists)
+  targets=(frame proxy_header config descriptors capture state admin cluster_lists)
 fi
 
 if ! cargo afl --version 2>/dev/null | grep -q "$afl_version"; then

@@ -246,14 +246,33 @@ struct Reader<'a> {
     errors: Vec<ConfigError>,
 }
 
-/// Line and 1-based column of a node.
-fn place(node: &MarkedYaml<'_>) -> (usize, usize) {
-    (node.span.start.line().max(1), node.span.start.col() + 1)
+/// The 1-based line and column (in characters) of the `index`th character of `text`, counting
+/// lines by `\n` as editors and the other config errors do. The YAML scanner's own line and
+/// column disagree with that (the fuzzer found errors placed a line past the end of the text,
+/// and columns past the end of their line), so only its character index is used; an index
+/// past the end is the end.
+fn locate(text: &str, index: usize) -> (usize, usize) {
+    let mut line = 1;
+    let mut column = 1;
+    for c in text.chars().take(index) {
+        if c == '\n' {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    (line, column)
 }
 
 impl<'a> Reader<'a> {
+    /// Line and column of `node`'s start.
+    fn place(&self, node: &MarkedYaml<'_>) -> (usize, usize) {
+        locate(self.text, node.span.start.index())
+    }
+
     fn error(&mut self, node: &MarkedYaml<'_>, message: impl Into<String>) {
-        let (line, column) = place(node);
+        let (line, column) = self.place(node);
         self.errors.push(ConfigError {
             line,
             column,
@@ -266,10 +285,10 @@ impl<'a> Reader<'a> {
         let documents = match MarkedYaml::load_from_str(self.text) {
             Ok(documents) => documents,
             Err(err) => {
-                let marker = err.marker();
+                let (line, column) = locate(self.text, err.marker().index());
                 self.errors.push(ConfigError {
-                    line: marker.line().max(1),
-                    column: marker.col() + 1,
+                    line,
+                    column,
                     message: format!("error loading config file: {}", err.info()),
                 });
                 return None;
@@ -291,7 +310,7 @@ impl<'a> Reader<'a> {
         let mut descriptors = Vec::new();
         for (key, value) in fields {
             match key {
-                "domain" => name = Some((self.string(value), place(value))),
+                "domain" => name = Some((self.string(value), self.place(value))),
                 _ => descriptors = self.descriptors(value),
             }
         }
@@ -380,7 +399,7 @@ impl<'a> Reader<'a> {
             shadow_mode: false,
             detailed_metric: false,
             descriptors: Vec::new(),
-            line: place(node).0,
+            line: self.place(node).0,
         };
         let mut has_key = false;
         for (key, value) in fields {
@@ -740,6 +759,21 @@ mod tests {
             errors(&[("syntax.yaml", "domain: d\ndescriptors:\n  - key: [a\n")]),
             [
                 "syntax.yaml:4:1: error loading config file: while parsing a flow sequence, expected ',' or ']'"
+            ]
+        );
+        // Found by the fuzzer (tests/fuzz/regressions/descriptors): the scanner placed an error
+        // at the end of the input a line past the text; places now come from its character
+        // index.
+        assert_eq!(
+            errors(&[("end.yaml", "[")]),
+            [
+                "end.yaml:1:2: error loading config file: while parsing a node, did not find expected node content"
+            ]
+        );
+        assert_eq!(
+            errors(&[("cr.yaml", "domain: d\rdescriptors: [a: b: c]\n")]),
+            [
+                "cr.yaml:1:29: error loading config file: while parsing a flow mapping, did not find expected ',' or '}'"
             ]
         );
         assert_eq!(

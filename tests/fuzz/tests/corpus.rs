@@ -54,6 +54,11 @@ fn config() {
 }
 
 #[test]
+fn descriptors() {
+    replay("descriptors", tollgate_fuzz::descriptors::check);
+}
+
+#[test]
 fn capture() {
     replay("capture", tollgate_fuzz::capture::check);
 }
