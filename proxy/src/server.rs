@@ -342,7 +342,7 @@ impl Server {
     }
 
     /// Stops accepting, saves the state file (if `[proxy] state_file`; waiting at most
-    /// [`state::SAVE_BOUND`]), then waits up to the configured drain time for open connections
+    /// `state::SAVE_BOUND`), then waits up to the configured drain time for open connections
     /// to finish. Returns how many were still open (they end when the runtime does).
     pub async fn shutdown(self) -> usize {
         let _ = self.stop.send(true);
@@ -437,7 +437,7 @@ impl Signals {
 }
 
 /// The state the proxy's parts share for `config`, read from `path` if it came from a file:
-/// its metrics, the cluster's secrets checked, then the state file read ([`state::warm_start`])
+/// its metrics, the cluster's secrets checked, then the state file read (`state::warm_start`)
 /// and the filter, the gate and the reloader made from it.
 ///
 /// # Errors
@@ -484,7 +484,7 @@ fn open_files(shared: &Shared) -> u64 {
 ///
 /// # Errors
 /// [`StartError`] if the config is bad or a listener cannot bind; I/O errors from the runtime.
-pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
+pub(crate) fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(path).map_err(|e| StartError::Read(path.to_owned(), e))?;
     let config =
         ProxyConfig::parse(&text).map_err(|errors| StartError::Invalid(located(path, &errors)))?;

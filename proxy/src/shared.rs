@@ -1,5 +1,5 @@
-//! What the proxy's parts share: the data path's door ([`Gate`]), the metrics, the cluster
-//! link, the state file, the config lifecycle ([`Reloader`]) and the kernel's view.
+//! What the proxy's parts share: the data path's door (`Gate`), the metrics, the cluster
+//! link, the state file, the config lifecycle (`Reloader`) and the kernel's view.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,14 +30,14 @@ pub struct Shared {
     pub cluster: Option<Arc<Cluster>>,
     /// The warm-restart state file (`[proxy] state_file`, fixed at start); saved by the task
     /// [`crate::server::Server::start`] starts and at shutdown.
-    pub state: Option<Saver>,
+    pub(crate) state: Option<Saver>,
     /// The config's lifecycle: reload, apply, the `[kernel]` section in force.
     reloader: Arc<Reloader>,
     /// What the kernel holds, as the updater last committed it (the admin's `/top` and
     /// `/estimate` read it).
-    pub kernel_view: crate::kernel::View,
+    pub(crate) kernel_view: crate::kernel::View,
     /// The listeners serving now, as bound (the admin's status page shows them).
-    pub running: Serving,
+    pub(crate) running: Serving,
 }
 
 impl Shared {
@@ -46,7 +46,7 @@ impl Shared {
     ///
     /// # Errors
     /// When the connection counts' memory is too small.
-    pub fn new(
+    pub(crate) fn new(
         config: ProxyConfig,
         path: Option<PathBuf>,
         metrics: Metrics,
@@ -131,7 +131,7 @@ impl Shared {
 
     /// How long this process has run at `now` (a reading of [`Shared::now`]): the time base
     /// of its counters, which start at zero at every start, warm restarts included.
-    pub fn uptime(&self, now: Tick) -> Duration {
+    pub(crate) fn uptime(&self, now: Tick) -> Duration {
         self.gate.uptime(now)
     }
 }
@@ -140,7 +140,7 @@ impl Shared {
 impl Shared {
     /// The run-time list entries in force now, for the state file (see [`saved_lists::save`]).
     #[must_use]
-    pub fn saved_lists(&self) -> Vec<SavedEntry> {
+    pub(crate) fn saved_lists(&self) -> Vec<SavedEntry> {
         saved_lists::save(
             &self.filter().lists(),
             self.now(),
@@ -153,7 +153,7 @@ impl Shared {
     ///
     /// # Errors
     /// As [`saved_lists::restore`]: nothing is restored then.
-    pub fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
+    pub(crate) fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
         saved_lists::restore(
             &self.filter().lists(),
             saved,

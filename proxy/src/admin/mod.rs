@@ -93,7 +93,7 @@ impl Token {
     /// Whether `presented` is this token. The time taken depends on the length of
     /// `presented`, not on where it differs from the token.
     #[must_use]
-    pub fn matches(&self, presented: &[u8]) -> bool {
+    pub(crate) fn matches(&self, presented: &[u8]) -> bool {
         let expected: &[u8] = &self.0;
         let mut difference = expected.len() ^ presented.len();
         for (i, byte) in presented.iter().enumerate() {
@@ -120,7 +120,7 @@ impl Access {
     ///
     /// # Errors
     /// The token's file or variable cannot be read or is empty.
-    pub fn new(config: &Admin) -> Result<Access, String> {
+    pub(crate) fn new(config: &Admin) -> Result<Access, String> {
         Ok(Access {
             token: config.token.as_ref().map(Token::read).transpose()?,
             everything: !config.listen.ip().is_loopback(),
@@ -161,7 +161,7 @@ impl Access {
 
 /// Serves admin requests on `listener` until `stop` says so, under `config`'s timeouts and
 /// connection cap and `access`'s token.
-pub async fn serve(
+pub(crate) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
     config: Admin,
