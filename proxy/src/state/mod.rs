@@ -599,7 +599,7 @@ mod tests {
         );
         let config = crate::config::ProxyConfig::parse(&text).unwrap();
         let shared = crate::server::shared_state(config, None).unwrap();
-        let saver = shared.state.as_ref().unwrap();
+        let saver = shared.saver().unwrap();
         let writing = saver.writing.lock().unwrap();
         let err = saver.save(&shared, false).unwrap_err();
         assert!(matches!(err, StateError::Busy(_)), "{err}");
@@ -648,7 +648,7 @@ mod tests {
     #[test]
     fn a_save_says_what_it_wrote_and_the_file_says_when() {
         let (_dir, path, shared) = saving("what");
-        let saver = shared.state.as_ref().unwrap();
+        let saver = shared.saver().unwrap();
         assert_eq!(saver.path(), path);
         let before = unix_ms_by_the_system_clock();
         let saved = saver.save(&shared, false).unwrap();
@@ -670,7 +670,7 @@ mod tests {
     #[test]
     fn a_save_that_waits_writes_once_the_one_under_way_is_done() {
         let (_dir, path, shared) = saving("wait");
-        let saver = shared.state.as_ref().unwrap();
+        let saver = shared.saver().unwrap();
         std::thread::scope(|scope| {
             let (held, holding) = std::sync::mpsc::channel();
             scope.spawn(move || {
@@ -692,7 +692,7 @@ mod tests {
         assert!(save_bounded(&shared, true).await);
         assert!(path.exists());
         let metrics = shared
-            .metrics
+            .metrics()
             .render(&shared.filter().policy(), shared.now());
         assert!(
             metrics.contains("tollgate_state_saves_total{result=\"ok\"} 1\n"),
