@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// What `--version` prints after the name: the crate's version and the commit it was built
 /// from (`unknown` outside a git checkout; see `build.rs`).
-pub const VERSION: &str = concat!(
+pub(crate) const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("TOLLGATE_COMMIT"),
@@ -24,7 +24,7 @@ pub struct Cli {
     pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// The form of the log lines on stderr.
@@ -38,7 +38,7 @@ pub enum LogFormat {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// See it work: an echo upstream and the proxy on loopback, driven for a few seconds by
     /// steady clients, floods and a rotating IPv6 attacker; ends with what each got.
     Demo,

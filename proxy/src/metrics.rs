@@ -1,6 +1,6 @@
 //! The proxy's metrics, in the Prometheus text format (prometheus-client writes it; names and
 //! help texts are ours): one registry under the `tollgate_` prefix that each part registers
-//! its own series into: the listeners' ([`crate::listeners::metrics`]) first, then the
+//! its own series into: the listeners' (`crate::listeners::metrics`) first, then the
 //! process's own (reloads, sketches, lists, admin connections), then the state file's, the
 //! cluster's and the kernel fast path's, each in a sub-registry of its prefix.
 
@@ -48,9 +48,9 @@ pub struct Metrics {
     pub listeners: ListenerSeries,
     reloads: Family<ResultLabel, Counter>,
     /// Decisions the limiter could not make (the connection was let through: fail-open).
-    pub decide_failures: Counter,
+    pub(crate) decide_failures: Counter,
     /// Rejection log lines left out by the log rate limit.
-    pub logs_suppressed: Counter,
+    pub(crate) logs_suppressed: Counter,
     sketch_memory: Family<WindowLabel, Gauge>,
     sketch_events: Family<WindowLabel, Gauge>,
     sketch_fill: Family<WindowLabel, FloatGauge>,
@@ -59,32 +59,32 @@ pub struct Metrics {
     penalty_events: Family<PenaltyLabel, Gauge>,
     penalty_bound: Family<PenaltyLabel, Gauge>,
     /// Bytes held for per-source open-connection counts.
-    pub connection_memory: Gauge,
+    pub(crate) connection_memory: Gauge,
     /// Admin connections open now.
-    pub admin_connections: Gauge,
+    pub(crate) admin_connections: Gauge,
     /// Admin connections reset at accept because `[admin] max_connections` were open, every
     /// one being answered.
-    pub admin_refused: Counter,
+    pub(crate) admin_refused: Counter,
     /// Admin connections closed at the cap, before their request head was complete, to
     /// make room for a newcomer.
-    pub admin_evicted: Counter,
+    pub(crate) admin_evicted: Counter,
     /// The process's open-file limit (soft RLIMIT_NOFILE, after raising it at start).
-    pub open_files_limit: Gauge,
+    pub(crate) open_files_limit: Gauge,
     list_entries: Family<ListLabel, Gauge>,
     list_added: Counter,
     list_expired: Counter,
     list_removed: Counter,
     /// The cluster's metrics (exported only when `[cluster]` is configured).
-    pub cluster: ClusterMetrics,
+    pub(crate) cluster: ClusterMetrics,
     /// The kernel fast path's metrics (exported once `[kernel]` is configured, at start or
-    /// by a reload: see [`Metrics::export_kernel`]).
+    /// by a reload: see `Metrics::export_kernel`).
     pub kernel: KernelMetrics,
     /// The kernel metrics' own registry, rendered after the others once exported.
     kernel_registry: Registry,
     /// Whether `kernel_registry` is rendered.
     kernel_exported: AtomicBool,
     /// The warm-restart state file's metrics.
-    pub state: crate::state::StateMetrics,
+    pub(crate) state: crate::state::StateMetrics,
 }
 
 impl Default for Metrics {
@@ -97,11 +97,11 @@ impl Metrics {
     /// All metrics at zero, registered under the `tollgate_` prefix (the cluster's not
     /// exported).
     #[must_use]
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         Metrics::build(false, false)
     }
 
-    /// As [`Metrics::new`], with the cluster's and the kernel fast path's metrics exported
+    /// As `Metrics::new`, with the cluster's and the kernel fast path's metrics exported
     /// when those sections are configured.
     #[must_use]
     pub fn for_sections(cluster: bool, kernel: bool) -> Metrics {
@@ -256,13 +256,13 @@ impl Metrics {
 
     /// Exports the kernel fast path's metrics from the next render on (a reload added
     /// `[kernel]`); they stay exported, as they do when a reload removes the section.
-    pub fn export_kernel(&self) {
+    pub(crate) fn export_kernel(&self) {
         // Relaxed: a flag read at each render, ordering nothing else.
         self.kernel_exported.store(true, Ordering::Relaxed);
     }
 
     /// Counts a reload by its result.
-    pub fn reloaded(&self, ok: bool) {
+    pub(crate) fn reloaded(&self, ok: bool) {
         self.reloads
             .get_or_create(&ResultLabel {
                 result: if ok { "ok" } else { "error" },
@@ -271,7 +271,7 @@ impl Metrics {
     }
 
     /// Copies the run-time lists' counts (kept by the filter) into the exported metrics.
-    pub fn set_lists(&self, stats: &ListStats) {
+    pub(crate) fn set_lists(&self, stats: &ListStats) {
         let gauge = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
         for (list, held) in [("allow", stats.allow), ("deny", stats.deny)] {
             self.list_entries

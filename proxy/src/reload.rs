@@ -77,7 +77,7 @@ impl Reloader {
     /// Reloads into `gate`'s filter from `path` (if the config came from a file), starting
     /// from `config`, the one in force.
     #[must_use]
-    pub fn new(gate: Arc<Gate>, path: Option<PathBuf>, config: ProxyConfig) -> Reloader {
+    pub(crate) fn new(gate: Arc<Gate>, path: Option<PathBuf>, config: ProxyConfig) -> Reloader {
         Reloader {
             gate,
             path,
@@ -90,20 +90,20 @@ impl Reloader {
 
     /// The `[kernel]` section in force (subscribe to follow its changes).
     #[must_use]
-    pub fn kernel(&self) -> &watch::Sender<Option<KernelConfig>> {
+    pub(crate) fn kernel(&self) -> &watch::Sender<Option<KernelConfig>> {
         &self.kernel
     }
 
     /// What a reload needs to make the kernel's table itself; set once, by the server.
     #[must_use]
-    pub fn kernel_setup(&self) -> &OnceLock<Arc<Setup>> {
+    pub(crate) fn kernel_setup(&self) -> &OnceLock<Arc<Setup>> {
         &self.kernel_setup
     }
 
     /// The rate-limit service a reload re-reads the descriptor files of; set once, by the
     /// server that started it.
     #[must_use]
-    pub fn rls(&self) -> &OnceLock<Arc<crate::rls::Rls>> {
+    pub(crate) fn rls(&self) -> &OnceLock<Arc<crate::rls::Rls>> {
         &self.rls
     }
 
@@ -151,7 +151,8 @@ impl Reloader {
     ///
     /// # Errors
     /// [`ReloadError::Policy`] if the policy cannot be built; the old one stays.
-    pub fn apply(&self, config: ProxyConfig) -> Result<(), ReloadError> {
+    #[cfg(test)]
+    pub(crate) fn apply(&self, config: ProxyConfig) -> Result<(), ReloadError> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         self.apply_locked(config, &mut loaded)
     }

@@ -128,13 +128,13 @@ impl Server {
             drain,
             kernel: Arc::new(Current::new()),
         };
-        if shared.state.is_some() {
+        if shared.saver().is_some() {
             server.tasks.push(tokio::spawn(state::run(
                 Arc::clone(&shared),
                 stopped.clone(),
             )));
         }
-        if let Some(node) = &shared.cluster {
+        if let Some(node) = shared.cluster() {
             server.tasks.push(tokio::spawn(cluster::run(
                 Arc::clone(node),
                 stopped.clone(),
@@ -149,7 +149,7 @@ impl Server {
                         .get_ref()
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
-                    shared.running.add(Running {
+                    shared.running().add(Running {
                         name: config.name.clone(),
                         protocol: Protocol::Tcp,
                         address,
@@ -169,7 +169,7 @@ impl Server {
                     let address = socket
                         .local_addr()
                         .map_err(|e| bind_error(&config.name, config.listen, e))?;
-                    shared.running.add(Running {
+                    shared.running().add(Running {
                         name: config.name.clone(),
                         protocol: Protocol::Udp,
                         address,
@@ -241,7 +241,7 @@ impl Server {
             tcp: self.tcp.iter().map(|(_, a)| *a).collect(),
             udp: self.udp.iter().map(|(_, a)| *a).collect(),
         };
-        let metrics = &self.shared.metrics.kernel;
+        let metrics = &self.shared.metrics().kernel;
         let mut running = None;
         if let Some(config) = config {
             match self.kernel.replace(guarded.ruleset(&config)) {
@@ -342,7 +342,7 @@ impl Server {
     }
 
     /// Stops accepting, saves the state file (if `[proxy] state_file`; waiting at most
-    /// [`state::SAVE_BOUND`]), then waits up to the configured drain time for open connections
+    /// `state::SAVE_BOUND`), then waits up to the configured drain time for open connections
     /// to finish. Returns how many were still open (they end when the runtime does).
     pub async fn shutdown(self) -> usize {
         let _ = self.stop.send(true);
@@ -351,7 +351,7 @@ impl Server {
         }
         // Nothing is decided any more: the counts saved are the last ones.
         if state::save_bounded(&self.shared, true).await {
-            if let Some(saver) = &self.shared.state {
+            if let Some(saver) = self.shared.saver() {
                 tracing::info!(path = %saver.path().display(), "state saved");
             }
         }
@@ -362,7 +362,7 @@ impl Server {
             Ok(Err(err)) => tracing::warn!(%err, "cannot delete the kernel table"),
             Err(err) => tracing::warn!(%err, "cannot delete the kernel table"),
         }
-        self.shared.metrics.kernel.active.set(0);
+        self.shared.metrics().kernel.active.set(0);
         let deadline = tokio::time::Instant::now() + self.drain;
         while self.open_connections() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -437,7 +437,7 @@ impl Signals {
 }
 
 /// The state the proxy's parts share for `config`, read from `path` if it came from a file:
-/// its metrics, the cluster's secrets checked, then the state file read ([`state::warm_start`])
+/// its metrics, the cluster's secrets checked, then the state file read (`state::warm_start`)
 /// and the filter, the gate and the reloader made from it.
 ///
 /// # Errors
@@ -474,7 +474,7 @@ fn open_files(shared: &Shared) -> u64 {
         }
     };
     shared
-        .metrics
+        .metrics()
         .open_files_limit
         .set(i64::try_from(limit).unwrap_or(i64::MAX));
     limit
@@ -484,7 +484,7 @@ fn open_files(shared: &Shared) -> u64 {
 ///
 /// # Errors
 /// [`StartError`] if the config is bad or a listener cannot bind; I/O errors from the runtime.
-pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
+pub(crate) fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(path).map_err(|e| StartError::Read(path.to_owned(), e))?;
     let config =
         ProxyConfig::parse(&text).map_err(|errors| StartError::Invalid(located(path, &errors)))?;
@@ -527,7 +527,7 @@ pub fn run(path: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
         if let Some(address) = server.rls {
             tracing::info!(%address, "rate-limit service (envoy.service.ratelimit.v3, HTTP/2)");
         }
-        if let Some(node) = &server.shared.cluster {
+        if let Some(node) = server.shared.cluster() {
             let config = node.config();
             tracing::info!(
                 cluster = %config.name,

@@ -1,5 +1,6 @@
-//! What the proxy's parts share: the data path's door ([`Gate`]), the metrics, the cluster
-//! link, the state file, the config lifecycle ([`Reloader`]) and the kernel's view.
+//! What the proxy's parts share: the data path's door (`Gate`, which holds the metrics),
+//! the cluster link, the state file, the config lifecycle (`Reloader`), the kernel's view and
+//! the listeners serving; each read through an accessor.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,23 +22,22 @@ use crate::state::{Saver, Saving, StateMetrics, WarmStart};
 /// rest of the proxy keeps beside it.
 #[derive(Debug)]
 pub struct Shared {
-    /// The data path's door (the filter, its clock and what decisions are counted in).
+    /// The data path's door (the filter, its clock and what decisions are counted in: every
+    /// metric, see [`Shared::metrics`]).
     gate: Arc<Gate>,
-    /// Every metric (the gate counts into the same ones).
-    pub metrics: Arc<Metrics>,
     /// This node's part of a cluster (`[cluster]`, fixed at start); its sync task is started
     /// by [`crate::server::Server::start`].
-    pub cluster: Option<Arc<Cluster>>,
+    cluster: Option<Arc<Cluster>>,
     /// The warm-restart state file (`[proxy] state_file`, fixed at start); saved by the task
     /// [`crate::server::Server::start`] starts and at shutdown.
-    pub state: Option<Saver>,
+    state: Option<Saver>,
     /// The config's lifecycle: reload, apply, the `[kernel]` section in force.
     reloader: Arc<Reloader>,
     /// What the kernel holds, as the updater last committed it (the admin's `/top` and
     /// `/estimate` read it).
-    pub kernel_view: crate::kernel::View,
+    kernel_view: crate::kernel::View,
     /// The listeners serving now, as bound (the admin's status page shows them).
-    pub running: Serving,
+    running: Serving,
 }
 
 impl Shared {
@@ -46,7 +46,7 @@ impl Shared {
     ///
     /// # Errors
     /// When the connection counts' memory is too small.
-    pub fn new(
+    pub(crate) fn new(
         config: ProxyConfig,
         path: Option<PathBuf>,
         metrics: Metrics,
@@ -87,7 +87,6 @@ impl Shared {
             gate,
             cluster,
             state: saver,
-            metrics,
             kernel_view: crate::kernel::View::new(),
             running: Serving::default(),
         };
@@ -117,6 +116,36 @@ impl Shared {
         &self.reloader
     }
 
+    /// Every metric (held by the gate: the data path counts into them, the other parts too).
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        self.gate.metrics()
+    }
+
+    /// This node's part of a cluster, when `[cluster]` is configured.
+    #[must_use]
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// The warm-restart state file, when `[proxy] state_file` is configured.
+    #[must_use]
+    pub(crate) fn saver(&self) -> Option<&Saver> {
+        self.state.as_ref()
+    }
+
+    /// What the kernel holds, as the updater last committed it.
+    #[must_use]
+    pub(crate) fn kernel_view(&self) -> &crate::kernel::View {
+        &self.kernel_view
+    }
+
+    /// The listeners serving now, as bound.
+    #[must_use]
+    pub(crate) fn running(&self) -> &Serving {
+        &self.running
+    }
+
     /// The filter whose policy decides.
     #[must_use]
     pub fn filter(&self) -> &Filter {
@@ -131,7 +160,7 @@ impl Shared {
 
     /// How long this process has run at `now` (a reading of [`Shared::now`]): the time base
     /// of its counters, which start at zero at every start, warm restarts included.
-    pub fn uptime(&self, now: Tick) -> Duration {
+    pub(crate) fn uptime(&self, now: Tick) -> Duration {
         self.gate.uptime(now)
     }
 }
@@ -140,7 +169,7 @@ impl Shared {
 impl Shared {
     /// The run-time list entries in force now, for the state file (see [`saved_lists::save`]).
     #[must_use]
-    pub fn saved_lists(&self) -> Vec<SavedEntry> {
+    pub(crate) fn saved_lists(&self) -> Vec<SavedEntry> {
         saved_lists::save(
             &self.filter().lists(),
             self.now(),
@@ -153,7 +182,7 @@ impl Shared {
     ///
     /// # Errors
     /// As [`saved_lists::restore`]: nothing is restored then.
-    pub fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
+    pub(crate) fn restore_lists(&self, saved: Vec<SavedEntry>) -> Result<usize, ListError> {
         saved_lists::restore(
             &self.filter().lists(),
             saved,
@@ -165,7 +194,7 @@ impl Shared {
 
 impl Saving for Shared {
     fn saver(&self) -> Option<&Saver> {
-        self.state.as_ref()
+        Shared::saver(self)
     }
 
     fn now(&self) -> Tick {
@@ -181,17 +210,17 @@ impl Saving for Shared {
     }
 
     fn metrics(&self) -> &StateMetrics {
-        &self.metrics.state
+        &Shared::metrics(self).state
     }
 }
 
 impl crate::kernel::Host for Shared {
     fn metrics(&self) -> &crate::kernel::KernelMetrics {
-        &self.metrics.kernel
+        &Shared::metrics(self).kernel
     }
 
     fn export_metrics(&self) {
-        self.metrics.export_kernel();
+        Shared::metrics(self).export_kernel();
     }
 
     fn view(&self) -> &crate::kernel::View {

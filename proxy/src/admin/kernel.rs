@@ -15,7 +15,7 @@ pub(super) fn top_column(shared: &Shared, source: Option<IpAddr>) -> String {
     }
     match source {
         None => format!(" {:<36}", "kernel"),
-        Some(source) => format!(" {:<36}", shared.kernel_view.column(source)),
+        Some(source) => format!(" {:<36}", shared.kernel_view().column(source)),
     }
 }
 
@@ -26,7 +26,7 @@ pub(super) fn estimate_line(shared: &Shared, source: IpAddr) -> String {
     if shared.reloader().kernel().borrow().is_none() {
         return String::new();
     }
-    format!("{source}: {}\n", shared.kernel_view.describe(source))
+    format!("{source}: {}\n", shared.kernel_view().describe(source))
 }
 
 /// The JSON answers' `kernel` field for `source`: `null` without `[kernel]` or when not held,
@@ -36,7 +36,7 @@ pub(super) fn held(shared: &Shared, source: IpAddr) -> serde_json::Value {
     if shared.reloader().kernel().borrow().is_none() {
         return serde_json::Value::Null;
     }
-    match shared.kernel_view.hold(source, Instant::now()) {
+    match shared.kernel_view().hold(source, Instant::now()) {
         Some(hold) => serde_json::json!({
             "network": format!("{}/{}", hold.network, hold.len),
             "seconds_left": hold.left.map(|left| left.as_secs_f64()),

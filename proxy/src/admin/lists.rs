@@ -71,8 +71,7 @@ fn refusal(error: &ListError) -> StatusCode {
 /// The cluster node that added `entry`, if it travels through a cluster.
 pub(crate) fn origin(shared: &Shared, entry: &ListEntry) -> Option<String> {
     shared
-        .cluster
-        .as_ref()
+        .cluster()
         .and_then(|cluster| cluster.list_origin(entry.kind, entry.cidr))
 }
 
@@ -201,7 +200,7 @@ where
     let reason = posted.reason;
     match shared.filter().lists().add(cidr, kind, ttl, reason, now) {
         Ok((entry, replaced)) => {
-            if let Some(cluster) = &shared.cluster {
+            if let Some(cluster) = shared.cluster() {
                 // The rest of the cluster holds it from its next round.
                 cluster.list_entry_added(&entry, now);
             }
@@ -262,7 +261,7 @@ pub(crate) fn remove<B>(
     match shared.filter().lists().remove(cidr, kind, now) {
         Ok(entry) => {
             let node = origin(shared, &entry);
-            if let Some(cluster) = &shared.cluster {
+            if let Some(cluster) = shared.cluster() {
                 // And from the rest of the cluster by its next round.
                 cluster.list_entry_removed(entry.kind, entry.cidr, now);
             }

@@ -93,7 +93,7 @@ impl Token {
     /// Whether `presented` is this token. The time taken depends on the length of
     /// `presented`, not on where it differs from the token.
     #[must_use]
-    pub fn matches(&self, presented: &[u8]) -> bool {
+    pub(crate) fn matches(&self, presented: &[u8]) -> bool {
         let expected: &[u8] = &self.0;
         let mut difference = expected.len() ^ presented.len();
         for (i, byte) in presented.iter().enumerate() {
@@ -120,7 +120,7 @@ impl Access {
     ///
     /// # Errors
     /// The token's file or variable cannot be read or is empty.
-    pub fn new(config: &Admin) -> Result<Access, String> {
+    pub(crate) fn new(config: &Admin) -> Result<Access, String> {
         Ok(Access {
             token: config.token.as_ref().map(Token::read).transpose()?,
             everything: !config.listen.ip().is_loopback(),
@@ -161,7 +161,7 @@ impl Access {
 
 /// Serves admin requests on `listener` until `stop` says so, under `config`'s timeouts and
 /// connection cap and `access`'s token.
-pub async fn serve(
+pub(crate) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
     config: Admin,
@@ -186,11 +186,11 @@ pub async fn serve(
             Err(_) => {
                 if !waiting.evict_oldest() {
                     // Every open connection is being answered: they end soon by themselves.
-                    shared.metrics.admin_refused.inc();
+                    shared.metrics().admin_refused.inc();
                     socket::reset_on_close(&stream);
                     continue;
                 }
-                shared.metrics.admin_evicted.inc();
+                shared.metrics().admin_evicted.inc();
                 // The evicted connection's task closes it at its next poll and frees its
                 // slot; waiting for that keeps the descriptors within the cap. Bounded, in
                 // case it were ever slow: the newcomer is then reset as at a full cap.
@@ -203,7 +203,7 @@ pub async fn serve(
                 };
                 // `Err` inside: the semaphore was closed, which this function never does.
                 let Ok(Ok(slot)) = freed else {
-                    shared.metrics.admin_refused.inc();
+                    shared.metrics().admin_refused.inc();
                     socket::reset_on_close(&stream);
                     continue;
                 };
@@ -218,8 +218,8 @@ pub async fn serve(
             // Dropped last, after the stream is closed and the ticket taken out.
             let _slot = slot;
             let ticket = ticket;
-            shared.metrics.admin_connections.inc();
-            let metrics = shared.metrics.admin_connections.clone();
+            shared.metrics().admin_connections.inc();
+            let metrics = shared.metrics().admin_connections.clone();
             let state = ticket.connection();
             let service = hyper::service::service_fn(move |request| {
                 // hyper calls this once the whole request head is in: from here the
@@ -290,8 +290,8 @@ where
             let now = shared.now();
             let lists = shared.filter().lists();
             lists.sweep(now);
-            shared.metrics.set_lists(&lists.stats());
-            text(StatusCode::OK, shared.metrics.render(&policy, now))
+            shared.metrics().set_lists(&lists.stats());
+            text(StatusCode::OK, shared.metrics().render(&policy, now))
         }
         (&Method::GET, "/top") => {
             let n = query(&request, "n")

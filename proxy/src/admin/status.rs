@@ -176,12 +176,12 @@ impl Status {
         let policy = shared.filter().policy();
         let mut totals = Verdicts::default();
         let listeners = shared
-            .running
+            .running()
             .now()
             .into_iter()
             .map(|running| {
                 // The same counters the listener counts into (created when it started).
-                let metrics = shared.metrics.listeners.listener(&running.name);
+                let metrics = shared.metrics().listeners.listener(&running.name);
                 let verdicts = Verdicts {
                     allowed: metrics.allowed.get(),
                     throttled: metrics.throttled.get(),
@@ -204,7 +204,7 @@ impl Status {
         Status {
             uptime_seconds: shared.uptime(now).as_secs_f64(),
             totals,
-            decide_failures: shared.metrics.decide_failures.get(),
+            decide_failures: shared.metrics().decide_failures.get(),
             listeners,
             offenders: shared
                 .gate()

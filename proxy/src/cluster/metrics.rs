@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug)]
 pub struct ClusterMetrics {
     /// Duration of each successful sync round trip.
-    pub sync_seconds: Histogram,
+    pub(crate) sync_seconds: Histogram,
     /// Duration of the last successful sync round trip.
     pub last_sync: Gauge<f64, AtomicU64>,
     /// Successful sync rounds.
@@ -34,7 +34,7 @@ pub struct ClusterMetrics {
     /// Suspect events not shared because the suspects table or the own counts were full.
     pub suspects_overflow: Counter,
     /// Bytes held by the suspects tables.
-    pub memory: Gauge,
+    pub(crate) memory: Gauge,
     /// Redis's clock less this node's wall clock at the last round, in seconds (windows follow
     /// Redis's clock, so this may be anything; it shows how far off the node's clock is).
     pub clock_offset: Gauge<f64, AtomicU64>,
@@ -48,19 +48,19 @@ pub struct ClusterMetrics {
     /// Penalties this node started and shared with the cluster.
     pub penalties_shared: Counter,
     /// Penalties not shared: more than 4096 started between two rounds.
-    pub penalties_dropped: Counter,
+    pub(crate) penalties_dropped: Counter,
     /// Penalties in force in the cluster as of the last round (this node's included).
     pub penalties_held: Gauge,
     /// Run-time list changes (entries added or removed here) written to the cluster.
-    pub list_entries_sent: Counter,
+    pub(crate) list_entries_sent: Counter,
     /// Run-time list changes other nodes made, applied here.
-    pub list_entries_received: Counter,
+    pub(crate) list_entries_received: Counter,
     /// Run-time list changes not carried: more than 4096 made here between two rounds, or
     /// entries from others left out by this node's bounds (its cap, longest time to live,
     /// longest reason).
-    pub list_entries_dropped: Counter,
+    pub(crate) list_entries_dropped: Counter,
     /// Run-time list entries the cluster holds, as of this node's last read.
-    pub list_entries_held: Gauge,
+    pub(crate) list_entries_held: Gauge,
 }
 
 impl Default for ClusterMetrics {

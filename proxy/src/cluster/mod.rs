@@ -336,7 +336,7 @@ impl Cluster {
     /// Lets run-time list entries travel: `lists` (the filter's, shared by every policy a
     /// reload builds) receives the entries other nodes add and loses the ones they remove.
     /// Without it the node still sends its own changes. Only the first call counts.
-    pub fn attach_lists(&self, lists: Arc<RuntimeLists>) {
+    pub(crate) fn attach_lists(&self, lists: Arc<RuntimeLists>) {
         let _ = self.lists.set(lists);
     }
 
@@ -344,7 +344,7 @@ impl Cluster {
     /// travels: `None` for an entry the cluster does not hold (one from before this node
     /// joined, or restored from its state file).
     #[must_use]
-    pub fn list_origin(&self, kind: ListKind, cidr: Cidr) -> Option<String> {
+    pub(crate) fn list_origin(&self, kind: ListKind, cidr: Cidr) -> Option<String> {
         self.list_origins.load().get(&(kind, cidr)).cloned()
     }
 
@@ -381,7 +381,7 @@ impl Cluster {
     ///
     /// # Errors
     /// A message naming the file or variable (never the password).
-    pub fn check_secret(config: &ClusterConfig) -> Result<(), String> {
+    pub(crate) fn check_secret(config: &ClusterConfig) -> Result<(), String> {
         if let Some(auth) = &config.auth {
             redis::read_password(&auth.password)?;
         }
@@ -393,7 +393,7 @@ impl Cluster {
 
     /// The settings it runs with.
     #[must_use]
-    pub fn config(&self) -> &ClusterConfig {
+    pub(crate) fn config(&self) -> &ClusterConfig {
         &self.config
     }
 
@@ -401,13 +401,6 @@ impl Cluster {
     #[must_use]
     pub fn metrics(&self) -> &ClusterMetrics {
         &self.metrics
-    }
-
-    /// Bytes held by the suspects tables (the view and the sync task's own counts grow with
-    /// the suspects, up to `8 x suspects` entries of about 100 bytes).
-    #[must_use]
-    pub fn memory_bytes(&self) -> usize {
-        self.suspects.memory_bytes()
     }
 
     /// Redis's time in milliseconds at `now`: the clock windows are cut by.

@@ -11,28 +11,28 @@ use super::{Errors, TokenSource, duration, quoted, socket_addr};
 
 /// The admin endpoint's default address: loopback only, so metrics and `/reload` are not
 /// offered to the network unless the operator says so.
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+pub(crate) const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
 
 /// `[admin]`: the admin endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Admin {
+pub(crate) struct Admin {
     /// Where it listens.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Where its bearer token is read at start; `None`: no token, so no endpoint that changes
     /// state, and loopback only.
-    pub token: Option<TokenSource>,
+    pub(crate) token: Option<TokenSource>,
     /// How long a client may take to send a request's headers.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// A connection that moves no byte either way for this long is closed.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// Admin connections open at once at most; more are reset at accept.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
 }
 
 impl Admin {
     /// The endpoint at `listen` with the default timeouts and cap, and no token.
     #[must_use]
-    pub fn at(listen: SocketAddr) -> Admin {
+    pub(crate) fn at(listen: SocketAddr) -> Admin {
         Admin {
             listen,
             token: None,

@@ -32,10 +32,10 @@ pub struct ClusterConfig {
     /// How often the suspects' counts are pushed and the cluster's read back.
     pub sync: Duration,
     /// How long a connection attempt or a sync round may take before Redis counts as away.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// How far this node's window edges may be from Redis's clock (half a `TIME` round trip
     /// plus the correction a reading makes) before it refuses to share counts.
-    pub max_clock_error: Duration,
+    pub(crate) max_clock_error: Duration,
     /// The fraction of a limit a key's local estimate must reach to be shared.
     pub threshold: Threshold,
     /// What the node does while Redis is away.
@@ -47,7 +47,7 @@ pub struct ClusterConfig {
     pub tls: Option<RedisTls>,
     /// The host name each `redis` and `sentinels` address was written with, when it was a
     /// name and not an IP address: TLS verifies it, and the config is printed back with it.
-    pub hosts: BTreeMap<SocketAddr, String>,
+    pub(crate) hosts: BTreeMap<SocketAddr, String>,
 }
 
 impl ClusterConfig {
@@ -132,7 +132,7 @@ impl Threshold {
     ///
     /// # Errors
     /// A message saying the range.
-    pub fn new(fraction: f64) -> Result<Threshold, String> {
+    pub(crate) fn new(fraction: f64) -> Result<Threshold, String> {
         if fraction.is_finite() && fraction > 0.0 && fraction <= 1.0 {
             Ok(Threshold(fraction))
         } else {
@@ -160,7 +160,7 @@ pub enum OnFailure {
 impl OnFailure {
     /// The config file's word for it.
     #[must_use]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             OnFailure::Local => "local",
         }

@@ -32,7 +32,7 @@ pub struct KernelConfig {
 impl Eq for KernelConfig {}
 
 /// The default `[kernel] table`.
-pub const DEFAULT_KERNEL_TABLE: &str = "tollgate";
+pub(crate) const DEFAULT_KERNEL_TABLE: &str = "tollgate";
 
 impl Default for KernelConfig {
     fn default() -> KernelConfig {
@@ -60,7 +60,7 @@ pub enum KernelAction {
 impl KernelAction {
     /// The config file's word for it.
     #[must_use]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             KernelAction::Drop => "drop",
             KernelAction::Reset => "reset",

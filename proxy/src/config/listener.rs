@@ -14,7 +14,7 @@ use super::{Errors, duration, list, quoted, socket_addr};
 
 /// What a listener carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     /// Stream connections, each decided on at accept.
     Tcp,
     /// Datagrams, each decided on as it arrives.
@@ -24,7 +24,7 @@ pub enum Protocol {
 impl Protocol {
     /// The config file's word for it.
     #[must_use]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
@@ -35,7 +35,7 @@ impl Protocol {
 /// Which PROXY protocol header the proxy writes to its upstreams.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SendProxy {
+pub(crate) enum SendProxy {
     /// None: upstreams see the proxy's address.
     #[default]
     None,
@@ -48,7 +48,7 @@ pub enum SendProxy {
 impl SendProxy {
     /// The config file's word for it.
     #[must_use]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SendProxy::None => "none",
             SendProxy::V1 => "v1",
@@ -61,23 +61,23 @@ impl SendProxy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listener {
     /// Unique name, used in metrics and logs.
-    pub name: String,
+    pub(crate) name: String,
     /// TCP or UDP.
-    pub protocol: Protocol,
+    pub(crate) protocol: Protocol,
     /// The address to listen on.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Where allowed traffic goes, tried in turn.
-    pub upstreams: Vec<SocketAddr>,
+    pub(crate) upstreams: Vec<SocketAddr>,
     /// How long one connection attempt to an upstream may take.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// Further attempts after the first fails, each on the next upstream.
-    pub retries: u32,
+    pub(crate) retries: u32,
     /// The wait before the first retry; it doubles for each further one, with jitter.
-    pub backoff: Duration,
+    pub(crate) backoff: Duration,
     /// The accept queue length asked of the kernel.
-    pub backlog: u32,
+    pub(crate) backlog: u32,
     /// Set SO_REUSEPORT, so several processes can share the port.
-    pub reuse_port: bool,
+    pub(crate) reuse_port: bool,
     /// Forwarded connections (TCP) this listener holds at most; more are reset at accept.
     /// Held rejections have a budget of their own (`max_held`).
     pub max_connections: usize,
@@ -86,44 +86,44 @@ pub struct Listener {
     pub max_connections_per_source: u32,
     /// Forwarded connections one network (IPv4 /24, IPv6 /48) may hold open. Default: a quarter
     /// of `max_connections`, so one network never takes the listener.
-    pub max_connections_per_prefix: u32,
+    pub(crate) max_connections_per_prefix: u32,
     /// Held rejections (`delay`, `close` lingering, `reply`) this listener keeps at most, apart
     /// from `max_connections`; one more is reset (0: every rejection is a reset).
-    pub max_held: usize,
+    pub(crate) max_held: usize,
     /// Held rejections one source (IPv4 address, IPv6 /64) may have at once.
-    pub max_held_per_source: u32,
+    pub(crate) max_held_per_source: u32,
     /// Held rejections one network (IPv4 /24, IPv6 /48) may have at once.
-    pub max_held_per_prefix: u32,
+    pub(crate) max_held_per_prefix: u32,
     /// Connections from trusted peers still waiting for their PROXY header, at most; apart
     /// from `max_connections`, so a peer trickling headers cannot take the forwarding slots;
     /// one more is reset (`header_waits_full`). Default: a quarter of `max_connections`, at
     /// least 64. One trusted peer may hold a quarter of them (at least 64, or all when fewer).
-    pub max_header_waits: usize,
+    pub(crate) max_header_waits: usize,
     /// A relayed connection that moves no byte either way for this long is closed (also the
     /// bound on waiting for the first byte of either side).
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// Peers whose PROXY headers are believed (then the header's source is the key); a
     /// connection from one of them must start with a header.
     pub trusted_proxies: Vec<Cidr>,
     /// How long a trusted peer may take to send its header.
-    pub proxy_header_timeout: Duration,
+    pub(crate) proxy_header_timeout: Duration,
     /// The header written to upstreams.
-    pub send_proxy: SendProxy,
+    pub(crate) send_proxy: SendProxy,
     /// UDP: how long a client session lives without traffic.
-    pub session_timeout: Duration,
+    pub(crate) session_timeout: Duration,
     /// UDP: client sessions held at most; new clients are refused while it is full. `None`:
     /// derived at start from the open-file limit (see [`crate::listeners::descriptors`]).
-    pub max_sessions: Option<usize>,
+    pub(crate) max_sessions: Option<usize>,
     /// UDP: sessions one source (IPv4 address, IPv6 /64) may hold.
-    pub max_sessions_per_source: u32,
+    pub(crate) max_sessions_per_source: u32,
     /// UDP: sessions one prefix (IPv4 /24, IPv6 /48) may hold.
-    pub max_sessions_per_prefix: u32,
+    pub(crate) max_sessions_per_prefix: u32,
 }
 
 /// UDP: the default cap of sessions per source (IPv4 address, IPv6 /64).
-pub const DEFAULT_SESSIONS_PER_SOURCE: u32 = 64;
+pub(crate) const DEFAULT_SESSIONS_PER_SOURCE: u32 = 64;
 /// UDP: the default cap of sessions per prefix (IPv4 /24, IPv6 /48).
-pub const DEFAULT_SESSIONS_PER_PREFIX: u32 = 256;
+pub(crate) const DEFAULT_SESSIONS_PER_PREFIX: u32 = 256;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -320,15 +320,15 @@ fn listener(raw: &RawListener, errors: &mut Errors<'_>) -> Option<Listener> {
 }
 
 /// The default held-rejection budget of a listener: in all, per source, per network.
-pub const DEFAULT_HELD: (usize, u32, u32) = (1_000, 8, 64);
+pub(crate) const DEFAULT_HELD: (usize, u32, u32) = (1_000, 8, 64);
 
 /// The default idle timeout of a relayed TCP connection.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The default open-connection caps of a listener of `max_connections`: per source a
 /// sixteenth of it, per network (/24, /48) a quarter, each at least 1.
 #[must_use]
-pub fn network_caps(max_connections: usize) -> (u32, u32) {
+pub(crate) fn network_caps(max_connections: usize) -> (u32, u32) {
     let part = |divisor: usize| {
         u32::try_from(max_connections / divisor)
             .unwrap_or(u32::MAX)

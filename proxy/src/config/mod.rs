@@ -18,18 +18,16 @@ mod settings;
 #[cfg(test)]
 mod testing;
 
-pub use admin::{Admin, DEFAULT_ADMIN};
+pub(crate) use admin::Admin;
 pub use cluster::{
     ClientCertificate, ClusterConfig, OnFailure, RedisAuth, RedisTls, Sentinel, Threshold,
 };
-pub use kernel::{DEFAULT_KERNEL_TABLE, KernelAction, KernelConfig};
-pub use listener::{
-    DEFAULT_HELD, DEFAULT_IDLE_TIMEOUT, DEFAULT_SESSIONS_PER_PREFIX, DEFAULT_SESSIONS_PER_SOURCE,
-    Listener, Protocol, SendProxy, network_caps,
-};
-pub use rls::{DEFAULT_RLS_CONCURRENCY, DEFAULT_RLS_MEMORY, DEFAULT_RLS_MESSAGE_BYTES, RlsConfig};
+pub use kernel::{KernelAction, KernelConfig};
+pub use listener::Listener;
+pub(crate) use listener::{Protocol, SendProxy};
+pub(crate) use rls::RlsConfig;
 pub use secret::TokenSource;
-pub use settings::{DEFAULT_STATE_INTERVAL, Settings, StateFile};
+pub(crate) use settings::{Settings, StateFile};
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -50,9 +48,9 @@ use settings::RawSettings;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyConfig {
     /// Process-wide settings (`[proxy]`).
-    pub settings: Settings,
+    pub(crate) settings: Settings,
     /// The admin endpoint (`[admin]`); `None` when disabled.
-    pub admin: Option<Admin>,
+    pub(crate) admin: Option<Admin>,
     /// The listeners (`[[listener]]`), in file order.
     pub listeners: Vec<Listener>,
     /// Limits shared with other proxies through Redis (`[cluster]`); `None` without the
@@ -63,10 +61,10 @@ pub struct ProxyConfig {
     pub kernel: Option<KernelConfig>,
     /// The rate-limit service Envoy calls (`[rls]`); `None` without the section: no gRPC
     /// server.
-    pub rls: Option<RlsConfig>,
+    pub(crate) rls: Option<RlsConfig>,
     /// The warm-restart state file (`[proxy] state_file`); `None` without it: nothing is
     /// saved, every start is cold.
-    pub state: Option<StateFile>,
+    pub(crate) state: Option<StateFile>,
     /// The policy (`[sketch]`, `[lists]`, `[[rule]]`).
     pub policy: Config,
 }

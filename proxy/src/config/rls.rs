@@ -13,14 +13,14 @@ use super::{Errors, list, quoted, socket_addr};
 
 /// The default `[rls] memory`: bytes of descriptor sketches, shared evenly by the units the
 /// YAML files use.
-pub const DEFAULT_RLS_MEMORY: usize = 64 << 20;
+pub(crate) const DEFAULT_RLS_MEMORY: usize = 64 << 20;
 /// The default `[rls] max_concurrent_requests`: requests decided at once per connection;
 /// more wait for a slot (HTTP/2 flow control pushes back on the caller).
-pub const DEFAULT_RLS_CONCURRENCY: usize = 1_024;
+pub(crate) const DEFAULT_RLS_CONCURRENCY: usize = 1_024;
 /// The default `[rls] max_message_bytes`: the largest request message decoded. Twice the
 /// policy's whole-request bound ([`tollgate_filter::MAX_REQUEST_BYTES`], domain, keys and
 /// values) leaves room for the protobuf framing of the most descriptors and entries it allows.
-pub const DEFAULT_RLS_MESSAGE_BYTES: usize = 2 * tollgate_filter::MAX_REQUEST_BYTES;
+pub(crate) const DEFAULT_RLS_MESSAGE_BYTES: usize = 2 * tollgate_filter::MAX_REQUEST_BYTES;
 
 /// The smallest `[rls] memory`: below it a unit's sketch cannot hold anything useful.
 const MIN_MEMORY: usize = 64 << 10;
@@ -31,19 +31,19 @@ const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// `[rls]`: the rate-limit service.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RlsConfig {
+pub(crate) struct RlsConfig {
     /// Where the gRPC server listens (HTTP/2 without TLS).
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// The descriptor files, in envoyproxy/ratelimit's format, one domain each; read at
     /// start, by `tollgate check` and at every reload, a relative path from the config
     /// file's directory.
-    pub configs: Vec<PathBuf>,
+    pub(crate) configs: Vec<PathBuf>,
     /// Bytes of descriptor sketches.
-    pub memory: usize,
+    pub(crate) memory: usize,
     /// Requests decided at once, per connection.
-    pub max_concurrent_requests: usize,
+    pub(crate) max_concurrent_requests: usize,
     /// The largest request message decoded; a larger one is refused before decoding.
-    pub max_message_bytes: usize,
+    pub(crate) max_message_bytes: usize,
 }
 
 #[derive(Deserialize)]

@@ -13,17 +13,17 @@ use crate::gate::connections::MIN_CONNECTION_MEMORY;
 
 /// `[proxy]`: settings for the whole process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Worker threads; 0 means one per core.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// On SIGTERM, how long open connections may take to finish before they are cut.
-    pub drain: Duration,
+    pub(crate) drain: Duration,
     /// Memory for the per-source open-connection counts (all listeners together).
-    pub connection_memory: usize,
+    pub(crate) connection_memory: usize,
     /// At most this many rejection log lines per second; the rest are counted and summarised.
-    pub log_rejections: u32,
+    pub(crate) log_rejections: u32,
     /// How long a `delay` action holds a connection when its rule names no bound.
-    pub delay: Duration,
+    pub(crate) delay: Duration,
 }
 
 impl Default for Settings {
@@ -42,15 +42,15 @@ impl Default for Settings {
 /// entries are saved (every interval and at SIGTERM) and read back at start (see
 /// [`crate::state`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StateFile {
+pub(crate) struct StateFile {
     /// The file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// How often it is written while running.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
 }
 
 /// The default `[proxy] state_interval`.
-pub const DEFAULT_STATE_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_STATE_INTERVAL: Duration = Duration::from_secs(30);
 
 #[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]

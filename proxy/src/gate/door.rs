@@ -52,9 +52,9 @@ pub struct Gate {
 /// A decision and the policy that made it (its rule indices point into that policy, which a
 /// reload may have replaced since).
 #[derive(Debug)]
-pub struct Decided {
+pub(crate) struct Decided {
     /// The decision.
-    pub decision: Decision,
+    pub(crate) decision: Decision,
     /// The policy it was made under.
     policy: Arc<Policy>,
 }
@@ -63,7 +63,7 @@ impl Decided {
     /// The rule a throttle or a penalty names, as the policy that decided holds it (`None`
     /// for an allow or a listed source): what a listener carries out.
     #[must_use]
-    pub fn rule(&self) -> Option<&Rule> {
+    pub(crate) fn rule(&self) -> Option<&Rule> {
         match self.decision.verdict {
             Verdict::Throttle(throttle) => self.policy.rule(throttle.at.rule),
             Verdict::Deny(DenyReason::Penalty { rule }) => self.policy.rule(rule),
@@ -80,7 +80,7 @@ impl Gate {
     ///
     /// # Errors
     /// When `connection_memory` is too small for the open-connection counts.
-    pub fn new(
+    pub(crate) fn new(
         filter: Filter,
         clock: MonotonicClock,
         metrics: Arc<Metrics>,
@@ -108,13 +108,13 @@ impl Gate {
 
     /// The filter whose policy decides.
     #[must_use]
-    pub fn filter(&self) -> &Filter {
+    pub(crate) fn filter(&self) -> &Filter {
         &self.filter
     }
 
     /// Every metric.
     #[must_use]
-    pub fn metrics(&self) -> &Metrics {
+    pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
@@ -126,31 +126,31 @@ impl Gate {
 
     /// The rejection log budget.
     #[must_use]
-    pub fn logs(&self) -> &LogLimit {
+    pub(crate) fn logs(&self) -> &LogLimit {
         &self.logs
     }
 
     /// How long a `delay` action holds a connection when its rule names no bound.
     #[must_use]
-    pub fn delay(&self) -> Duration {
+    pub(crate) fn delay(&self) -> Duration {
         self.delay
     }
 
     /// The kernel's doorbell, rung by decisions far over a limit.
     #[must_use]
-    pub fn kernel_wake(&self) -> &Wake {
+    pub(crate) fn kernel_wake(&self) -> &Wake {
         &self.kernel_wake
     }
 
     /// The filter's clock now.
     #[must_use]
-    pub fn now(&self) -> Tick {
+    pub(crate) fn now(&self) -> Tick {
         self.clock.now()
     }
 
     /// How long this process has run at `now` (a reading of [`Gate::now`]): the time base
     /// of its counters, which start at zero at every start, warm restarts included.
-    pub fn uptime(&self, now: Tick) -> Duration {
+    pub(crate) fn uptime(&self, now: Tick) -> Duration {
         now.saturating_since(self.started)
     }
 
@@ -158,7 +158,7 @@ impl Gate {
     /// decision (`Gate::account`): the data path's one call per arrival. If the limiter
     /// fails (a bug: it is not meant to), the traffic is let through and counted: a rate
     /// limiter must not take the service down.
-    pub fn pass(
+    pub(crate) fn pass(
         &self,
         listener: &ListenerMetrics,
         source: Source,
@@ -175,7 +175,12 @@ impl Gate {
     /// ([`Refusal::offence`]) in the offender list and the rejection log. True when the caller
     /// is to log its own line about it (within the log budget).
     #[must_use = "true asks the caller for its own log line"]
-    pub fn refuse(&self, listener: &ListenerMetrics, refusal: Refusal, source: IpAddr) -> bool {
+    pub(crate) fn refuse(
+        &self,
+        listener: &ListenerMetrics,
+        refusal: Refusal,
+        source: IpAddr,
+    ) -> bool {
         self.metrics.listeners.refused(listener, refusal);
         match refusal.offence() {
             Offence::Offender(why) => {
@@ -189,7 +194,7 @@ impl Gate {
 
     /// Whether a connection decided before may pass now (see [`Policy::recheck`]); fails open
     /// like [`Gate::pass`].
-    pub fn recheck(&self, source: Source, transport: Transport) -> Decided {
+    pub(crate) fn recheck(&self, source: Source, transport: Transport) -> Decided {
         self.judge(source, transport, 0, Policy::recheck)
     }
 
@@ -223,7 +228,7 @@ impl Gate {
     /// IPv6 lengths) in `scope`, or `None` if that network holds `cap` already. The key returned
     /// gives the slot back through [`Gate::close_connection`].
     #[must_use]
-    pub fn open_in_network(
+    pub(crate) fn open_in_network(
         &self,
         scope: RuleId,
         source: Source,
@@ -234,7 +239,7 @@ impl Gate {
     }
 
     /// Gives back a slot taken by [`Gate::open_in_network`] (once per slot).
-    pub fn close_connection(&self, key: &LimitKey) {
+    pub(crate) fn close_connection(&self, key: &LimitKey) {
         self.connections.close(key);
     }
 
@@ -273,7 +278,7 @@ impl Gate {
 
     /// Bytes held for per-source open-connection counts.
     #[must_use]
-    pub fn connections_memory(&self) -> usize {
+    pub(crate) fn connections_memory(&self) -> usize {
         self.connections.memory_bytes()
     }
 

@@ -8,7 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 
 /// Lets at most `per_second` log lines through in each second; counts the rest.
 #[derive(Debug)]
-pub struct LogLimit {
+pub(crate) struct LogLimit {
     per_second: u64,
     start: Instant,
     /// The current second (since `start`) in the high 32 bits, lines written in it in the low.
@@ -19,7 +19,7 @@ pub struct LogLimit {
 impl LogLimit {
     /// A limit of `per_second` lines, counting suppressed lines in `suppressed`.
     #[must_use]
-    pub fn new(per_second: u32, suppressed: Counter) -> LogLimit {
+    pub(crate) fn new(per_second: u32, suppressed: Counter) -> LogLimit {
         LogLimit {
             per_second: u64::from(per_second),
             start: Instant::now(),
@@ -29,7 +29,7 @@ impl LogLimit {
     }
 
     /// Whether a line may be written now; if not, it is counted as suppressed.
-    pub fn allow(&self) -> bool {
+    pub(crate) fn allow(&self) -> bool {
         self.allow_in(self.start.elapsed().as_secs())
     }
 

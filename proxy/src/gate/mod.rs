@@ -6,7 +6,7 @@
 
 pub(crate) mod connections;
 mod door;
-pub mod log_limit;
-pub mod offenders;
+pub(crate) mod log_limit;
+pub(crate) mod offenders;
 
-pub use door::{Decided, Gate};
+pub(crate) use door::{Decided, Gate};

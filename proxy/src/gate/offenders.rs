@@ -27,7 +27,7 @@ pub struct Offender {
     /// Rejections counted for it (an overestimate by at most `error`).
     pub count: u64,
     /// How much of `count` may belong to sources it replaced.
-    pub error: u64,
+    pub(crate) error: u64,
     /// The rule or reason of its latest rejection.
     pub last: String,
 }
@@ -133,7 +133,7 @@ impl Heap {
 impl Offenders {
     /// Tracks at most `capacity` sources.
     #[must_use]
-    pub fn new(capacity: usize) -> Offenders {
+    pub(crate) fn new(capacity: usize) -> Offenders {
         Offenders {
             capacity: capacity.max(1),
             heap: Mutex::new(Heap::default()),

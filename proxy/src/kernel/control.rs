@@ -20,18 +20,18 @@ use super::updater::Updater;
 /// runs against a table that was replaced or deleted meanwhile, and a stop that deletes it
 /// waits for a replacement under way.
 #[derive(Debug, Default)]
-pub struct Current(Mutex<Option<Arc<Table>>>);
+pub(crate) struct Current(Mutex<Option<Arc<Table>>>);
 
 impl Current {
     /// Holding nothing yet.
     #[must_use]
-    pub fn new() -> Current {
+    pub(crate) fn new() -> Current {
         Current::default()
     }
 
     /// The table in force.
     #[must_use]
-    pub fn table(&self) -> Option<Arc<Table>> {
+    pub(crate) fn table(&self) -> Option<Arc<Table>> {
         self.lock().clone()
     }
 
@@ -46,7 +46,7 @@ impl Current {
     ///
     /// # Errors
     /// [`NftError`] if nft is missing or refused; the table in force stays.
-    pub fn replace(&self, ruleset: Ruleset) -> Result<Arc<Table>, NftError> {
+    pub(crate) fn replace(&self, ruleset: Ruleset) -> Result<Arc<Table>, NftError> {
         let mut current = self.lock();
         let old = current.as_ref().map(|t| t.ruleset().table().to_owned());
         nft::run(&ruleset.replace(old.as_deref()))?;
@@ -60,7 +60,7 @@ impl Current {
     ///
     /// # Errors
     /// [`NftError`] if it did not commit; then nothing of it did.
-    pub fn apply(&self, table: &Arc<Table>, text: &str) -> Result<bool, NftError> {
+    pub(crate) fn apply(&self, table: &Arc<Table>, text: &str) -> Result<bool, NftError> {
         let current = self.lock();
         if !current.as_ref().is_some_and(|c| Arc::ptr_eq(c, table)) {
             return Ok(false);
@@ -74,7 +74,7 @@ impl Current {
     /// # Errors
     /// [`NftError`] if nft could not (the table stays until the next start replaces it, and
     /// is forgotten here).
-    pub fn delete(&self) -> Result<Option<String>, NftError> {
+    pub(crate) fn delete(&self) -> Result<Option<String>, NftError> {
         let Some(table) = self.lock().take() else {
             return Ok(None);
         };
@@ -85,17 +85,17 @@ impl Current {
 
 /// The listeners the rules guard: their bound addresses.
 #[derive(Clone, Debug, Default)]
-pub struct Guarded {
+pub(crate) struct Guarded {
     /// TCP listeners.
-    pub tcp: Vec<SocketAddr>,
+    pub(crate) tcp: Vec<SocketAddr>,
     /// UDP listeners.
-    pub udp: Vec<SocketAddr>,
+    pub(crate) udp: Vec<SocketAddr>,
 }
 
 impl Guarded {
     /// The ruleset of `config` for these listeners.
     #[must_use]
-    pub fn ruleset(&self, config: &KernelConfig) -> Ruleset {
+    pub(crate) fn ruleset(&self, config: &KernelConfig) -> Ruleset {
         Ruleset::new(config, self.tcp.iter().copied(), self.udp.iter().copied())
     }
 }
@@ -104,7 +104,7 @@ impl Guarded {
 /// reload that adds or changes `[kernel]` with `required = true` is refused whole when the
 /// table cannot be made (see [`Setup::make`]). Set by the server once its listeners are bound.
 #[derive(Debug)]
-pub struct Setup {
+pub(crate) struct Setup {
     current: Arc<Current>,
     guarded: Guarded,
     /// The table the last [`Setup::make`] put in force, and the section it was made for: the
@@ -115,7 +115,7 @@ pub struct Setup {
 impl Setup {
     /// For the table in `current` and the listeners `guarded`.
     #[must_use]
-    pub fn new(current: Arc<Current>, guarded: Guarded) -> Setup {
+    pub(crate) fn new(current: Arc<Current>, guarded: Guarded) -> Setup {
         Setup {
             current,
             guarded,
@@ -128,7 +128,7 @@ impl Setup {
     ///
     /// # Errors
     /// [`NftError`] if nft is missing or refused; the table in force stays.
-    pub fn make(&self, config: &KernelConfig) -> Result<(), NftError> {
+    pub(crate) fn make(&self, config: &KernelConfig) -> Result<(), NftError> {
         let table = self.current.replace(self.guarded.ruleset(config))?;
         *self.made_lock() = Some((config.clone(), table));
         Ok(())
@@ -152,7 +152,7 @@ impl Setup {
 
 /// Starts an updater for `table` (the one in force in `current`).
 #[must_use]
-pub fn start_updater(
+pub(crate) fn start_updater(
     config: KernelConfig,
     host: &Arc<dyn Host>,
     current: &Arc<Current>,
@@ -174,7 +174,7 @@ pub fn start_updater(
 /// [`Setup`]), a removed one deletes them. A table that cannot be made is logged and counted;
 /// the one in force, if any, stays with its updater. A section added exports the kernel
 /// metrics from then on.
-pub async fn follow(
+pub(crate) async fn follow(
     host: Arc<dyn Host>,
     setup: Arc<Setup>,
     mut configs: watch::Receiver<Option<KernelConfig>>,

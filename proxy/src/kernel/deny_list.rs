@@ -13,12 +13,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use tollgate_filter::Cidr;
 
 /// A network: its address (masked to the length) and its prefix length.
-pub type Network = (IpAddr, u8);
+pub(crate) type Network = (IpAddr, u8);
 
 /// The disjoint networks that `allow` and `deny` together deny, IPv4 ones first, each
 /// family in address order.
 #[must_use]
-pub fn denied(allow: &[Cidr], deny: &[Cidr]) -> Vec<Network> {
+pub(crate) fn denied(allow: &[Cidr], deny: &[Cidr]) -> Vec<Network> {
     let mut found = Vec::new();
     for bits in [32, 128] {
         // (network, length) -> denies; deny entries are inserted last and win a tie, as in

@@ -8,11 +8,11 @@ use std::time::Duration;
 /// The table's sets, each with the `timeout` flag: interval sets for prefixes, hash sets for
 /// single addresses (a hash set loads 100k addresses 3-4x faster than an interval set: see
 /// the README).
-pub const SETS: [&str; 4] = ["v4", "v4_hosts", "v6", "v6_hosts"];
+pub(crate) const SETS: [&str; 4] = ["v4", "v4_hosts", "v6", "v6_hosts"];
 
 /// The set of [`SETS`] that holds `network` / `len`.
 #[must_use]
-pub fn set_of(network: IpAddr, len: u8) -> &'static str {
+pub(crate) fn set_of(network: IpAddr, len: u8) -> &'static str {
     match (network, len) {
         (IpAddr::V4(_), 32) => "v4_hosts",
         (IpAddr::V4(_), _) => "v4",
@@ -39,14 +39,14 @@ impl Element {
     /// The set it belongs in (one of [`SETS`]): single addresses go into the hash sets
     /// (`v4_hosts`, `v6_hosts`), shorter prefixes into the interval sets (`v4`, `v6`).
     #[must_use]
-    pub fn set(&self) -> &'static str {
+    pub(crate) fn set(&self) -> &'static str {
         set_of(self.network, self.len)
     }
 
     /// Whether the two networks share an address (the kernel refuses overlapping intervals
     /// in one set).
     #[must_use]
-    pub fn overlaps(&self, network: IpAddr, len: u8) -> bool {
+    pub(crate) fn overlaps(&self, network: IpAddr, len: u8) -> bool {
         let shorter = self.len.min(len);
         match (self.network, network) {
             (IpAddr::V4(a), IpAddr::V4(b)) => {

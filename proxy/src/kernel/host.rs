@@ -11,7 +11,7 @@ use super::view::View;
 use super::wake::Wake;
 
 /// The kernel tasks' narrow handle on the proxy ([`super::follow`], [`super::Updater::run`]).
-pub trait Host: Send + Sync + std::fmt::Debug {
+pub(crate) trait Host: Send + Sync + std::fmt::Debug {
     /// The kernel's metrics.
     fn metrics(&self) -> &KernelMetrics;
 

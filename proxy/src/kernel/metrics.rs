@@ -17,17 +17,17 @@ struct SetLabel {
 pub struct KernelMetrics {
     elements: Family<SetLabel, Gauge>,
     /// Transactions the kernel accepted (one per update that had something new).
-    pub updates: Counter,
+    pub(crate) updates: Counter,
     /// Elements sent to the kernel in accepted transactions.
-    pub added: Counter,
+    pub(crate) added: Counter,
     /// Duration of each transaction, from writing it to nft's answer.
-    pub update_seconds: Histogram,
+    pub(crate) update_seconds: Histogram,
     /// Transactions the kernel or nft refused, and set-up failures.
     pub errors: Counter,
     /// Sources over the factor left out because `max_elements` were held.
-    pub skipped: Counter,
+    pub(crate) skipped: Counter,
     /// 1 while the table is in place and updated, 0 without the fast path.
-    pub active: Gauge,
+    pub(crate) active: Gauge,
 }
 
 impl Default for KernelMetrics {
@@ -39,7 +39,7 @@ impl Default for KernelMetrics {
 impl KernelMetrics {
     /// All at zero, registered nowhere (see [`crate::metrics::Metrics::for_sections`]).
     #[must_use]
-    pub fn new() -> KernelMetrics {
+    pub(crate) fn new() -> KernelMetrics {
         KernelMetrics {
             elements: Family::default(),
             updates: Counter::default(),

@@ -6,15 +6,15 @@
 //! single addresses (`v4_hosts`, `v6_hosts`), and an input chain at the raw priority that
 //! drops (or answers with a TCP reset) new connections and datagrams from those sets to the
 //! listeners only (by port for a listener on a wildcard address, by address and port for
-//! the others). Every `[kernel] interval`, and at once when a decision rings its [`Wake`]
-//! (at most one update per [`GAP`]), an [`Updater`] asks the policy where the listed
+//! the others). Every `[kernel] interval`, and at once when a decision rings its `Wake`
+//! (at most one update per `GAP`), an `Updater` asks the policy where the listed
 //! offenders stand and adds those over `factor` times a limit, or serving a penalty,
 //! in one atomic transaction, each with a timeout equal to the time left until its estimate
 //! falls back under the limit (or its penalty ends); at most `max_elements`, heaviest first.
 //! `shadow` rules never put anything into the kernel. The policy's `deny` list goes in too,
-//! with no timeout, cut around any longer `allow` entry ([`denied`]), and leaves the kernel
+//! with no timeout, cut around any longer `allow` entry (`denied`), and leaves the kernel
 //! when a reload drops it. A reload that changes, adds or removes `[kernel]` replaces, makes
-//! or deletes the table ([`follow`]); what the kernel holds is kept in a [`View`] for the
+//! or deletes the table (`follow`); what the kernel holds is kept in a `View` for the
 //! admin endpoint.
 //!
 //! The transactions go through one `nft -f -` process each (nft's own parser and its
@@ -33,15 +33,13 @@ mod updater;
 mod view;
 mod wake;
 
-pub use control::{Current, Guarded, Setup, follow, start_updater};
-pub use deny_list::{Network, denied};
-pub use element::{Element, SETS, set_of};
-pub use host::Host;
+pub(crate) use control::{Current, Guarded, Setup, follow, start_updater};
+pub use element::Element;
+pub(crate) use element::SETS;
+pub(crate) use host::Host;
 pub use metrics::KernelMetrics;
 pub use nft::NftError;
-pub use ruleset::{Changes, Ruleset};
-pub use selection::select;
+pub use ruleset::Ruleset;
 pub use table::Table;
-pub use updater::{GAP, Updater};
-pub use view::{Hold, View};
-pub use wake::Wake;
+pub(crate) use view::View;
+pub(crate) use wake::Wake;

@@ -12,15 +12,15 @@ use super::element::{Element, SETS, Written, set_of};
 
 /// What one transaction changes in the sets (see [`Ruleset::change`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Changes<'a> {
+pub(crate) struct Changes<'a> {
     /// Empty every set first.
-    pub flush: bool,
+    pub(crate) flush: bool,
     /// Networks to take out.
-    pub remove: &'a [Network],
+    pub(crate) remove: &'a [Network],
     /// Networks to hold with no timeout (the `deny` list).
-    pub listed: &'a [Network],
+    pub(crate) listed: &'a [Network],
     /// Networks to hold for a time (the offenders).
-    pub timed: &'a [Element],
+    pub(crate) timed: &'a [Element],
 }
 
 /// What the proxy's table holds: its name, the action, and the listeners' addresses.
@@ -100,7 +100,7 @@ impl Ruleset {
 
     /// The table's name.
     #[must_use]
-    pub fn table(&self) -> &str {
+    pub(crate) fn table(&self) -> &str {
         &self.table
     }
 
@@ -110,7 +110,7 @@ impl Ruleset {
     /// connections open before a source was listed are left alone. Each rule counts what it
     /// refused (`nft list chain inet TABLE input`).
     #[must_use]
-    pub fn create(&self) -> String {
+    pub(crate) fn create(&self) -> String {
         let t = &self.table;
         let size = self.size;
         let mut text = format!("table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n");
@@ -155,7 +155,7 @@ impl Ruleset {
     /// `old` when its name differs. All of it commits or none: the kernel never runs with
     /// both tables or with neither.
     #[must_use]
-    pub fn replace(&self, old: Option<&str>) -> String {
+    pub(crate) fn replace(&self, old: Option<&str>) -> String {
         match old {
             // `table` first: the delete is no error if someone removed it by hand.
             Some(old) if old != self.table => {
@@ -168,7 +168,7 @@ impl Ruleset {
         }
     }
 
-    /// One transaction adding `elements` (each to its [`Element::set`]). `flush` empties
+    /// One transaction adding `elements` (each to its `Element::set`). `flush` empties
     /// every set first, in the same transaction (to start over after a failed one). Empty
     /// when there is nothing to do.
     #[must_use]
@@ -185,7 +185,7 @@ impl Ruleset {
     /// `add` of an element that is there changes nothing), then `listed` added with no
     /// timeout and `timed` with theirs. Empty when there is nothing to do.
     #[must_use]
-    pub fn change(&self, changes: &Changes<'_>) -> String {
+    pub(crate) fn change(&self, changes: &Changes<'_>) -> String {
         let t = &self.table;
         let mut text = String::new();
         if changes.flush {
@@ -227,7 +227,7 @@ impl Ruleset {
 
     /// The transaction that removes the table.
     #[must_use]
-    pub fn delete(&self) -> String {
+    pub(crate) fn delete(&self) -> String {
         format!("delete table inet {}\n", self.table)
     }
 }

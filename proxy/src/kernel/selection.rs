@@ -30,7 +30,7 @@ const STEPS: u32 = 12;
 /// to count meanwhile), or when it serves a penalty (its network at the prefix the
 /// penalty is keyed at, that of the limit that started it, held until the penalty ends).
 #[must_use]
-pub fn select(
+pub(crate) fn select(
     policy: &Policy,
     sources: impl IntoIterator<Item = (IpAddr, u64)>,
     factor: f64,

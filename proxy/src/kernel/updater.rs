@@ -27,11 +27,11 @@ const CANDIDATES: usize = 256;
 
 /// The least time between two updates (or the interval, if shorter): a flood of new
 /// offenders, each ringing the [`super::Wake`], still makes at most one transaction per gap.
-pub const GAP: Duration = Duration::from_millis(20);
+pub(crate) const GAP: Duration = Duration::from_millis(20);
 
 /// What the proxy believes the kernel holds, and what to send next.
 #[derive(Debug)]
-pub struct Updater {
+pub(crate) struct Updater {
     config: KernelConfig,
     /// Each held offender's network, when its kernel timeout ends, and its weight.
     held: HashMap<Network, (Instant, f64)>,
@@ -56,23 +56,23 @@ type Lists = (Vec<Cidr>, Vec<Cidr>, Vec<(Cidr, ListKind, Tick)>);
 
 /// One transaction to send, and what it changes.
 #[derive(Debug, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// nft's input.
-    pub text: String,
+    pub(crate) text: String,
     /// The offenders it adds that were not held before, and those it holds for longer.
-    pub new: Vec<Element>,
+    pub(crate) new: Vec<Element>,
     /// How many of `new` were held before (sent again with a longer timeout).
-    pub longer: usize,
+    pub(crate) longer: usize,
     /// Held offenders it takes out (a `deny` network now covers them in their set).
-    pub displaced: Vec<Network>,
+    pub(crate) displaced: Vec<Network>,
     /// The denied networks the kernel holds once it committed (see [`Updater::deny`]).
-    pub listed: BTreeMap<Network, Option<Tick>>,
+    pub(crate) listed: BTreeMap<Network, Option<Tick>>,
 }
 
 impl Updater {
     /// An updater that holds nothing yet.
     #[must_use]
-    pub fn new(config: KernelConfig) -> Updater {
+    pub(crate) fn new(config: KernelConfig) -> Updater {
         Updater {
             config,
             held: HashMap::new(),
@@ -92,7 +92,7 @@ impl Updater {
     /// decides, with none. Cheap when the lists are those of the last call. The denied
     /// networks count towards `max_elements` and come before the offenders; beyond it they
     /// are left out (counted in `skipped`) and refused at accept as before.
-    pub fn deny(
+    pub(crate) fn deny(
         &mut self,
         allow: &[Cidr],
         deny: &[Cidr],
@@ -160,7 +160,7 @@ impl Updater {
     /// interval (sent again with it). Held elements whose timeout has passed are forgotten
     /// (the kernel has let them go); held elements that a new `deny` network overlaps in
     /// their set are taken out (the kernel refuses overlapping intervals).
-    pub fn plan(
+    pub(crate) fn plan(
         &mut self,
         ruleset: &Ruleset,
         chosen: Vec<Element>,
@@ -291,7 +291,7 @@ impl Updater {
     }
 
     /// Records the outcome of sending `plan` at `now`.
-    pub fn committed(&mut self, plan: Plan, ok: bool, now: Instant) {
+    pub(crate) fn committed(&mut self, plan: Plan, ok: bool, now: Instant) {
         if ok {
             for network in &plan.displaced {
                 self.held.remove(network);
@@ -309,7 +309,7 @@ impl Updater {
 
     /// What the kernel holds, as far as the proxy knows: each network and when its timeout
     /// ends (`None`: a `deny` network, held while listed).
-    pub fn holding(&self) -> impl Iterator<Item = (Network, Option<Instant>)> + '_ {
+    pub(crate) fn holding(&self) -> impl Iterator<Item = (Network, Option<Instant>)> + '_ {
         let timed = self.held.iter().map(|(&k, &(until, _))| (k, Some(until)));
         timed.chain(
             self.listed
@@ -320,14 +320,14 @@ impl Updater {
 
     /// Held elements in `set` (one of [`SETS`]), offenders and `deny` networks.
     #[must_use]
-    pub fn count(&self, set: &str) -> usize {
+    pub(crate) fn count(&self, set: &str) -> usize {
         let in_set = |&&(network, len): &&Network| set_of(network, len) == set;
         self.held.keys().filter(in_set).count() + self.listed.keys().filter(in_set).count()
     }
 
     /// Updates `table` every `[kernel] interval` until `stop` turns true or `table` is no
     /// longer the one in force in `current` (a reload replaced or deleted it).
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         host: Arc<dyn Host>,
         current: Arc<Current>,

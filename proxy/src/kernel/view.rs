@@ -14,7 +14,7 @@ use super::deny_list::Network;
 
 /// The networks the kernel holds, as the updater last committed them.
 #[derive(Debug, Default)]
-pub struct View(Mutex<Held>);
+pub(crate) struct View(Mutex<Held>);
 
 #[derive(Debug, Default)]
 struct Held {
@@ -27,13 +27,13 @@ struct Held {
 
 /// How the kernel holds a source: the network that covers it, and for how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hold {
+pub(crate) struct Hold {
     /// The held network's address.
-    pub network: IpAddr,
+    pub(crate) network: IpAddr,
     /// Its prefix length.
-    pub len: u8,
+    pub(crate) len: u8,
     /// The time left (`None`: a `deny` entry, held while listed).
-    pub left: Option<Duration>,
+    pub(crate) left: Option<Duration>,
 }
 
 /// `192.0.2.0/24 for 2.3s`, or `192.0.2.0/24 while denied`.
@@ -55,7 +55,7 @@ impl fmt::Display for Hold {
 impl View {
     /// Holding nothing.
     #[must_use]
-    pub fn new() -> View {
+    pub(crate) fn new() -> View {
         View::default()
     }
 
@@ -66,7 +66,7 @@ impl View {
 
     /// The kernel holds exactly `networks` now (after a commit; an empty list after the table
     /// went).
-    pub fn set(&self, networks: impl IntoIterator<Item = (Network, Option<Instant>)>) {
+    pub(crate) fn set(&self, networks: impl IntoIterator<Item = (Network, Option<Instant>)>) {
         let until: HashMap<Network, Option<Instant>> = networks.into_iter().collect();
         let lengths = until
             .keys()
@@ -78,7 +78,7 @@ impl View {
     /// How the kernel holds `source` at `now`, if it does (the longest held network that
     /// covers it).
     #[must_use]
-    pub fn hold(&self, source: IpAddr, now: Instant) -> Option<Hold> {
+    pub(crate) fn hold(&self, source: IpAddr, now: Instant) -> Option<Hold> {
         let source = Source::new(source);
         let v4 = source.addr().is_ipv4();
         let held = self.lock();
@@ -114,7 +114,7 @@ impl View {
 
     /// For `/top`: `192.0.2.0/24 for 2.3s`, or `-` when not held.
     #[must_use]
-    pub fn column(&self, source: IpAddr) -> String {
+    pub(crate) fn column(&self, source: IpAddr) -> String {
         self.hold(source, Instant::now())
             .map_or_else(|| "-".to_owned(), |hold| hold.to_string())
     }
@@ -122,7 +122,7 @@ impl View {
     /// For the admin endpoint: `held in the kernel as 192.0.2.0/24 for 2.3s`, or `not held
     /// in the kernel`.
     #[must_use]
-    pub fn describe(&self, source: IpAddr) -> String {
+    pub(crate) fn describe(&self, source: IpAddr) -> String {
         match self.hold(source, Instant::now()) {
             Some(hold) => format!("held in the kernel as {hold}"),
             None => "not held in the kernel".to_owned(),

@@ -13,7 +13,7 @@ use tollgate_filter::EXACT_MULTIPLE;
 
 /// The doorbell, shared by the deciding threads and the updater.
 #[derive(Debug)]
-pub struct Wake {
+pub(crate) struct Wake {
     /// The factor in force as `f64` bits; `f64::INFINITY` while no updater runs.
     factor: AtomicU64,
     bell: Notify,
@@ -28,7 +28,7 @@ impl Default for Wake {
 impl Wake {
     /// A doorbell no updater listens to yet.
     #[must_use]
-    pub fn new() -> Wake {
+    pub(crate) fn new() -> Wake {
         Wake {
             factor: AtomicU64::new(f64::INFINITY.to_bits()),
             bell: Notify::new(),
@@ -36,14 +36,14 @@ impl Wake {
     }
 
     /// An updater with `factor` listens from now on.
-    pub fn arm(&self, factor: f64) {
+    pub(crate) fn arm(&self, factor: f64) {
         // Relaxed: a ring read against the old factor only rings or stays silent once more;
         // the updater's interval tick catches what a missed ring would have sent.
         self.factor.store(factor.to_bits(), Ordering::Relaxed);
     }
 
     /// No updater listens (the fast path is off).
-    pub fn disarm(&self) {
+    pub(crate) fn disarm(&self) {
         // Relaxed: as in `arm`.
         self.factor
             .store(f64::INFINITY.to_bits(), Ordering::Relaxed);
@@ -53,7 +53,7 @@ impl Wake {
     /// reaches the factor, or is past what the filter counts exactly
     /// ([`tollgate_filter::EXACT_MULTIPLE`] times the limit: over any factor, as the
     /// selection takes it).
-    pub fn over(&self, estimate: u64, allowed: u64) {
+    pub(crate) fn over(&self, estimate: u64, allowed: u64) {
         // Relaxed: see `arm`.
         let factor = f64::from_bits(self.factor.load(Ordering::Relaxed));
         let capped = estimate > EXACT_MULTIPLE.saturating_mul(allowed);
@@ -65,7 +65,7 @@ impl Wake {
     }
 
     /// A decision found a source serving a penalty: rings if an updater listens.
-    pub fn penalty(&self) {
+    pub(crate) fn penalty(&self) {
         // Relaxed: see `arm`.
         if f64::from_bits(self.factor.load(Ordering::Relaxed)).is_finite() {
             self.bell.notify_one();
@@ -74,7 +74,7 @@ impl Wake {
 
     /// Waits for a ring (one rung since the last wait counts: rings never get lost, and many
     /// are one).
-    pub async fn rung(&self) {
+    pub(crate) async fn rung(&self) {
         self.bell.notified().await;
     }
 }

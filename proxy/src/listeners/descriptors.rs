@@ -23,21 +23,21 @@
 use crate::config::{Listener, Protocol};
 
 /// Descriptors kept for the process itself and the admin endpoint's connections.
-pub const RESERVE: u64 = 128;
+pub(crate) const RESERVE: u64 = 128;
 /// The smallest default session cap of a UDP listener, however tight the budget.
-pub const MIN_SESSIONS: usize = 64;
+pub(crate) const MIN_SESSIONS: usize = 64;
 /// The largest default session cap of a UDP listener, however large the budget.
-pub const MAX_DEFAULT_SESSIONS: usize = 65_536;
+pub(crate) const MAX_DEFAULT_SESSIONS: usize = 65_536;
 
 /// The open-file limit before and after raising it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileLimit {
+pub(crate) struct FileLimit {
     /// The soft limit found at start.
-    pub before: u64,
+    pub(crate) before: u64,
     /// The soft limit now.
-    pub after: u64,
+    pub(crate) after: u64,
     /// The hard limit (the ceiling for an unprivileged process).
-    pub hard: u64,
+    pub(crate) hard: u64,
 }
 
 /// Raises the soft open-file limit to the hard one (or, if the hard limit is infinite, to
@@ -45,7 +45,7 @@ pub struct FileLimit {
 ///
 /// # Errors
 /// The `getrlimit` or `setrlimit` failure (the limit then stays as it was).
-pub fn raise() -> std::io::Result<FileLimit> {
+pub(crate) fn raise() -> std::io::Result<FileLimit> {
     let (before, hard) = rlimit::Resource::NOFILE.get()?;
     let target = if hard == rlimit::INFINITY {
         std::fs::read_to_string("/proc/sys/fs/nr_open")
@@ -68,7 +68,7 @@ pub fn raise() -> std::io::Result<FileLimit> {
 
 /// The soft open-file limit now (1024, Linux's usual default, if it cannot be read).
 #[must_use]
-pub fn limit() -> u64 {
+pub(crate) fn limit() -> u64 {
     rlimit::Resource::NOFILE
         .get()
         .map_or(1024, |(soft, _)| soft)
@@ -76,23 +76,23 @@ pub fn limit() -> u64 {
 
 /// How `limit` descriptors are split over `listeners` (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// The open-file limit.
-    pub limit: u64,
+    pub(crate) limit: u64,
     /// What the process, the admin endpoint and every listener's own socket take.
-    pub fixed: u64,
+    pub(crate) fixed: u64,
     /// What the TCP listeners' connections may take.
-    pub tcp: u64,
+    pub(crate) tcp: u64,
     /// What the UDP listeners with a `max_sessions` of their own may take.
-    pub udp_explicit: u64,
+    pub(crate) udp_explicit: u64,
     /// The session cap of each UDP listener without one.
-    pub default_sessions: usize,
+    pub(crate) default_sessions: usize,
 }
 
 impl Budget {
     /// The budget of `listeners` under open-file limit `limit`.
     #[must_use]
-    pub fn new(limit: u64, listeners: &[Listener]) -> Budget {
+    pub(crate) fn new(limit: u64, listeners: &[Listener]) -> Budget {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         // The admin endpoint's socket is one listener more.
         let fixed = RESERVE + count(listeners.len()) + 1;
@@ -125,13 +125,13 @@ impl Budget {
 
     /// The session cap of UDP listener `listener`: its own, or the default.
     #[must_use]
-    pub fn sessions(&self, listener: &Listener) -> usize {
+    pub(crate) fn sessions(&self, listener: &Listener) -> usize {
         listener.max_sessions.unwrap_or(self.default_sessions)
     }
 
     /// By how many descriptors the caps of `listeners` exceed the limit, if they do.
     #[must_use]
-    pub fn excess(&self, listeners: &[Listener]) -> Option<u64> {
+    pub(crate) fn excess(&self, listeners: &[Listener]) -> Option<u64> {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let udp = listeners
             .iter()
@@ -146,7 +146,7 @@ impl Budget {
     /// they fit): the TCP caps to lower (each connection holds two descriptors) or the hard
     /// limit to raise, with the numbers.
     #[must_use]
-    pub fn advice(&self, listeners: &[Listener]) -> Option<String> {
+    pub(crate) fn advice(&self, listeners: &[Listener]) -> Option<String> {
         let excess = self.excess(listeners)?;
         let needed = self.limit.saturating_add(excess);
         let tcp = if self.tcp > 0 {

@@ -18,7 +18,7 @@ use tollgate_filter::Policy;
 
 /// A shared name as a label value (listener and rule names), cloned without copying.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Name(pub Arc<str>);
+pub(crate) struct Name(pub Arc<str>);
 
 impl EncodeLabelValue for Name {
     fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
@@ -57,7 +57,7 @@ struct UpstreamLabels {
 
 /// Why a connection or datagram was refused without a rule's throttle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The source is on the deny list.
     Listed,
     /// The source is serving a rule's penalty.
@@ -96,7 +96,7 @@ pub enum Refusal {
 /// How many [`Refusal`]s there are (the last one's index plus one).
 /// What a refusal that is not a verdict is besides its count (see [`Refusal::offence`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Offence {
+pub(crate) enum Offence {
     /// The source's own doing: recorded as an offender, and logged as a rejection, for this
     /// reason.
     Offender(&'static str),
@@ -111,7 +111,7 @@ pub(crate) const REFUSALS: usize = Refusal::SessionSocket as usize + 1;
 impl Refusal {
     /// What it is besides its count: whose doing, and what the log says.
     #[must_use]
-    pub fn offence(self) -> Offence {
+    pub(crate) fn offence(self) -> Offence {
         match self {
             Refusal::UntrustedHeader => Offence::Offender("PROXY header from an untrusted peer"),
             Refusal::ListenerFull
@@ -133,7 +133,7 @@ impl Refusal {
 
     /// The metric label and log word.
     #[must_use]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Refusal::Listed => "listed",
             Refusal::Penalty => "penalty",
@@ -292,14 +292,19 @@ impl ListenerSeries {
 
     /// Counts a throttle by rule `rule` (an index into `policy`, the policy that decided) on
     /// `listener`.
-    pub fn throttled(&self, listener: &ListenerMetrics, policy: &Arc<Policy>, rule: usize) {
+    pub(crate) fn throttled(&self, listener: &ListenerMetrics, policy: &Arc<Policy>, rule: usize) {
         listener.throttled.inc();
         self.count_rule(listener, policy, rule, false);
     }
 
     /// Counts what shadow rule `rule` (an index into `policy`) would have throttled on
     /// `listener`.
-    pub fn shadow_throttled(&self, listener: &ListenerMetrics, policy: &Arc<Policy>, rule: usize) {
+    pub(crate) fn shadow_throttled(
+        &self,
+        listener: &ListenerMetrics,
+        policy: &Arc<Policy>,
+        rule: usize,
+    ) {
         self.count_rule(listener, policy, rule, true);
     }
 
@@ -351,7 +356,7 @@ impl ListenerSeries {
     }
 
     /// Counts a refusal on `listener`.
-    pub fn refused(&self, listener: &ListenerMetrics, reason: Refusal) {
+    pub(crate) fn refused(&self, listener: &ListenerMetrics, reason: Refusal) {
         listener.denied.inc();
         listener.refused[reason as usize]
             .get_or_init(|| {
@@ -364,7 +369,11 @@ impl ListenerSeries {
     }
 
     /// Counts a failed attempt to reach `upstream`.
-    pub fn upstream_error(&self, listener: &ListenerMetrics, upstream: std::net::SocketAddr) {
+    pub(crate) fn upstream_error(
+        &self,
+        listener: &ListenerMetrics,
+        upstream: std::net::SocketAddr,
+    ) {
         self.upstream_errors
             .get_or_create(&UpstreamLabels {
                 listener: listener.name.clone(),
@@ -378,33 +387,33 @@ impl ListenerSeries {
 #[derive(Clone, Debug)]
 pub struct ListenerMetrics {
     /// The listener's name.
-    pub name: Name,
+    pub(crate) name: Name,
     /// Let through.
     pub allowed: Counter,
     /// Over a rule's limit.
-    pub throttled: Counter,
+    pub(crate) throttled: Counter,
     /// Refused outright (lists, penalties, caps, headers).
-    pub denied: Counter,
+    pub(crate) denied: Counter,
     /// Open connections now (TCP).
-    pub open: Gauge,
+    pub(crate) open: Gauge,
     /// Held rejections now (TCP).
-    pub held: Gauge,
+    pub(crate) held: Gauge,
     /// Trusted peers' connections waiting for their PROXY header now (TCP).
-    pub header_waits: Gauge,
+    pub(crate) header_waits: Gauge,
     /// Relayed connections closed for want of traffic (TCP).
-    pub idle_closed: Counter,
+    pub(crate) idle_closed: Counter,
     /// Client sessions now (UDP).
-    pub sessions: Gauge,
+    pub(crate) sessions: Gauge,
     /// Client sessions held at most (UDP).
-    pub session_limit: Gauge,
+    pub(crate) session_limit: Gauge,
     /// Fresh client sessions evicted to make room for a new client (UDP).
-    pub evicted: Counter,
+    pub(crate) evicted: Counter,
     /// Accept failures (resource exhaustion included).
-    pub accept_errors: Counter,
+    pub(crate) accept_errors: Counter,
     /// Connections closed because no upstream could be reached.
-    pub upstream_unavailable: Counter,
+    pub(crate) upstream_unavailable: Counter,
     /// Connections held by a `delay` action and then let through.
-    pub released: Counter,
+    pub(crate) released: Counter,
     /// Refusals by reason, each resolved at its first use (index: `Refusal as usize`).
     refused: Arc<[OnceLock<Counter>; REFUSALS]>,
     /// Throttles by rule, resolved for the policy in force.

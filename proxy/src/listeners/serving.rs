@@ -8,22 +8,22 @@ use crate::config::Protocol;
 
 /// A listener serving now.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Running {
+pub(crate) struct Running {
     /// Its name (the config's, and its metrics' label).
-    pub name: String,
+    pub(crate) name: String,
     /// TCP or UDP.
-    pub protocol: Protocol,
+    pub(crate) protocol: Protocol,
     /// The address it is bound to (the port the system chose for port 0).
-    pub address: SocketAddr,
+    pub(crate) address: SocketAddr,
 }
 
 /// The listeners serving now, in the order they were bound.
 #[derive(Debug, Default)]
-pub struct Serving(Mutex<Vec<Running>>);
+pub(crate) struct Serving(Mutex<Vec<Running>>);
 
 impl Serving {
     /// Records a listener that is bound and serving.
-    pub fn add(&self, listener: Running) {
+    pub(crate) fn add(&self, listener: Running) {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -32,7 +32,7 @@ impl Serving {
 
     /// The listeners serving now, in the order they were bound.
     #[must_use]
-    pub fn now(&self) -> Vec<Running> {
+    pub(crate) fn now(&self) -> Vec<Running> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

@@ -30,7 +30,7 @@ fn socket(config: &Listener, kind: Type, protocol: Protocol) -> io::Result<Socke
 ///
 /// # Errors
 /// The socket call that failed (address in use, permission, ...).
-pub fn tcp_listener(config: &Listener) -> io::Result<AsyncFd<std::net::TcpListener>> {
+pub(crate) fn tcp_listener(config: &Listener) -> io::Result<AsyncFd<std::net::TcpListener>> {
     let socket = socket(config, Type::STREAM, Protocol::TCP)?;
     socket.set_tcp_nodelay(true)?;
     socket.listen(i32::try_from(config.backlog).unwrap_or(i32::MAX))?;
@@ -46,20 +46,20 @@ pub fn tcp_listener(config: &Listener) -> io::Result<AsyncFd<std::net::TcpListen
 ///
 /// # Errors
 /// The socket call that failed.
-pub fn udp_socket(config: &Listener) -> io::Result<UdpSocket> {
+pub(crate) fn udp_socket(config: &Listener) -> io::Result<UdpSocket> {
     UdpSocket::from_std(socket(config, Type::DGRAM, Protocol::UDP)?.into())
 }
 
 /// Makes the next close of `stream` a reset (RST) instead of an orderly FIN: SO_LINGER with a
 /// zero timeout discards unsent data and aborts.
-pub fn reset_on_close<S: std::os::fd::AsFd>(stream: &S) {
+pub(crate) fn reset_on_close<S: std::os::fd::AsFd>(stream: &S) {
     let _ = SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
 }
 
 /// Whether an accept error means the process or system is out of a resource (files, buffers,
 /// memory): accepting again at once would fail again, so the listener backs off.
 #[must_use]
-pub fn is_resource_exhaustion(err: &io::Error) -> bool {
+pub(crate) fn is_resource_exhaustion(err: &io::Error) -> bool {
     matches!(
         err.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)

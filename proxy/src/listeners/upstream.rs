@@ -21,7 +21,7 @@ use crate::listeners::{ListenerMetrics, ListenerSeries};
 
 /// A listener's upstream pool.
 #[derive(Debug)]
-pub struct Pool {
+pub(crate) struct Pool {
     upstreams: Vec<SocketAddr>,
     next: AtomicUsize,
     connect_timeout: Duration,
@@ -32,7 +32,7 @@ pub struct Pool {
 impl Pool {
     /// The pool `config` names.
     #[must_use]
-    pub fn new(config: &Listener) -> Pool {
+    pub(crate) fn new(config: &Listener) -> Pool {
         Pool {
             upstreams: config.upstreams.clone(),
             next: AtomicUsize::new(0),
@@ -43,7 +43,7 @@ impl Pool {
     }
 
     /// The upstream the next session starts at (round-robin).
-    pub fn pick(&self) -> SocketAddr {
+    pub(crate) fn pick(&self) -> SocketAddr {
         // Relaxed: only spreads load; no ordering with anything else.
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         self.upstreams[start % self.upstreams.len()]
@@ -59,7 +59,7 @@ impl Pool {
     /// A connection to an upstream, trying up to `1 + retries` of them in turn, with as much
     /// of `first` sent on it as the kernel took at once (see the module docs); `None` when
     /// every attempt failed (each failure is counted).
-    pub async fn connect(
+    pub(crate) async fn connect(
         &self,
         metrics: &ListenerSeries,
         listener: &ListenerMetrics,

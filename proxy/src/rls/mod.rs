@@ -2,8 +2,8 @@
 //! `ShouldRateLimit` over the filter's [`DescriptorPolicy`], configured by
 //! envoyproxy/ratelimit's own YAML files (see `tollgate_filter::descriptors`).
 //!
-//! The part's narrow entry points: [`load`] (the YAML files of a section, for `tollgate
-//! check`), [`start`] (bind and serve, for the server) and [`Rls::prepare`] / [`Rls::commit`]
+//! The part's narrow entry points: `load` (the YAML files of a section, for `tollgate
+//! check`), `start` (bind and serve, for the server) and `Rls::prepare` / `Rls::commit`
 //! (a reload: the files re-read, the counts kept). The gRPC answers are in `service.rs`.
 
 pub mod proto;
@@ -51,7 +51,7 @@ impl std::error::Error for RlsError {}
 ///
 /// # Errors
 /// [`RlsError::Read`] for the first file that cannot be read, else every problem of every file.
-pub fn load(config: &RlsConfig, dir: Option<&Path>) -> Result<DescriptorConfig, RlsError> {
+pub(crate) fn load(config: &RlsConfig, dir: Option<&Path>) -> Result<DescriptorConfig, RlsError> {
     let mut files = Vec::with_capacity(config.configs.len());
     for path in &config.configs {
         let path = match dir {
@@ -70,7 +70,7 @@ pub fn load(config: &RlsConfig, dir: Option<&Path>) -> Result<DescriptorConfig, 
 
 /// The service's state: the policy in force (swapped whole on reload) and its clock.
 #[derive(Debug)]
-pub struct Rls {
+pub(crate) struct Rls {
     policy: ArcSwap<DescriptorPolicy>,
     clock: MonotonicClock,
     /// Where relative file paths are read from (see [`load`]).
@@ -79,14 +79,14 @@ pub struct Rls {
 
 /// A policy built from re-read files, waiting for the rest of a reload to succeed.
 #[derive(Debug)]
-pub struct Prepared(DescriptorPolicy);
+pub(crate) struct Prepared(DescriptorPolicy);
 
 impl Rls {
     /// The service of `config`, its files read now (relative ones from `dir`, see [`load`]).
     ///
     /// # Errors
     /// [`RlsError`] if the files cannot be read or checked, or the memory is too small.
-    pub fn new(config: &RlsConfig, dir: Option<&Path>) -> Result<Rls, RlsError> {
+    pub(crate) fn new(config: &RlsConfig, dir: Option<&Path>) -> Result<Rls, RlsError> {
         let descriptors = load(config, dir)?;
         let policy =
             DescriptorPolicy::new(&descriptors, config.memory, None).map_err(RlsError::Memory)?;
@@ -99,13 +99,13 @@ impl Rls {
 
     /// How many descriptor rules (nodes with a `rate_limit`) the files in force configure.
     #[must_use]
-    pub fn rules(&self) -> usize {
+    pub(crate) fn rules(&self) -> usize {
         self.policy.load().matcher().rules().len()
     }
 
     /// Bytes of descriptor sketches held.
     #[must_use]
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.policy.load().memory_bytes()
     }
 
@@ -115,7 +115,7 @@ impl Rls {
     ///
     /// # Errors
     /// As [`Rls::new`]; the policy in force stays.
-    pub fn prepare(&self, config: &RlsConfig) -> Result<Prepared, RlsError> {
+    pub(crate) fn prepare(&self, config: &RlsConfig) -> Result<Prepared, RlsError> {
         let descriptors = load(config, self.dir.as_deref())?;
         let current = self.policy.load();
         let previous = Some((&**current, self.clock.now()));
@@ -125,7 +125,7 @@ impl Rls {
     }
 
     /// Puts a prepared policy in force.
-    pub fn commit(&self, prepared: Prepared) {
+    pub(crate) fn commit(&self, prepared: Prepared) {
         self.policy.store(Arc::new(prepared.0));
     }
 
@@ -146,7 +146,7 @@ impl Rls {
 /// Whether a reload from `old` to `new` changes what only a restart applies: whether the
 /// service runs, its address and its gRPC bounds (the files and the memory reload).
 #[must_use]
-pub fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) -> bool {
+pub(crate) fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) -> bool {
     let fixed = |c: Option<&RlsConfig>| {
         c.map(|c| (c.listen, c.max_concurrent_requests, c.max_message_bytes))
     };
@@ -160,7 +160,7 @@ pub fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) -> bool {
 /// # Errors
 /// [`StartError::Invalid`] if the files cannot be read or checked (their errors located),
 /// [`StartError::Bind`] if the address cannot be bound.
-pub async fn start(
+pub(crate) async fn start(
     config: &RlsConfig,
     dir: Option<&Path>,
     stopped: watch::Receiver<bool>,

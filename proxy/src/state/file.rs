@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// The temporary file a save writes before renaming it over `path`: in the same directory
 /// (a rename within one file system is atomic), named after it.
 #[must_use]
-pub fn temp_path(path: &Path) -> PathBuf {
+pub(crate) fn temp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     path.with_file_name(name)
@@ -21,7 +21,7 @@ pub fn temp_path(path: &Path) -> PathBuf {
 ///
 /// # Errors
 /// The first I/O error, the temporary file removed (the old file stays as it was).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let temp = temp_path(path);
     // A temporary file left by a crash may carry other permissions: start from none.
     let _ = std::fs::remove_file(&temp);
@@ -49,7 +49,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// What reading a state file found.
 #[derive(Debug)]
-pub enum Found {
+pub(crate) enum Found {
     /// There is no file (a first start).
     Missing,
     /// Its bytes.
@@ -65,7 +65,7 @@ pub enum Found {
 ///
 /// # Errors
 /// I/O errors other than a missing file.
-pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Found> {
+pub(crate) fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Found> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),

@@ -45,14 +45,14 @@ use tollgate_sketch::{Shape, Tick, WindowSnapshot};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// The first 8 bytes of every state file.
-pub const MAGIC: [u8; 8] = *b"TGSTATE\0";
+pub(crate) const MAGIC: [u8; 8] = *b"TGSTATE\0";
 /// The format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 /// The header's length.
 pub const HEADER_LEN: usize = 32;
 /// The latest tick a file may hold (about 146 years): a clock resumed from it cannot reach
 /// the end of the tick range.
-pub const MAX_TICK: u64 = 1 << 62;
+pub(crate) const MAX_TICK: u64 = 1 << 62;
 
 const SKETCHES: u32 = 1;
 const SKETCHES_VERSION: u32 = 1;
@@ -185,7 +185,7 @@ pub fn encode(state: &State) -> Vec<u8> {
 /// of every sketch as well). `capacity` is reserved up front (the file's expected size), so
 /// the buffer is not copied as it grows.
 #[must_use]
-pub fn encode_parts<S: Borrow<SavedSketch>>(
+pub(crate) fn encode_parts<S: Borrow<SavedSketch>>(
     saved_at_unix_ms: u64,
     tick: Tick,
     sketches: impl IntoIterator<Item = S>,

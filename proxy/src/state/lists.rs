@@ -1,6 +1,6 @@
 //! The run-time list entries in a form that outlives the process: expiries as Unix time in
 //! milliseconds instead of ticks of this process's monotonic clock. The state file writes
-//! what [`save`] returns and gives it back to [`restore`] at start.
+//! what `save` returns and gives it back to `restore` at start.
 
 use std::time::Duration;
 
@@ -9,15 +9,15 @@ use tollgate_sketch::Tick;
 
 /// One run-time list entry as a state file keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SavedEntry {
+pub(crate) struct SavedEntry {
     /// The network (host bits cleared).
-    pub cidr: Cidr,
+    pub(crate) cidr: Cidr,
     /// Allow or deny.
-    pub kind: ListKind,
+    pub(crate) kind: ListKind,
     /// When it stops applying, in milliseconds since the Unix epoch.
-    pub expires_unix_ms: u64,
+    pub(crate) expires_unix_ms: u64,
     /// Why it was added.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 pub use crate::unix_time::unix_ms as unix_ms_now;
@@ -43,7 +43,7 @@ pub use crate::unix_time::unix_ms as unix_ms_now;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use]
-pub fn save(lists: &RuntimeLists, now: Tick, unix_ms: u64) -> Vec<SavedEntry> {
+pub(crate) fn save(lists: &RuntimeLists, now: Tick, unix_ms: u64) -> Vec<SavedEntry> {
     lists
         .entries(now)
         .into_iter()
@@ -67,7 +67,7 @@ pub fn save(lists: &RuntimeLists, now: Tick, unix_ms: u64) -> Vec<SavedEntry> {
 /// [`ListError`] if an entry breaks the lists' bounds (an expiry further away than the
 /// longest time to live, a reason too long, more entries than the cap); nothing is restored
 /// then.
-pub fn restore(
+pub(crate) fn restore(
     lists: &RuntimeLists,
     saved: Vec<SavedEntry>,
     now: Tick,

@@ -17,19 +17,19 @@
 //!   a reload migrates them ([`tollgate_filter::Policy::restore`]): same period and memory
 //!   share, restored in place; share changed, read alongside the new sketch for three
 //!   windows; period gone, dropped (logged).
-//! - **Integrity.** Written atomically ([`file::write_atomic`]: temporary file in the same
+//! - **Integrity.** Written atomically (`file::write_atomic`: temporary file in the same
 //!   directory, fsync, rename, fsync of the directory; mode 0600, since it holds the hash
 //!   seeds), versioned and checksummed ([`mod@format`]). A file that is damaged, cut, of another
 //!   version or not a state file at all is refused with its path and what is wrong, and the
 //!   proxy starts cold; no input makes it panic (a fuzz target and a property test say so).
 //! - **Bounds.** The file is the policy's sketch memory plus about a hundred bytes a sketch; a
-//!   file larger than [`read_limit`] of the config's `[sketch] memory` is refused unread. A
+//!   file larger than `read_limit` of the config's `[sketch] memory` is refused unread. A
 //!   save copies the counters with relaxed loads while deciding goes on (no lock, no stall:
 //!   each counter is a value it held during the save, every event counted before the save
-//!   began is in it), on a blocking thread; at SIGTERM the proxy waits at most [`SAVE_BOUND`]
+//!   began is in it), on a blocking thread; at SIGTERM the proxy waits at most `SAVE_BOUND`
 //!   for it, and a save that does not finish leaves the previous file whole.
 
-pub mod file;
+pub(crate) mod file;
 pub mod format;
 pub mod lists;
 
@@ -54,7 +54,7 @@ use lists::SavedEntry;
 /// What a save reads and where it reports: the proxy's clock, policy and run-time lists, its
 /// saver and the state file's metrics. The proxy's shared state is one; this module does not
 /// name it, so the state file sits below what it saves.
-pub trait Saving: Send + Sync + 'static {
+pub(crate) trait Saving: Send + Sync + 'static {
     /// The saver, `None` without `[proxy] state_file`.
     fn saver(&self) -> Option<&Saver>;
     /// The filter's clock now.
@@ -68,19 +68,19 @@ pub trait Saving: Send + Sync + 'static {
 }
 
 /// The longest the proxy waits for a save at SIGTERM before it exits without it.
-pub const SAVE_BOUND: Duration = Duration::from_secs(10);
+pub(crate) const SAVE_BOUND: Duration = Duration::from_secs(10);
 
 /// The largest state file read for a config with `memory` bytes of `[sketch] memory`: four
 /// times that plus 1 MiB. A file is about the saving policy's memory (retired sketches
 /// included, up to twice `memory`); the rest is room for a config whose memory shrank.
 #[must_use]
-pub fn read_limit(memory: usize) -> u64 {
+pub(crate) fn read_limit(memory: usize) -> u64 {
     (memory as u64).saturating_mul(4).saturating_add(1 << 20)
 }
 
 /// Why a state file could not be read or written.
 #[derive(Debug)]
-pub enum StateError {
+pub(crate) enum StateError {
     /// Reading failed.
     Read(PathBuf, std::io::Error),
     /// The file is larger than [`read_limit`].
@@ -129,13 +129,13 @@ impl std::error::Error for StateError {}
 
 /// A state file read at start, and the tick the clock resumes from.
 #[derive(Debug)]
-pub struct Resumed {
+pub(crate) struct Resumed {
     /// What the file holds.
-    pub state: State,
+    pub(crate) state: State,
     /// The saved tick plus the wall-clock time since the save.
-    pub tick: Tick,
+    pub(crate) tick: Tick,
     /// The wall-clock time since the save (zero if the wall clock went back).
-    pub age: Duration,
+    pub(crate) age: Duration,
 }
 
 /// Reads the state file at `path` for a config of `memory` bytes of sketch memory, at Unix
@@ -143,7 +143,11 @@ pub struct Resumed {
 ///
 /// # Errors
 /// [`StateError`] naming the file and what is wrong with it.
-pub fn load(path: &Path, memory: usize, now_unix_ms: u64) -> Result<Option<Resumed>, StateError> {
+pub(crate) fn load(
+    path: &Path,
+    memory: usize,
+    now_unix_ms: u64,
+) -> Result<Option<Resumed>, StateError> {
     let limit = read_limit(memory);
     let bytes = match file::read_bounded(path, limit) {
         Ok(file::Found::Missing) => return Ok(None),
@@ -166,22 +170,22 @@ pub fn load(path: &Path, memory: usize, now_unix_ms: u64) -> Result<Option<Resum
     }))
 }
 
-pub use crate::unix_time::unix_ms;
+pub(crate) use crate::unix_time::unix_ms;
 
 /// What one save wrote.
 #[derive(Clone, Copy, Debug)]
-pub struct Saved {
+pub(crate) struct Saved {
     /// The file's size.
-    pub bytes: usize,
+    pub(crate) bytes: usize,
     /// Sketches in it.
-    pub sketches: usize,
+    pub(crate) sketches: usize,
     /// How long it took, copy, encoding and syncs included.
-    pub took: Duration,
+    pub(crate) took: Duration,
 }
 
 /// The state file of a running proxy: where it goes, and what it carries over.
 #[derive(Debug)]
-pub struct Saver {
+pub(crate) struct Saver {
     path: PathBuf,
     interval: Duration,
     /// Held for a whole save: the periodic save and the one at SIGTERM write one temporary
@@ -192,7 +196,7 @@ pub struct Saver {
 impl Saver {
     /// The saver of `path`, every `interval`.
     #[must_use]
-    pub fn new(path: PathBuf, interval: Duration) -> Saver {
+    pub(crate) fn new(path: PathBuf, interval: Duration) -> Saver {
         Saver {
             path,
             interval,
@@ -202,7 +206,7 @@ impl Saver {
 
     /// The file.
     #[must_use]
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -212,7 +216,7 @@ impl Saver {
     /// # Errors
     /// [`StateError::Write`], the previous file whole; [`StateError::Busy`] if another save
     /// is under way and not `wait`.
-    pub fn save(&self, shared: &dyn Saving, wait: bool) -> Result<Saved, StateError> {
+    pub(crate) fn save(&self, shared: &dyn Saving, wait: bool) -> Result<Saved, StateError> {
         let _one_at_a_time = match self.writing.try_lock() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
@@ -256,13 +260,13 @@ impl Saver {
 /// one), the policy with the saved windows put back (or a fresh one), and the run-time list
 /// entries to put back once the proxy's state is built (with the file they came from).
 #[derive(Debug)]
-pub struct WarmStart {
+pub(crate) struct WarmStart {
     /// The filter's clock.
-    pub clock: MonotonicClock,
+    pub(crate) clock: MonotonicClock,
     /// The policy of `config`, its sketches restored.
-    pub policy: Policy,
+    pub(crate) policy: Policy,
     /// The saved run-time list entries and the file's path.
-    pub lists: Option<(PathBuf, Vec<SavedEntry>)>,
+    pub(crate) lists: Option<(PathBuf, Vec<SavedEntry>)>,
 }
 
 /// Reads `config`'s state file, if it names one, into a [`WarmStart`]; counts the windows
@@ -270,7 +274,10 @@ pub struct WarmStart {
 ///
 /// # Errors
 /// When the policy cannot be built (its memory too small for its sketches).
-pub fn warm_start(config: &ProxyConfig, metrics: &StateMetrics) -> Result<WarmStart, PolicyError> {
+pub(crate) fn warm_start(
+    config: &ProxyConfig,
+    metrics: &StateMetrics,
+) -> Result<WarmStart, PolicyError> {
     // A state file that reads resumes the saved ticks: its windows age by the time the
     // proxy was down. Anything wrong with it is logged and the start is cold.
     let resumed = config.state.as_ref().and_then(|file| {
@@ -329,7 +336,7 @@ pub fn warm_start(config: &ProxyConfig, metrics: &StateMetrics) -> Result<WarmSt
 /// counts the outcome. Whether it was saved. With `wait`, after a save under way (at
 /// shutdown); without, skipped if one is (the periodic save: a hung disk then holds one
 /// blocking thread, not one more per interval).
-pub async fn save_bounded<S: Saving>(shared: &Arc<S>, wait: bool) -> bool {
+pub(crate) async fn save_bounded<S: Saving>(shared: &Arc<S>, wait: bool) -> bool {
     let Some(saver) = shared.saver() else {
         return false;
     };
@@ -376,7 +383,7 @@ pub async fn save_bounded<S: Saving>(shared: &Arc<S>, wait: bool) -> bool {
 
 /// Saves every `[proxy] state_interval` until `stopped` says stop (the save at SIGTERM is
 /// [`crate::server::Server::shutdown`]'s).
-pub async fn run<S: Saving>(shared: Arc<S>, mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn run<S: Saving>(shared: Arc<S>, mut stopped: watch::Receiver<bool>) {
     let Some(interval) = shared.saver().map(|s| s.interval) else {
         return;
     };
@@ -420,7 +427,7 @@ impl From<ListEntry> for SavedEntry {
 }
 
 /// Logs what a restore put back and left out.
-pub fn log_restored(path: &Path, resumed: &Resumed, report: &Restored) {
+pub(crate) fn log_restored(path: &Path, resumed: &Resumed, report: &Restored) {
     tracing::info!(
         path = %path.display(),
         age = ?resumed.age,
@@ -442,17 +449,17 @@ struct ResultLabel {
 
 /// The state file's metrics.
 #[derive(Clone, Debug, Default)]
-pub struct StateMetrics {
+pub(crate) struct StateMetrics {
     saves: Family<ResultLabel, Counter>,
     /// The last state file's size.
-    pub bytes: Gauge,
+    pub(crate) bytes: Gauge,
     /// Windows put back at start (0 for a cold start).
-    pub restored_windows: Gauge,
+    pub(crate) restored_windows: Gauge,
 }
 
 impl StateMetrics {
     /// Counts a save by its result.
-    pub fn saved(&self, ok: bool) {
+    pub(crate) fn saved(&self, ok: bool) {
         self.saves
             .get_or_create(&ResultLabel {
                 result: if ok { "ok" } else { "error" },
@@ -461,7 +468,7 @@ impl StateMetrics {
     }
 
     /// Registers them under `state_` in `registry`'s namespace.
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("state");
         r.register(
             "saves",
@@ -592,7 +599,7 @@ mod tests {
         );
         let config = crate::config::ProxyConfig::parse(&text).unwrap();
         let shared = crate::server::shared_state(config, None).unwrap();
-        let saver = shared.state.as_ref().unwrap();
+        let saver = shared.saver().unwrap();
         let writing = saver.writing.lock().unwrap();
         let err = saver.save(&shared, false).unwrap_err();
         assert!(matches!(err, StateError::Busy(_)), "{err}");
@@ -641,7 +648,7 @@ mod tests {
     #[test]
     fn a_save_says_what_it_wrote_and_the_file_says_when() {
         let (_dir, path, shared) = saving("what");
-        let saver = shared.state.as_ref().unwrap();
+        let saver = shared.saver().unwrap();
         assert_eq!(saver.path(), path);
         let before = unix_ms_by_the_system_clock();
         let saved = saver.save(&shared, false).unwrap();
@@ -663,7 +670,7 @@ mod tests {
     #[test]
     fn a_save_that_waits_writes_once_the_one_under_way_is_done() {
         let (_dir, path, shared) = saving("wait");
-        let saver = shared.state.as_ref().unwrap();
+        let saver = shared.saver().unwrap();
         std::thread::scope(|scope| {
             let (held, holding) = std::sync::mpsc::channel();
             scope.spawn(move || {
@@ -685,7 +692,7 @@ mod tests {
         assert!(save_bounded(&shared, true).await);
         assert!(path.exists());
         let metrics = shared
-            .metrics
+            .metrics()
             .render(&shared.filter().policy(), shared.now());
         assert!(
             metrics.contains("tollgate_state_saves_total{result=\"ok\"} 1\n"),

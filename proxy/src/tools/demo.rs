@@ -110,7 +110,7 @@ enum Outcome {
 ///
 /// # Errors
 /// If the runtime, the upstream or the proxy cannot start, or `out` cannot be written.
-pub fn demo(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn demo(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -26,45 +26,45 @@ fn bucket_width(span_ms: u64) -> u64 {
 
 /// Verdict totals.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Totals {
+pub(crate) struct Totals {
     /// Frames allowed.
-    pub allowed: u64,
+    pub(crate) allowed: u64,
     /// Frames over a limit.
-    pub throttled: u64,
+    pub(crate) throttled: u64,
     /// Frames from a denied network.
-    pub denied_listed: u64,
+    pub(crate) denied_listed: u64,
     /// Frames from sources serving a penalty.
-    pub denied_penalty: u64,
+    pub(crate) denied_penalty: u64,
     /// Frames that could not be parsed.
-    pub malformed: u64,
+    pub(crate) malformed: u64,
     /// Frames a shadow rule found over a limit (also counted in their verdict).
-    pub shadow: u64,
+    pub(crate) shadow: u64,
 }
 
 /// Per rule: what it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RuleTotals {
+pub(crate) struct RuleTotals {
     /// The rule's name.
-    pub rule: String,
+    pub(crate) rule: String,
     /// Frames it throttled.
-    pub throttled: u64,
+    pub(crate) throttled: u64,
     /// Frames it found over a limit as a shadow rule.
-    pub shadow: u64,
+    pub(crate) shadow: u64,
 }
 
 /// One bucket of the timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     /// Start of the bucket, milliseconds after the first frame.
-    pub start_ms: u64,
+    pub(crate) start_ms: u64,
     /// Frames allowed in it.
-    pub allowed: u64,
+    pub(crate) allowed: u64,
     /// Frames throttled or denied in it (`throttled + denied`).
-    pub refused: u64,
+    pub(crate) refused: u64,
     /// Frames over a limit in it.
-    pub throttled: u64,
+    pub(crate) throttled: u64,
     /// Frames denied in it: a denied network, a penalty, or a frame that could not be parsed.
-    pub denied: u64,
+    pub(crate) denied: u64,
 }
 
 /// What became of one frame, for the timeline.
@@ -77,21 +77,21 @@ enum Outcome {
 
 /// What the rules would have done with a capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// Frames read.
-    pub frames: u64,
+    pub(crate) frames: u64,
     /// From the first frame's timestamp to the last's, in milliseconds.
-    pub span_ms: u64,
+    pub(crate) span_ms: u64,
     /// Verdict totals.
-    pub totals: Totals,
+    pub(crate) totals: Totals,
     /// Per rule.
-    pub rules: Vec<RuleTotals>,
+    pub(crate) rules: Vec<RuleTotals>,
     /// The most throttled source addresses, most first.
-    pub top_sources: Vec<(String, u64)>,
+    pub(crate) top_sources: Vec<(String, u64)>,
     /// The most throttled limit keys (the source masked to the limit's prefix), most first.
-    pub top_prefixes: Vec<(String, u64)>,
+    pub(crate) top_prefixes: Vec<(String, u64)>,
     /// Allowed and refused over time.
-    pub timeline: Vec<Bucket>,
+    pub(crate) timeline: Vec<Bucket>,
 }
 
 /// Accumulates the report while the capture is read.
@@ -235,7 +235,7 @@ impl Tally<'_> {
 ///
 /// # Errors
 /// Only if `out` cannot be written.
-pub fn replay(
+pub(crate) fn replay(
     config_path: &Path,
     capture: &Path,
     top: usize,

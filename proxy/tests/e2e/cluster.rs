@@ -95,7 +95,14 @@ async fn nodes_on(servers: &[&Redis], limit: u64) -> Vec<Server> {
 fn allowed(servers: &[Server]) -> u64 {
     servers
         .iter()
-        .map(|s| s.shared().metrics.listeners.listener("front").allowed.get())
+        .map(|s| {
+            s.shared()
+                .metrics()
+                .listeners
+                .listener("front")
+                .allowed
+                .get()
+        })
         .sum()
 }
 
@@ -476,11 +483,11 @@ fn the_cluster_section_is_checked_located_and_printed_back() {
 async fn without_a_cluster_section_nothing_of_it_runs_or_is_exported() {
     let upstream = echo_upstream().await;
     let server = start(&config(upstream, None, LIMIT)).await;
-    assert!(server.shared().cluster.is_none());
+    assert!(server.shared().cluster().is_none());
     assert_eq!(support::metric(&server, "tollgate_cluster_"), 0.0);
     let text = server
         .shared()
-        .metrics
+        .metrics()
         .render(&server.shared().filter().policy(), server.shared().now());
     assert!(!text.contains("tollgate_cluster_"), "{text}");
 }

@@ -577,7 +577,7 @@ async fn runtime_denied() {
     })
     .await;
     assert_eq!(
-        server.shared().metrics.kernel.errors.get(),
+        server.shared().metrics().kernel.errors.get(),
         0,
         "a transaction was refused"
     );

@@ -192,7 +192,7 @@ async fn the_state_is_saved_every_interval_and_at_shutdown() {
     let shared = std::sync::Arc::clone(server.shared());
     let saves = |shared: &tollgate::shared::Shared| {
         let text = shared
-            .metrics
+            .metrics()
             .render(&shared.filter().policy(), shared.now());
         let line = text.lines().find(|l| l.starts_with(ok)).unwrap().to_owned();
         line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()

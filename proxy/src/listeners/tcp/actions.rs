@@ -19,7 +19,7 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The reply written when a rule with `action = "reply"` names none: an HTTP 429 with the
 /// standard Retry-After and the RateLimit headers (IETF httpapi draft), filled from the verdict.
-pub const DEFAULT_REPLY: &str = "HTTP/1.1 429 Too Many Requests\r\n\
+pub(crate) const DEFAULT_REPLY: &str = "HTTP/1.1 429 Too Many Requests\r\n\
 Content-Type: text/plain\r\n\
 Content-Length: 20\r\n\
 Retry-After: {retry_after}\r\n\
@@ -33,23 +33,23 @@ Too Many Requests.\r\n";
 
 /// What a reply template is filled with.
 #[derive(Clone, Copy, Debug)]
-pub struct ReplyValues<'a> {
+pub(crate) struct ReplyValues<'a> {
     /// The rule's name.
-    pub rule: &'a str,
+    pub(crate) rule: &'a str,
     /// The limit's count per window.
-    pub limit: u64,
+    pub(crate) limit: u64,
     /// The limit's window.
-    pub window: Duration,
+    pub(crate) window: Duration,
     /// The estimate that went over.
-    pub estimate: u64,
+    pub(crate) estimate: u64,
     /// When to try again.
-    pub retry_after: Duration,
+    pub(crate) retry_after: Duration,
 }
 
 /// Fills `template`'s placeholders: `{retry_after}` and `{window}` in whole seconds (rounded
 /// up, as Retry-After wants), `{limit}`, `{estimate}`, `{rule}`. Other braces stay as written.
 #[must_use]
-pub fn render(template: &str, values: &ReplyValues<'_>) -> Vec<u8> {
+pub(crate) fn render(template: &str, values: &ReplyValues<'_>) -> Vec<u8> {
     let seconds = |d: Duration| d.as_millis().div_ceil(1000).to_string();
     template
         .replace("{retry_after}", &seconds(values.retry_after))
@@ -61,14 +61,14 @@ pub fn render(template: &str, values: &ReplyValues<'_>) -> Vec<u8> {
 }
 
 /// Resets the connection: the client sees ECONNRESET at once, the proxy keeps no state.
-pub fn reset(stream: TcpStream) {
+pub(crate) fn reset(stream: TcpStream) {
     socket::reset_on_close(&stream);
     drop(stream);
 }
 
 /// Closes the connection with a FIN. Input the client already sent is read and discarded for
 /// a short bound first: closing a socket with unread input makes the kernel send RST instead.
-pub async fn close(mut stream: TcpStream) {
+pub(crate) async fn close(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
     let _ = tokio::time::timeout(LINGER, discard(&mut stream)).await;
 }
@@ -88,7 +88,7 @@ async fn discard(input: &mut (impl AsyncRead + Unpin)) {
 }
 
 /// Writes `bytes`, then closes with a FIN.
-pub async fn reply(mut stream: TcpStream, bytes: &[u8]) {
+pub(crate) async fn reply(mut stream: TcpStream, bytes: &[u8]) {
     if tokio::time::timeout(REPLY_TIMEOUT, stream.write_all(bytes))
         .await
         .is_ok_and(|written| written.is_ok())

@@ -36,7 +36,7 @@ const NETWORK: (Prefix, Prefix) = (Prefix::V4(24), Prefix::V6(48));
 
 /// Which budget a connection draws on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Use {
+pub(crate) enum Use {
     /// Forwarded to an upstream.
     Forward,
     /// Held by a rejecting action.
@@ -67,7 +67,7 @@ impl Caps {
 
 /// A listener's three budgets.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     forward: Caps,
     held: Caps,
     header: Caps,
@@ -75,7 +75,7 @@ pub struct Budget {
 
 /// A connection's claim on one budget; dropping it gives everything back.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     _all: OwnedSemaphorePermit,
     source: Option<Slot>,
     network: Option<Slot>,
@@ -104,7 +104,7 @@ impl Drop for Slot {
 impl Budget {
     /// The budgets of listener `config`; `open`, `held` and `header_waits` are its gauges.
     #[must_use]
-    pub fn new(config: &Listener, open: Gauge, held: Gauge, header_waits: Gauge) -> Budget {
+    pub(crate) fn new(config: &Listener, open: Gauge, held: Gauge, header_waits: Gauge) -> Budget {
         let scope = |what: &str| RuleId::from_name(&format!("{what}:{}", config.name));
         Budget {
             forward: Caps {
@@ -170,7 +170,7 @@ impl Budget {
     ///
     /// # Errors
     /// The [`Refusal`] of the cap that is reached.
-    pub fn claim(
+    pub(crate) fn claim(
         &self,
         gate: &Arc<Gate>,
         use_: Use,
@@ -203,19 +203,19 @@ impl Budget {
 
     /// Connections holding a forwarding claim now.
     #[must_use]
-    pub fn forwarding(&self) -> usize {
+    pub(crate) fn forwarding(&self) -> usize {
         self.forward.in_use()
     }
 
     /// Rejections held now.
     #[must_use]
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held.in_use()
     }
 
     /// Trusted peers' connections waiting for their PROXY header now.
     #[must_use]
-    pub fn header_waits(&self) -> usize {
+    pub(crate) fn header_waits(&self) -> usize {
         self.header.in_use()
     }
 }

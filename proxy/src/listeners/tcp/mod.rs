@@ -1,10 +1,10 @@
 //! TCP listeners: accept, learn the source (from a trusted peer's PROXY header, or the peer
 //! address), decide, then forward to an upstream or carry out the verdict.
 
-pub mod actions;
-pub mod budget;
-pub mod opening;
-pub mod relay;
+pub(crate) mod actions;
+pub(crate) mod budget;
+pub(crate) mod opening;
+pub(crate) mod relay;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -52,11 +52,11 @@ const CONNECTION_WEIGHT: u64 = 1;
 
 /// One TCP listener's fixed parts.
 #[derive(Debug)]
-pub struct Frontend {
+pub(crate) struct Frontend {
     /// Its config.
-    pub config: Listener,
+    pub(crate) config: Listener,
     /// Its counters.
-    pub metrics: ListenerMetrics,
+    pub(crate) metrics: ListenerMetrics,
     pool: Pool,
     trusted: PrefixMap<()>,
     /// What one source, one network and everyone may hold, forwarded and held apart.
@@ -66,7 +66,7 @@ pub struct Frontend {
 impl Frontend {
     /// The fixed parts of listener `config`.
     #[must_use]
-    pub fn new(config: Listener, gate: &Gate) -> Frontend {
+    pub(crate) fn new(config: Listener, gate: &Gate) -> Frontend {
         let mut trusted = PrefixMap::new();
         for cidr in &config.trusted_proxies {
             trusted.insert(cidr.addr, cidr.prefix, ());
@@ -92,13 +92,13 @@ impl Frontend {
 
     /// Connections open now: forwarded, reading a trusted peer's header, and held.
     #[must_use]
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.budget.forwarding() + self.budget.header_waits() + self.budget.held()
     }
 
     /// Rejections held now (`delay`, `close`, `reply`).
     #[must_use]
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.budget.held()
     }
 
@@ -117,7 +117,7 @@ impl Frontend {
 /// Accepting goes through the plain socket (`AsyncFd` only waits for readiness), so a
 /// connection that is reset at once costs accept, setsockopt and close: no task, no epoll
 /// registration. Only connections that go on become tokio streams.
-pub async fn serve(
+pub(crate) async fn serve(
     gate: Arc<Gate>,
     frontend: Arc<Frontend>,
     listener: AsyncFd<std::net::TcpListener>,

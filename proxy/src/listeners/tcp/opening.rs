@@ -14,14 +14,14 @@ use crate::listeners::proxy_protocol;
 
 /// The most read at accept: a short exchange's request fits; anything longer is left in the
 /// socket for the relay.
-pub const OPENING: usize = 2 << 10;
+pub(crate) const OPENING: usize = 2 << 10;
 /// The opening bytes screened for a PROXY header (a v2 signature is 12 bytes, v1's `PROXY `
 /// 6): the relay's screen, applied here because these bytes never reach it.
 const SCREENED: usize = 16;
 
 /// What the client sent before it was handed to the relay.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Opening {
+pub(crate) enum Opening {
     /// Nothing yet (or it closed or failed: the relay sees that again and ends).
     Nothing,
     /// These bytes, which passed the screen.
@@ -32,7 +32,7 @@ pub enum Opening {
 
 /// Reads what `client` (non-blocking) has sent so far, at most [`OPENING`] bytes, and screens
 /// it for a PROXY header.
-pub fn read(client: &mut impl Read) -> Opening {
+pub(crate) fn read(client: &mut impl Read) -> Opening {
     let mut buf = [0u8; OPENING];
     match client.read(&mut buf) {
         Ok(0) | Err(_) => Opening::Nothing,

@@ -28,14 +28,14 @@ use crate::listeners::proxy_protocol;
 
 /// The size a direction's buffer starts at: a short exchange's reads fit, and zeroing it is
 /// cheap; a read that fills it grows it to the relay's full size.
-pub const FIRST_BUFFER: usize = 2 << 10;
+pub(crate) const FIRST_BUFFER: usize = 2 << 10;
 /// The opening bytes an untrusted client's first read is screened on (a PROXY v2 signature
 /// is 12 bytes, v1's `PROXY ` 6).
 const SCREENED: usize = 16;
 
 /// How a relay ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// Both directions finished (or one failed).
     Finished,
     /// No byte moved either way for the idle timeout.
@@ -47,7 +47,7 @@ pub enum Ended {
 
 /// What the client's first bytes are checked for before they are forwarded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Screen {
+pub(crate) enum Screen {
     /// Nothing.
     Nothing,
     /// A PROXY header from a client that may not send one: checked on the client's first read
@@ -58,7 +58,7 @@ pub enum Screen {
 /// Copies both ways until both directions end (a half-close is passed on) or nothing moves for
 /// `idle`. `buffer` is the most each direction's buffer grows to; `screen` what the client's
 /// first bytes are checked for.
-pub async fn relay<A, B>(
+pub(crate) async fn relay<A, B>(
     client: &mut A,
     upstream: &mut B,
     buffer: usize,

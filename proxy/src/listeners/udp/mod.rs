@@ -42,15 +42,15 @@ use crate::listeners::{ListenerMetrics, Refusal};
 use session::{HEADER_ROOM, Session};
 use table::SessionTable;
 
-pub use table::Caps;
+pub(crate) use table::Caps;
 
 /// One UDP listener's fixed parts and its session table.
 #[derive(Debug)]
-pub struct UdpFrontend {
+pub(crate) struct UdpFrontend {
     /// Its config.
-    pub config: Listener,
+    pub(crate) config: Listener,
     /// Its counters.
-    pub metrics: ListenerMetrics,
+    pub(crate) metrics: ListenerMetrics,
     caps: Caps,
     /// The address it is bound to: the destination its PROXY headers name.
     local: SocketAddr,
@@ -73,7 +73,7 @@ impl UdpFrontend {
     /// The fixed parts of listener `config`, bound to `local`, holding at most `max_sessions`
     /// sessions (the config's own, or the default the descriptor budget gives it).
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         config: Listener,
         local: SocketAddr,
         gate: &Gate,
@@ -101,13 +101,13 @@ impl UdpFrontend {
 
     /// The caps this listener enforces.
     #[must_use]
-    pub fn caps(&self) -> Caps {
+    pub(crate) fn caps(&self) -> Caps {
         self.caps
     }
 
     /// Sessions held now.
     #[must_use]
-    pub fn sessions(&self) -> usize {
+    pub(crate) fn sessions(&self) -> usize {
         self.table().len()
     }
 
@@ -176,7 +176,7 @@ fn gauge(count: usize) -> i64 {
 }
 
 /// Receives datagrams until `stop` says so.
-pub async fn serve(
+pub(crate) async fn serve(
     gate: Arc<Gate>,
     frontend: Arc<UdpFrontend>,
     socket: Arc<UdpSocket>,

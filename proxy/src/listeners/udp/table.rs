@@ -26,13 +26,13 @@ use crate::listeners::Refusal;
 
 /// How many sessions a listener holds at most: per source, per prefix and in all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// Sessions in all.
-    pub total: usize,
+    pub(crate) total: usize,
     /// Sessions of one source (IPv4 address, IPv6 /64).
-    pub per_source: u32,
+    pub(crate) per_source: u32,
     /// Sessions of one prefix (IPv4 /24, IPv6 /48).
-    pub per_prefix: u32,
+    pub(crate) per_prefix: u32,
 }
 
 /// Sessions by client address, with the counts the caps need.

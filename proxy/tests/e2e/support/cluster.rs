@@ -8,7 +8,11 @@ use tollgate::server::Server;
 /// # Panics
 /// If the server has no `[cluster]`.
 pub(crate) fn cluster_of(server: &Server) -> &tollgate::cluster::Cluster {
-    server.shared().cluster.as_deref().expect("a cluster node")
+    server
+        .shared()
+        .cluster()
+        .map(AsRef::as_ref)
+        .expect("a cluster node")
 }
 
 /// Whether the node limits alone (Redis away).

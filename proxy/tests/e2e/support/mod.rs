@@ -161,7 +161,7 @@ pub(crate) async fn attempt(from: &str, to: SocketAddr) -> Wire {
 pub(crate) fn metric(server: &Server, prefix: &str) -> f64 {
     let shared = server.shared();
     let text = shared
-        .metrics
+        .metrics()
         .render(&shared.filter().policy(), shared.now());
     text.lines()
         .find(|line| line.starts_with(prefix))
