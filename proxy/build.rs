@@ -4,6 +4,11 @@
 //!
 //! Compiles the vendored rate-limit service protos (`proto/`, see its README) into Rust with
 //! protox (a protobuf compiler in Rust: no `protoc` binary) and tonic-prost-build.
+//!
+//! Compiles the XDP program (`bpf/tollgate.bpf.c`) with clang into `OUT_DIR` and sets
+//! `cfg(tollgate_xdp)` so the crate embeds it, when clang is there (`TOLLGATE_CLANG`, or
+//! `clang` on PATH). Without clang everything else builds; the XDP mode then says at start
+//! that it was built without its program.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -34,6 +39,46 @@ fn main() {
         panic!("generating the gRPC code of {PROTO}: {err}");
     }
     commit();
+    xdp_program();
+}
+
+/// The XDP program's source; layout.h is the C half of `src/xdp/layout.rs`.
+const BPF_SOURCES: [&str; 2] = ["bpf/tollgate.bpf.c", "bpf/layout.h"];
+
+/// Compiles the XDP program into `OUT_DIR/tollgate.bpf.o` and sets `cfg(tollgate_xdp)`, or
+/// says in a warning why not.
+fn xdp_program() {
+    println!("cargo:rustc-check-cfg=cfg(tollgate_xdp)");
+    println!("cargo:rerun-if-env-changed=TOLLGATE_CLANG");
+    for source in BPF_SOURCES {
+        println!("cargo:rerun-if-changed={source}");
+    }
+    let clang = std::env::var("TOLLGATE_CLANG").unwrap_or_else(|_| "clang".to_owned());
+    let Some(out) = std::env::var_os("OUT_DIR") else {
+        return;
+    };
+    let object = PathBuf::from(out).join("tollgate.bpf.o");
+    // -mcpu=v3: the 32-bit atomic fetch-and-add the sketch's cells need. -g: BTF, which
+    // describes the maps to the loader.
+    let compiled = Command::new(&clang)
+        .args([
+            "-target", "bpf", "-mcpu=v3", "-O2", "-g", "-Wall", "-Werror", "-c",
+        ])
+        .arg(BPF_SOURCES[0])
+        .arg("-o")
+        .arg(&object)
+        .output();
+    match compiled {
+        Ok(out) if out.status.success() => println!("cargo:rustc-cfg=tollgate_xdp"),
+        // A clang that cannot build the program is a bug in the program (or a clang too old
+        // for BPF v3): said loudly, and the rest still builds.
+        Ok(out) => println!(
+            "cargo:warning=the XDP program did not compile with `{clang}`, building without it: {}",
+            String::from_utf8_lossy(&out.stderr).replace('\n', " ")
+        ),
+        // No clang: the usual case on a machine that never asked for XDP; silent.
+        Err(_) => {}
+    }
 }
 
 /// `TOLLGATE_COMMIT`, and what to watch to rebuild when it changes.

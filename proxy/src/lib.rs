@@ -24,6 +24,7 @@ pub mod state;
 mod test_log;
 pub mod tools;
 mod unix_time;
+mod xdp;
 
 use std::io::Write;
 use std::process::ExitCode;

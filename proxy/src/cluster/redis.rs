@@ -601,7 +601,7 @@ fn unix_nanos(seconds: u64, micros: u64) -> u64 {
 /// Redis never sent); a negative total, which only a write from outside the cluster leaves,
 /// reads as 0.
 fn push_totals(reply: &[i64], totals: &mut Vec<(u64, u64)>) -> Result<u64, String> {
-    if reply.len() % 2 != 0 {
+    if !reply.len().is_multiple_of(2) {
         return Err(format!(
             "a push's reply holds {} totals, not two a suspect",
             reply.len()

@@ -34,7 +34,7 @@ async fn echo_once() -> SocketAddr {
 
 /// The `index`th distinct source.
 fn source(index: u32) -> SocketAddr {
-    if index % 2 == 0 {
+    if index.is_multiple_of(2) {
         SocketAddr::new(Ipv4Addr::from(0x0A00_0000 + index).into(), 40_000)
     } else {
         let addr = Ipv6Addr::from((0x2001_0db8_u128 << 96) | u128::from(index) << 64);

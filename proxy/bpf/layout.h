@@ -1,0 +1,134 @@
+/* The kernel sketch's layout, hash and window arithmetic: the C half of one definition whose
+ * Rust half is proxy/src/xdp/layout.rs. Both are checked against the same golden vectors
+ * (proxy/src/xdp/tests.rs runs this program through BPF_PROG_TEST_RUN and compares the
+ * cells it touched with what layout.rs computes). Change one, change the other.
+ *
+ * Self-contained: no kernel or libbpf headers, so clang alone builds it.
+ */
+#ifndef TOLLGATE_LAYOUT_H
+#define TOLLGATE_LAYOUT_H
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+/* Rows of the Count-Min sketch: each key adds to one cell per row. */
+#define DEPTH 2
+/* Slices of the window ring: current, previous, and the next one, which user space clears
+ * while the kernel counts in the current one (so the kernel never clears anything). */
+#define SLICES 3
+/* Prefix levels: IPv4 /32 and /24, IPv6 /128, /64 and /48 (the order of `Level` in Rust). */
+#define LEVELS 5
+#define LEVEL_V4_32 0
+#define LEVEL_V4_24 1
+#define LEVEL_V6_128 2
+#define LEVEL_V6_64 3
+#define LEVEL_V6_48 4
+/* Time in ticks of 1024 ns: windows up to 2^32 ticks (73 minutes) keep every product in
+ * 64 bits (a count below 2^32 times a remainder below 2^32). */
+#define TICK_SHIFT 10
+/* Per-CPU counters. */
+#define COUNTER_PASSED 0    /* an attempt, counted and under every limit */
+#define COUNTER_DROPPED 1   /* an attempt over a limit */
+#define COUNTER_MALFORMED 2 /* a frame cut short or with an impossible header: passed */
+#define COUNTER_IGNORED 3   /* not an attempt (other protocol, TCP past the SYN, a later fragment) */
+#define COUNTERS 4
+
+/* The `config` map's one value (little-endian, 8-byte fields; `Config::to_bytes` in Rust). */
+struct config {
+	u64 seed;       /* the hash seed */
+	u64 window;     /* the window length in ticks, 1..2^32 */
+	u64 width;      /* cells per row, 1..2^32 */
+	u64 fixed_tick; /* when non-zero, the time in ticks (tests); otherwise the coarse clock */
+};
+
+/* One rule per level: `limit` attempts per sliding window; 0 leaves the level uncounted. */
+struct rule {
+	u32 limit;
+	u32 reserved;
+};
+
+/* xxh3's 64-bit hash with a seed, for keys of 4 and 16 bytes (Collet, XXH3 spec,
+ * `XXH3_len_4to8_64b` and `XXH3_len_9to16_64b`). The constants are words of xxh3's default
+ * secret, xored pairwise as the spec does (layout.rs checks them against xxhash-rust). */
+#define XXH_SECRET_8_16 0xc73ab174c5ecd5a2ULL  /* read64(secret+8) ^ read64(secret+16) */
+#define XXH_SECRET_24_32 0x6782737bea4239b9ULL /* read64(secret+24) ^ read64(secret+32) */
+#define XXH_SECRET_40_48 0xaf56bc3b0996523aULL /* read64(secret+40) ^ read64(secret+48) */
+#define XXH_PRIME_MX2 0x9FB21C651E98DF25ULL
+#define XXH_PRIME64_3 0x165667919E3779F9ULL
+
+static __attribute__((always_inline)) u64 rotl64(u64 x, int r)
+{
+	return (x << r) | (x >> (64 - r));
+}
+
+/* The high 64 bits of a * b, from 32-bit halves (BPF has no 128-bit multiply). */
+static __attribute__((always_inline)) u64 mul_hi(u64 a, u64 b)
+{
+	u64 a_lo = a & 0xffffffff, a_hi = a >> 32;
+	u64 b_lo = b & 0xffffffff, b_hi = b >> 32;
+	u64 lo_lo = a_lo * b_lo;
+	u64 hi_lo = a_hi * b_lo;
+	u64 lo_hi = a_lo * b_hi;
+	u64 hi_hi = a_hi * b_hi;
+	u64 cross = (lo_lo >> 32) + (hi_lo & 0xffffffff) + lo_hi;
+	return hi_hi + (hi_lo >> 32) + (cross >> 32);
+}
+
+static __attribute__((always_inline)) u64 xxh3_4(u32 word, u64 seed)
+{
+	seed ^= (u64)__builtin_bswap32((u32)seed) << 32;
+	u64 bitflip = XXH_SECRET_8_16 - seed;
+	/* The first and the last four bytes are the same four. */
+	u64 h = ((u64)word + ((u64)word << 32)) ^ bitflip;
+	h ^= rotl64(h, 49) ^ rotl64(h, 24);
+	h *= XXH_PRIME_MX2;
+	h ^= (h >> 35) + 4;
+	h *= XXH_PRIME_MX2;
+	return h ^ (h >> 28);
+}
+
+static __attribute__((always_inline)) u64 xxh3_16(u64 lo, u64 hi, u64 seed)
+{
+	u64 input_lo = lo ^ (XXH_SECRET_24_32 + seed);
+	u64 input_hi = hi ^ (XXH_SECRET_40_48 - seed);
+	u64 fold = (input_lo * input_hi) ^ mul_hi(input_lo, input_hi);
+	u64 acc = 16 + __builtin_bswap64(input_lo) + input_hi + fold;
+	acc ^= acc >> 37;
+	acc *= XXH_PRIME64_3;
+	return acc ^ (acc >> 32);
+}
+
+/* A level's seed: the sketch's seed xored with the level's prefix length, so one address
+ * at two levels makes two keys. */
+static __attribute__((always_inline)) u64 level_seed(u64 seed, u32 prefix)
+{
+	return seed ^ prefix;
+}
+
+/* Double hashing (Kirsch and Mitzenmacher), as tollgate-sketch's `KeyHash`: row r's cell is
+ * reduce(h + r * step(h), width), reduce being Lemire's multiply-shift. */
+#define MIX 0x9E3779B97F4A7C15ULL
+static __attribute__((always_inline)) u64 step(u64 h)
+{
+	return ((h ^ (h >> 29)) * MIX) | 1;
+}
+
+/* Cell `row` of a key's hash in `slice`: the index into the `cells` map. */
+static __attribute__((always_inline)) u32 cell_index(u64 h, u64 stride, u32 row, u32 slice, u64 width)
+{
+	u64 g = h + (u64)row * stride;
+	return (u32)(((u64)slice * DEPTH + row) * width + mul_hi(g, width));
+}
+
+/* ceil(previous * remaining / window): the previous window's part still inside the sliding
+ * window (the sketch's `Windows::share`). */
+static __attribute__((always_inline)) u64 share(u64 previous, u64 remaining, u64 window)
+{
+	u64 product = previous * remaining;
+	u64 quotient = product / window;
+	return quotient + (quotient * window != product);
+}
+
+#endif

@@ -1,0 +1,275 @@
+/* Tollgate's XDP program: counts attempts (a TCP SYN without ACK, a UDP datagram) per source
+ * at the prefix levels the rules name, in a Count-Min sketch of sliding windows that user
+ * space maps into its memory, and drops a source over its level's limit at the driver.
+ *
+ * Parsing: Ethernet, at most one VLAN tag (802.1Q or 802.1ad), IPv4 (options skipped by IHL;
+ * a later fragment carries no ports: ignored) or IPv6 (at most MAX_EXTENSIONS extension
+ * headers: hop-by-hop, routing, destination options, fragment, authentication), then TCP or
+ * UDP. A frame cut short at any header, or with an impossible length, is passed and counted
+ * `malformed`: the stack drops what it cannot parse either, and the program never guesses a
+ * source.
+ *
+ * Counting never loses an increment: every cell is raised by an atomic fetch-and-add whose
+ * returned value is the count this attempt sees, so two CPUs on one key each see their own.
+ * The kernel never clears: user space clears the slice after next (see layout.h). A slice
+ * user space was late to clear only holds more than it should: estimates err upwards.
+ *
+ * Built by proxy/build.rs: clang -target bpf -mcpu=v3 -O2 -g (v3 for the 32-bit atomic
+ * fetch-and-add).
+ */
+#include "layout.h"
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_F_MMAPABLE (1U << 10)
+
+#define XDP_DROP 1
+#define XDP_PASS 2
+
+struct xdp_md {
+	u32 data;
+	u32 data_end;
+	u32 data_meta;
+	u32 ingress_ifindex;
+	u32 rx_queue_index;
+	u32 egress_ifindex;
+};
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static u64 (*bpf_ktime_get_coarse_ns)(void) = (void *)160;
+
+/* The sketch: SLICES x DEPTH x width cells of 32 bits; max_entries set by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} cells SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LEVELS);
+	__type(key, u32);
+	__type(value, struct rule);
+} rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COUNTERS);
+	__type(key, u32);
+	__type(value, u64);
+} counters SEC(".maps");
+
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define ETH_P_8021Q 0x8100
+#define ETH_P_8021AD 0x88A8
+#define IPPROTO_HOPOPTS 0
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define IPPROTO_ROUTING 43
+#define IPPROTO_FRAGMENT 44
+#define IPPROTO_AH 51
+#define IPPROTO_DSTOPTS 60
+#define MAX_EXTENSIONS 4
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_ACK 0x10
+
+static __attribute__((always_inline)) u16 be16(u16 v)
+{
+	return __builtin_bswap16(v);
+}
+
+static __attribute__((always_inline)) int count(u32 which)
+{
+	u64 *counter = bpf_map_lookup_elem(&counters, &which);
+	if (counter)
+		__atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+	return which == COUNTER_DROPPED ? XDP_DROP : XDP_PASS;
+}
+
+/* Where the window stands: the current and previous slices and the ticks left. */
+struct position {
+	u32 current;
+	u32 previous;
+	u64 remaining;
+};
+
+/* Counts one attempt of a key of hash `h` and says whether its sliding estimate is over
+ * `limit`. */
+static __attribute__((always_inline)) int over(u64 h, u32 limit, const struct config *cfg,
+					       const struct position *at)
+{
+	u64 stride = step(h);
+	u64 now = 0xffffffffffffffffULL, before = 0xffffffffffffffffULL;
+#pragma unroll
+	for (u32 row = 0; row < DEPTH; row++) {
+		u32 index = cell_index(h, stride, row, at->current, cfg->width);
+		u32 *cell = bpf_map_lookup_elem(&cells, &index);
+		if (!cell)
+			return 0;
+		u64 seen = (u64)__atomic_fetch_add(cell, 1, __ATOMIC_RELAXED) + 1;
+		now = seen < now ? seen : now;
+		index = cell_index(h, stride, row, at->previous, cfg->width);
+		cell = bpf_map_lookup_elem(&cells, &index);
+		if (!cell)
+			return 0;
+		u64 old = *(volatile u32 *)cell;
+		before = old < before ? old : before;
+	}
+	return now + share(before, at->remaining, cfg->window) > limit;
+}
+
+/* The limit of `level`, 0 when the level is not counted. */
+static __attribute__((always_inline)) u32 limit_of(u32 level)
+{
+	struct rule *rule = bpf_map_lookup_elem(&rules, &level);
+	return rule ? rule->limit : 0;
+}
+
+static __attribute__((always_inline)) int decide_v4(u32 addr, const struct config *cfg,
+						    const struct position *at)
+{
+	int drop = 0;
+	u32 limit = limit_of(LEVEL_V4_32);
+	if (limit)
+		drop |= over(xxh3_4(addr, level_seed(cfg->seed, 32)), limit, cfg, at);
+	limit = limit_of(LEVEL_V4_24);
+	/* The address as read from the packet: its first three bytes are the low 24 bits. */
+	if (limit)
+		drop |= over(xxh3_4(addr & 0x00ffffff, level_seed(cfg->seed, 24)), limit, cfg, at);
+	return count(drop ? COUNTER_DROPPED : COUNTER_PASSED);
+}
+
+static __attribute__((always_inline)) int decide_v6(u64 lo, u64 hi, const struct config *cfg,
+						    const struct position *at)
+{
+	int drop = 0;
+	u32 limit = limit_of(LEVEL_V6_128);
+	if (limit)
+		drop |= over(xxh3_16(lo, hi, level_seed(cfg->seed, 128)), limit, cfg, at);
+	limit = limit_of(LEVEL_V6_64);
+	if (limit)
+		drop |= over(xxh3_16(lo, 0, level_seed(cfg->seed, 64)), limit, cfg, at);
+	limit = limit_of(LEVEL_V6_48);
+	/* Bytes 0..6 of the address are the low 48 bits of the first word as read. */
+	if (limit)
+		drop |= over(xxh3_16(lo & 0x0000ffffffffffffULL, 0, level_seed(cfg->seed, 48)), limit,
+			     cfg, at);
+	return count(drop ? COUNTER_DROPPED : COUNTER_PASSED);
+}
+
+/* Whether the transport header at `l4` (protocol `proto`) starts an attempt: 1 yes, 0 no,
+ * -1 cut short. */
+static __attribute__((always_inline)) int attempt(void *l4, void *end, u8 proto)
+{
+	if (proto == IPPROTO_UDP)
+		return l4 + 8 <= end ? 1 : -1;
+	if (proto != IPPROTO_TCP)
+		return 0;
+	if (l4 + 20 > end)
+		return -1;
+	u8 flags = *(u8 *)(l4 + 13);
+	return (flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+}
+
+SEC("xdp")
+int tollgate(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	void *p = data + 14;
+	if (p > end)
+		return count(COUNTER_MALFORMED);
+	u16 type = be16(*(u16 *)(data + 12));
+	if (type == ETH_P_8021Q || type == ETH_P_8021AD) {
+		if (p + 4 > end)
+			return count(COUNTER_MALFORMED);
+		type = be16(*(u16 *)(p + 2));
+		p += 4;
+	}
+	if (type != ETH_P_IP && type != ETH_P_IPV6)
+		return count(COUNTER_IGNORED);
+
+	u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || cfg->window == 0 || cfg->width == 0)
+		return XDP_PASS;
+	u64 tick = cfg->fixed_tick ? cfg->fixed_tick : bpf_ktime_get_coarse_ns() >> TICK_SHIFT;
+	u64 index = tick / cfg->window;
+	struct position at = {
+		.current = index % SLICES,
+		.previous = (index + SLICES - 1) % SLICES,
+		.remaining = cfg->window - (tick - index * cfg->window),
+	};
+
+	if (type == ETH_P_IP) {
+		if (p + 20 > end)
+			return count(COUNTER_MALFORMED);
+		u8 ihl = *(u8 *)p & 0x0f;
+		if ((*(u8 *)p >> 4) != 4 || ihl < 5)
+			return count(COUNTER_MALFORMED);
+		/* A later fragment (offset != 0) carries no transport header. */
+		if (be16(*(u16 *)(p + 6)) & 0x1fff)
+			return count(COUNTER_IGNORED);
+		u8 proto = *(u8 *)(p + 9);
+		u32 src = *(u32 *)(p + 12);
+		void *l4 = p + ihl * 4;
+		int is = attempt(l4, end, proto);
+		if (is < 0)
+			return count(COUNTER_MALFORMED);
+		if (!is)
+			return count(COUNTER_IGNORED);
+		return decide_v4(src, cfg, &at);
+	}
+
+	if (p + 40 > end)
+		return count(COUNTER_MALFORMED);
+	if ((*(u8 *)p >> 4) != 6)
+		return count(COUNTER_MALFORMED);
+	u8 next = *(u8 *)(p + 6);
+	u64 lo = *(u64 *)(p + 8);
+	u64 hi = *(u64 *)(p + 16);
+	void *l4 = p + 40;
+#pragma unroll
+	for (int i = 0; i < MAX_EXTENSIONS; i++) {
+		if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING && next != IPPROTO_DSTOPTS &&
+		    next != IPPROTO_FRAGMENT && next != IPPROTO_AH)
+			break;
+		if (l4 + 8 > end)
+			return count(COUNTER_MALFORMED);
+		u8 following = *(u8 *)l4;
+		u32 len;
+		if (next == IPPROTO_FRAGMENT) {
+			if (be16(*(u16 *)(l4 + 2)) & 0xfff8)
+				return count(COUNTER_IGNORED);
+			len = 8;
+		} else if (next == IPPROTO_AH) {
+			len = ((u32) * (u8 *)(l4 + 1) + 2) * 4;
+		} else {
+			len = ((u32) * (u8 *)(l4 + 1) + 1) * 8;
+		}
+		next = following;
+		l4 += len;
+	}
+	int is = attempt(l4, end, next);
+	if (is < 0)
+		return count(COUNTER_MALFORMED);
+	if (!is)
+		return count(COUNTER_IGNORED);
+	return decide_v6(lo, hi, cfg, &at);
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,491 @@
+//! The kernel sketch's layout, hash and window arithmetic: the Rust half of one definition
+//! whose C half is `proxy/bpf/layout.h`. Both are checked against the same golden vectors
+//! ([`GOLDEN`]): the unit tests here compute them in Rust, and `xdp::tests` runs the program
+//! through `BPF_PROG_TEST_RUN` and finds the same cells raised in the kernel's map.
+//!
+//! ```text
+//! cells map (BPF_F_MMAPABLE array of u32), SLICES x DEPTH rows of `width` cells:
+//!   index = (slice * DEPTH + row) * width + reduce(h + row * step(h), width)
+//!   slice 0: row 0 | row 1      window k counts in slice k % 3 and reads slice (k - 1) % 3;
+//!   slice 1: row 0 | row 1      user space clears slice (k + 1) % 3 during window k, so the
+//!   slice 2: row 0 | row 1      kernel never clears and never races a clear
+//! ```
+//!
+//! A key is an address masked to a level's prefix (4 bytes for IPv4, 16 for IPv6), hashed by
+//! xxh3 with the sketch's seed xored with the prefix length (one address at two levels makes
+//! two keys). Rows come from that one hash by double hashing and Lemire's multiply-shift, as in
+//! tollgate-sketch's `KeyHash`. Time is counted in ticks of 1,024 ns (the coarse clock shifted
+//! right by [`TICK_SHIFT`]); the sliding estimate is the two-window interpolation
+//! tollgate-sketch uses (HAProxy's and Cloudflare's): `current + ceil(previous * remaining /
+//! window)`, never below the exact formula. Cells are 32 bits (BPF's atomics are 32 or 64
+//! bits): one key's 2^32 attempts in one window would wrap.
+
+use std::net::IpAddr;
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Rows of the Count-Min sketch.
+pub(crate) const DEPTH: u32 = 2;
+/// Slices of the window ring: current, previous and the one user space clears next.
+pub(crate) const SLICES: u32 = 3;
+/// Nanoseconds to ticks: a right shift by this.
+pub(crate) const TICK_SHIFT: u32 = 10;
+/// The longest window in ticks: counts (below 2^32) times remainders stay in 64 bits.
+pub(crate) const MAX_WINDOW: u64 = 1 << 32;
+/// Bytes per cell.
+pub(crate) const CELL_BYTES: u64 = 4;
+
+/// Golden-ratio multiplier of the second hash (tollgate-sketch's `MIX`).
+const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A prefix level the kernel counts at; the order is the `rules` map's index (`LEVEL_*` in
+/// layout.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// One IPv4 address.
+    V4Host,
+    /// An IPv4 /24.
+    V4Net24,
+    /// One IPv6 address.
+    V6Host,
+    /// An IPv6 /64 (one subscriber's LAN).
+    V6Net64,
+    /// An IPv6 /48 (one site).
+    V6Net48,
+}
+
+impl Level {
+    /// Every level, in the `rules` map's order.
+    pub(crate) const ALL: [Level; 5] = [
+        Level::V4Host,
+        Level::V4Net24,
+        Level::V6Host,
+        Level::V6Net64,
+        Level::V6Net48,
+    ];
+
+    /// The level's index in the `rules` map.
+    pub(crate) fn index(self) -> u32 {
+        self as u32
+    }
+
+    /// The prefix length.
+    pub(crate) fn prefix(self) -> u32 {
+        match self {
+            Level::V4Host => 32,
+            Level::V4Net24 => 24,
+            Level::V6Host => 128,
+            Level::V6Net64 => 64,
+            Level::V6Net48 => 48,
+        }
+    }
+
+    /// Whether the level counts addresses of `addr`'s family.
+    pub(crate) fn covers(self, addr: IpAddr) -> bool {
+        matches!(
+            (self, addr),
+            (Level::V4Host | Level::V4Net24, IpAddr::V4(_))
+                | (
+                    Level::V6Host | Level::V6Net64 | Level::V6Net48,
+                    IpAddr::V6(_)
+                )
+        )
+    }
+}
+
+/// The hash of `addr`'s key at `level` under `seed`; `None` if the level is of the other
+/// family.
+pub(crate) fn hash(seed: u64, level: Level, addr: IpAddr) -> Option<u64> {
+    let seed = seed ^ u64::from(level.prefix());
+    match addr {
+        IpAddr::V4(v4) if level.covers(addr) => {
+            let mask = u32::MAX << (32 - level.prefix());
+            Some(xxh3_64_with_seed(
+                &(v4.to_bits() & mask).to_be_bytes(),
+                seed,
+            ))
+        }
+        IpAddr::V6(v6) if level.covers(addr) => {
+            let mask = u128::MAX << (128 - level.prefix());
+            Some(xxh3_64_with_seed(
+                &(v6.to_bits() & mask).to_be_bytes(),
+                seed,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The second hash of double hashing; odd, so rows never repeat.
+fn step(h: u64) -> u64 {
+    (h ^ (h >> 29)).wrapping_mul(MIX) | 1
+}
+
+/// Maps a uniform 64-bit value onto `0..width` (Lemire's multiply-shift).
+fn reduce(value: u64, width: u32) -> u64 {
+    // The high half of a product with a 32-bit factor is below that factor: it fits.
+    ((u128::from(value) * u128::from(width)) >> 64) as u64
+}
+
+/// The index in the `cells` map of `row`'s cell for hash `h` in `slice`.
+pub(crate) fn cell(h: u64, row: u32, slice: u32, width: u32) -> u32 {
+    let g = h.wrapping_add(u64::from(row).wrapping_mul(step(h)));
+    let index = (u64::from(slice) * u64::from(DEPTH) + u64::from(row)) * u64::from(width)
+        + reduce(g, width);
+    // Below SLICES * DEPTH * width, which `Geometry` keeps within u32.
+    u32::try_from(index).unwrap_or(u32::MAX)
+}
+
+/// The cells of hash `h` in `slice`, one per row.
+pub(crate) fn cells(h: u64, slice: u32, width: u32) -> [u32; DEPTH as usize] {
+    std::array::from_fn(|row| cell(h, row as u32, slice, width))
+}
+
+/// How many cells a memory budget buys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    /// Cells per row.
+    pub(crate) width: u32,
+}
+
+impl Geometry {
+    /// The widest rows `bytes` holds (at least one cell per row).
+    pub(crate) fn of_memory(bytes: u64) -> Geometry {
+        let per_column = CELL_BYTES * u64::from(DEPTH) * u64::from(SLICES);
+        let most = u64::from(u32::MAX) / (u64::from(DEPTH) * u64::from(SLICES));
+        let width = (bytes / per_column).clamp(1, most);
+        Geometry {
+            width: u32::try_from(width).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Entries of the `cells` map.
+    pub(crate) fn entries(self) -> u32 {
+        self.width * DEPTH * SLICES
+    }
+}
+
+/// Where a tick falls: the slices to count in and read from, and the ticks left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Position {
+    /// The window index `k = tick / window`.
+    pub(crate) index: u64,
+    /// The slice counting window `k`.
+    pub(crate) current: u32,
+    /// The slice that counted window `k - 1`.
+    pub(crate) previous: u32,
+    /// Ticks until the window ends, in `1..=window`.
+    pub(crate) remaining: u64,
+}
+
+/// Where `tick` falls in windows of `window` ticks (non-zero).
+pub(crate) fn position(tick: u64, window: u64) -> Position {
+    let index = tick / window;
+    let slices = u64::from(SLICES);
+    Position {
+        index,
+        // Both below SLICES.
+        current: (index % slices) as u32,
+        previous: ((index + slices - 1) % slices) as u32,
+        remaining: window - (tick - index * window),
+    }
+}
+
+/// The slice user space clears during window `index`: the one window `index + 1` counts in.
+pub(crate) fn slice_to_clear(index: u64) -> u32 {
+    // Below SLICES.
+    ((index + 1) % u64::from(SLICES)) as u32
+}
+
+/// `ceil(previous * remaining / window)`: the previous window's part still inside the
+/// sliding window. `previous` below 2^32 and `remaining <= window <= MAX_WINDOW`.
+pub(crate) fn share(previous: u64, remaining: u64, window: u64) -> u64 {
+    (previous * remaining).div_ceil(window)
+}
+
+/// The sliding estimate from the minimum cells of the current and previous slices.
+pub(crate) fn estimate(current: u64, previous: u64, at: Position, window: u64) -> u64 {
+    current + share(previous, at.remaining, window)
+}
+
+/// The `config` map's value (`struct config` in layout.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Config {
+    /// The hash seed.
+    pub(crate) seed: u64,
+    /// The window in ticks, `1..=MAX_WINDOW`.
+    pub(crate) window: u64,
+    /// Cells per row.
+    pub(crate) width: u32,
+    /// When non-zero, the time in ticks the program uses instead of its clock (tests).
+    pub(crate) fixed_tick: u64,
+}
+
+impl Config {
+    /// The value's bytes, as the program reads them.
+    pub(crate) fn to_bytes(self) -> [u8; 32] {
+        let mut out = [0; 32];
+        let words = [
+            self.seed,
+            self.window,
+            u64::from(self.width),
+            self.fixed_tick,
+        ];
+        for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        out
+    }
+}
+
+/// One golden vector: an address, a level, its hash and cells in slice 0, under
+/// [`GOLDEN_SEED`] and [`GOLDEN_WIDTH`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Golden {
+    pub(crate) addr: &'static str,
+    pub(crate) level: Level,
+    pub(crate) hash: u64,
+    pub(crate) cells: [u32; DEPTH as usize],
+}
+
+/// The golden vectors' seed.
+pub(crate) const GOLDEN_SEED: u64 = 0x0123_4567_89ab_cdef;
+/// The golden vectors' width: not a power of two, so the reduction is a multiply-shift.
+pub(crate) const GOLDEN_WIDTH: u32 = 1000;
+
+/// Hash and cells of a few keys at every level of their family, computed once with
+/// xxhash-rust and written down: the C side must find the same.
+pub(crate) const GOLDEN: [Golden; 10] = [
+    Golden {
+        addr: "192.0.2.1",
+        level: Level::V4Host,
+        hash: 0x4a8e010db739279d,
+        cells: [291, 1645],
+    },
+    Golden {
+        addr: "192.0.2.1",
+        level: Level::V4Net24,
+        hash: 0xee2751e3a58ad53a,
+        cells: [930, 1199],
+    },
+    Golden {
+        addr: "10.1.2.3",
+        level: Level::V4Host,
+        hash: 0x1c6da1858e91ae1d,
+        cells: [111, 1408],
+    },
+    Golden {
+        addr: "10.1.2.3",
+        level: Level::V4Net24,
+        hash: 0x9532f0b67e0cdddb,
+        cells: [582, 1210],
+    },
+    Golden {
+        addr: "2001:db8:1:2:3:4:5:6",
+        level: Level::V6Host,
+        hash: 0x81dc475f78c66995,
+        cells: [507, 1218],
+    },
+    Golden {
+        addr: "2001:db8:1:2:3:4:5:6",
+        level: Level::V6Net64,
+        hash: 0xe4f809f758adf6c1,
+        cells: [894, 1715],
+    },
+    Golden {
+        addr: "2001:db8:1:2:3:4:5:6",
+        level: Level::V6Net48,
+        hash: 0xb7340056ea5f9d86,
+        cells: [715, 1331],
+    },
+    Golden {
+        addr: "2001:db8:ffff:eeee::1",
+        level: Level::V6Host,
+        hash: 0x23161030eab3043c,
+        cells: [137, 1863],
+    },
+    Golden {
+        addr: "2001:db8:ffff:eeee::1",
+        level: Level::V6Net64,
+        hash: 0xa8e79d446419d1ad,
+        cells: [659, 1905],
+    },
+    Golden {
+        addr: "2001:db8:ffff:eeee::1",
+        level: Level::V6Net48,
+        hash: 0xef57771d08fd3b59,
+        cells: [934, 1928],
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_vectors_hold() {
+        for golden in GOLDEN {
+            let addr: IpAddr = golden.addr.parse().unwrap();
+            let h = hash(GOLDEN_SEED, golden.level, addr).unwrap();
+            assert_eq!(h, golden.hash, "{golden:?}");
+            assert_eq!(cells(h, 0, GOLDEN_WIDTH), golden.cells, "{golden:?}");
+        }
+    }
+
+    #[test]
+    fn windows_turn_through_three_slices() {
+        let at = position(3250, 1000);
+        assert_eq!(
+            (at.index, at.current, at.previous, at.remaining),
+            (3, 0, 2, 750)
+        );
+        assert_eq!(position(3999, 1000).remaining, 1);
+        let next = position(4000, 1000);
+        assert_eq!((next.current, next.previous, next.remaining), (1, 0, 1000));
+        // The slice cleared during window k is neither k's nor k-1's, and is k+1's.
+        for index in 0..9 {
+            let at = position(index * 1000, 1000);
+            let cleared = slice_to_clear(index);
+            assert_ne!(cleared, at.current);
+            assert_ne!(cleared, at.previous);
+            assert_eq!(cleared, position((index + 1) * 1000, 1000).current);
+        }
+    }
+
+    #[test]
+    fn share_rounds_up_and_fades_out() {
+        // (previous, remaining, window) -> share: the same vectors as the sketch's.
+        for (previous, remaining, window, expected) in [
+            (7, 10, 10, 7),
+            (7, 5, 10, 4),
+            (7, 1, 10, 1),
+            (0, 10, 10, 0),
+            (8, 750, 1000, 6),
+            (
+                u64::from(u32::MAX),
+                MAX_WINDOW,
+                MAX_WINDOW,
+                u64::from(u32::MAX),
+            ),
+        ] {
+            assert_eq!(
+                share(previous, remaining, window),
+                expected,
+                "{previous} {remaining}"
+            );
+        }
+        assert_eq!(estimate(3, 8, position(3250, 1000), 1000), 9);
+    }
+
+    #[test]
+    fn levels_mask_their_prefix() {
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.200".parse().unwrap();
+        assert_eq!(hash(1, Level::V4Net24, a), hash(1, Level::V4Net24, b));
+        assert_ne!(hash(1, Level::V4Host, a), hash(1, Level::V4Host, b));
+        let c: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let d: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(hash(1, Level::V6Net48, c), hash(1, Level::V6Net48, d));
+        assert_ne!(hash(1, Level::V6Net64, c), hash(1, Level::V6Net64, d));
+        assert_eq!(hash(1, Level::V6Host, a), None);
+        // One address at two levels: two keys (the prefix length is in the seed).
+        let e: IpAddr = "192.0.2.0".parse().unwrap();
+        assert_ne!(hash(1, Level::V4Host, e), hash(1, Level::V4Net24, e));
+    }
+
+    #[test]
+    fn geometry_fills_the_budget() {
+        let geometry = Geometry::of_memory(8 << 20);
+        assert_eq!(geometry.width, 349_525);
+        assert!(u64::from(geometry.entries()) * CELL_BYTES <= 8 << 20);
+        assert_eq!(Geometry::of_memory(0).width, 1);
+        // The last slice's last row ends at the map's last entry.
+        let last = (0..10_000u64)
+            .map(|h| cell(h.wrapping_mul(MIX), DEPTH - 1, SLICES - 1, geometry.width))
+            .max();
+        assert!(last < Some(geometry.entries()) && last > Some(geometry.entries() - 1000));
+    }
+
+    /// A `#define NAME 0x...ULL` of layout.h.
+    fn constant(header: &str, name: &str) -> u64 {
+        let line = header
+            .lines()
+            .find(|line| line.starts_with(&format!("#define {name} ")))
+            .unwrap_or_else(|| panic!("layout.h lacks {name}"));
+        let hex = line.split_whitespace().nth(2).unwrap();
+        u64::from_str_radix(hex.trim_start_matches("0x").trim_end_matches("ULL"), 16).unwrap()
+    }
+
+    #[test]
+    fn layout_h_has_the_same_shape() {
+        let header = include_str!("../../bpf/layout.h");
+        for (name, value) in [
+            ("DEPTH", u64::from(DEPTH)),
+            ("SLICES", u64::from(SLICES)),
+            ("TICK_SHIFT", u64::from(TICK_SHIFT)),
+            ("LEVELS", Level::ALL.len() as u64),
+            ("LEVEL_V4_32", u64::from(Level::V4Host.index())),
+            ("LEVEL_V4_24", u64::from(Level::V4Net24.index())),
+            ("LEVEL_V6_128", u64::from(Level::V6Host.index())),
+            ("LEVEL_V6_64", u64::from(Level::V6Net64.index())),
+            ("LEVEL_V6_48", u64::from(Level::V6Net48.index())),
+        ] {
+            let line = format!("#define {name} {value}");
+            assert!(
+                header.lines().any(|l| l.trim_end() == line),
+                "layout.h lacks `{line}`"
+            );
+        }
+    }
+
+    #[test]
+    fn layout_h_computes_xxh3() {
+        // layout.h's xxh3_4 and xxh3_16, line for line, with its constants: equal to
+        // xxhash-rust on the same keys, so the C side hashes as the Rust side does.
+        let header = include_str!("../../bpf/layout.h");
+        let [s8, s24, s40, mx2, p3] = [
+            "XXH_SECRET_8_16",
+            "XXH_SECRET_24_32",
+            "XXH_SECRET_40_48",
+            "XXH_PRIME_MX2",
+            "XXH_PRIME64_3",
+        ]
+        .map(|name| constant(header, name));
+        let xxh3_4 = |word: u32, seed: u64| {
+            let seed = seed ^ (u64::from((seed as u32).swap_bytes()) << 32);
+            let mut h = (u64::from(word) + (u64::from(word) << 32)) ^ s8.wrapping_sub(seed);
+            h ^= h.rotate_left(49) ^ h.rotate_left(24);
+            h = h.wrapping_mul(mx2);
+            h ^= (h >> 35) + 4;
+            h = h.wrapping_mul(mx2);
+            h ^ (h >> 28)
+        };
+        let xxh3_16 = |lo: u64, hi: u64, seed: u64| {
+            let lo = lo ^ s24.wrapping_add(seed);
+            let hi = hi ^ s40.wrapping_sub(seed);
+            let product = u128::from(lo) * u128::from(hi);
+            let fold = (product as u64) ^ ((product >> 64) as u64);
+            let mut acc = 16u64
+                .wrapping_add(lo.swap_bytes())
+                .wrapping_add(hi)
+                .wrapping_add(fold);
+            acc ^= acc >> 37;
+            acc = acc.wrapping_mul(p3);
+            acc ^ (acc >> 32)
+        };
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..1000 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let bytes = x.to_le_bytes();
+            let word = u32::from_le_bytes(bytes[..4].try_into().unwrap());
+            assert_eq!(xxh3_4(word, x >> 7), xxh3_64_with_seed(&bytes[..4], x >> 7));
+            let hi = x.rotate_left(17) ^ 0xdead_beef;
+            let mut key = [0; 16];
+            key[..8].copy_from_slice(&bytes);
+            key[8..].copy_from_slice(&hi.to_le_bytes());
+            assert_eq!(xxh3_16(x, hi, x >> 3), xxh3_64_with_seed(&key, x >> 3));
+        }
+    }
+}

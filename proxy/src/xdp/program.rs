@@ -1,0 +1,258 @@
+//! The compiled XDP program, loaded through aya: its maps configured, its verdicts and cells
+//! read back. Attaching to an interface comes with the `[xdp]` section.
+
+use std::fmt;
+use std::time::Duration;
+
+use aya::maps::{Array, MapData, MapError, PerCpuArray};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+
+use super::layout::{self, Config, Level};
+
+/// The object `build.rs` compiled, or `None` when it found no clang.
+#[cfg(tollgate_xdp)]
+const OBJECT: Option<&[u8]> = Some(aya::include_bytes_aligned!(concat!(
+    env!("OUT_DIR"),
+    "/tollgate.bpf.o"
+)));
+#[cfg(not(tollgate_xdp))]
+const OBJECT: Option<&[u8]> = None;
+
+/// The program's object: the embedded one; in tests, the file `TOLLGATE_XDP_OBJECT` names
+/// when set, so a variant of the C program (a check broken on purpose) runs under the same
+/// test binary without rebuilding it.
+fn object() -> Option<std::borrow::Cow<'static, [u8]>> {
+    #[cfg(test)]
+    if let Some(path) = std::env::var_os("TOLLGATE_XDP_OBJECT") {
+        return std::fs::read(&path).ok().map(std::borrow::Cow::Owned);
+    }
+    OBJECT.map(std::borrow::Cow::Borrowed)
+}
+
+/// What the XDP mode says at start when this binary carries no program.
+pub(crate) const MISSING: &str = "XDP mode unavailable: this tollgate was built without its XDP \
+     program (no clang on the build machine); install clang (Debian: `apt-get install clang`) \
+     and rebuild (`TOLLGATE_CLANG=clang cargo build --release -p tollgate`)";
+
+/// The program's section and function name in the object.
+const NAME: &str = "tollgate";
+
+/// Per-CPU counters of the program, summed (`COUNTER_*` in layout.h).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    /// Attempts counted and under every limit.
+    pub(crate) passed: u64,
+    /// Attempts over a limit.
+    pub(crate) dropped: u64,
+    /// Frames cut short or with an impossible header (passed).
+    pub(crate) malformed: u64,
+    /// Frames that are not attempts (passed, uncounted).
+    pub(crate) ignored: u64,
+}
+
+/// What the program did with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// `XDP_PASS`.
+    Pass,
+    /// `XDP_DROP`.
+    Drop,
+    /// Any other return value (the program has none).
+    Other(u32),
+}
+
+impl Verdict {
+    fn of(value: u32) -> Verdict {
+        match value {
+            1 => Verdict::Drop,
+            2 => Verdict::Pass,
+            other => Verdict::Other(other),
+        }
+    }
+}
+
+/// Why the program could not be loaded or driven.
+#[derive(Debug)]
+pub(crate) enum XdpError {
+    /// Built without the program (see [`MISSING`]).
+    Missing,
+    /// The object or its maps were refused.
+    Object(EbpfError),
+    /// The program was refused (the verifier's log included) or could not run.
+    Program(ProgramError),
+    /// A map could not be read or written.
+    Map(MapError),
+}
+
+impl fmt::Display for XdpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            XdpError::Missing => f.write_str(MISSING),
+            XdpError::Object(err) => write!(f, "loading the XDP object: {err}"),
+            // aya's load error carries the verifier's whole log in its message.
+            XdpError::Program(err) => write!(f, "the XDP program: {err}"),
+            XdpError::Map(err) => write!(f, "an XDP map: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for XdpError {}
+
+impl From<EbpfError> for XdpError {
+    fn from(err: EbpfError) -> XdpError {
+        XdpError::Object(err)
+    }
+}
+
+impl From<ProgramError> for XdpError {
+    fn from(err: ProgramError) -> XdpError {
+        XdpError::Program(err)
+    }
+}
+
+impl From<MapError> for XdpError {
+    fn from(err: MapError) -> XdpError {
+        XdpError::Map(err)
+    }
+}
+
+/// The program loaded into the kernel (verified), with its maps.
+pub(crate) struct Program {
+    ebpf: Ebpf,
+    cells: Array<MapData, u32>,
+    config: Array<MapData, [u8; 32]>,
+    rules: Array<MapData, [u32; 2]>,
+    counters: PerCpuArray<MapData, u64>,
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("cells", &self.cells.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Takes the map `name` out of `ebpf` as a `T`.
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, XdpError>
+where
+    T: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let map = ebpf.take_map(name).ok_or_else(|| {
+        XdpError::Map(MapError::InvalidName {
+            name: name.to_owned(),
+        })
+    })?;
+    Ok(T::try_from(map)?)
+}
+
+impl Program {
+    /// Loads the program with a sketch of `geometry`, its config set to `config` and no rule.
+    ///
+    /// # Errors
+    /// [`XdpError::Missing`] without a program; the kernel's refusal otherwise (the verifier's
+    /// log in [`XdpError::Program`]).
+    pub(crate) fn load(geometry: layout::Geometry, config: Config) -> Result<Program, XdpError> {
+        let object = object().ok_or(XdpError::Missing)?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("cells", geometry.entries())
+            .load(&object)?;
+        let xdp: &mut Xdp = ebpf
+            .program_mut(NAME)
+            .ok_or(XdpError::Program(ProgramError::NotLoaded))?
+            .try_into()?;
+        xdp.load()?;
+        let mut program = Program {
+            cells: take(&mut ebpf, "cells")?,
+            config: take(&mut ebpf, "config")?,
+            rules: take(&mut ebpf, "rules")?,
+            counters: take(&mut ebpf, "counters")?,
+            ebpf,
+        };
+        program.configure(config)?;
+        Ok(program)
+    }
+
+    /// Replaces the program's config.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the map update.
+    pub(crate) fn configure(&mut self, config: Config) -> Result<(), XdpError> {
+        Ok(self.config.set(0, config.to_bytes(), 0)?)
+    }
+
+    /// Sets `level`'s limit (attempts per sliding window); 0 stops counting at that level.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the map update.
+    pub(crate) fn set_limit(&mut self, level: Level, limit: u32) -> Result<(), XdpError> {
+        Ok(self.rules.set(level.index(), [limit, 0], 0)?)
+    }
+
+    fn xdp(&self) -> Result<&Xdp, XdpError> {
+        let program = self
+            .ebpf
+            .program(NAME)
+            .ok_or(XdpError::Program(ProgramError::NotLoaded))?;
+        Ok(<&Xdp>::try_from(program)?)
+    }
+
+    /// Runs the program once on `frame` (`BPF_PROG_TEST_RUN`), as the driver would.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the run (a frame shorter than an Ethernet header, for one).
+    pub(crate) fn run(&self, frame: &[u8]) -> Result<Verdict, XdpError> {
+        Ok(self.run_repeated(frame, 1)?.0)
+    }
+
+    /// Runs the program `repeat` times on `frame`: the last verdict and the kernel's mean time
+    /// per run.
+    ///
+    /// # Errors
+    /// As [`Program::run`].
+    pub(crate) fn run_repeated(
+        &self,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(Verdict, Duration), XdpError> {
+        let result = self.xdp()?.test_run(TestRunOptions {
+            data_in: Some(frame),
+            repeat,
+            ..TestRunOptions::new()
+        })?;
+        Ok((Verdict::of(result.return_value), result.duration))
+    }
+
+    /// The cell at `index` of the `cells` map.
+    ///
+    /// # Errors
+    /// An index past the map.
+    pub(crate) fn cell(&self, index: u32) -> Result<u32, XdpError> {
+        Ok(self.cells.get(&index, 0)?)
+    }
+
+    /// Sets the cell at `index` (what user space does when it clears a slice).
+    ///
+    /// # Errors
+    /// An index past the map.
+    pub(crate) fn set_cell(&mut self, index: u32, value: u32) -> Result<(), XdpError> {
+        Ok(self.cells.set(index, value, 0)?)
+    }
+
+    /// The counters, summed over CPUs.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the lookup.
+    pub(crate) fn counters(&self) -> Result<Counters, XdpError> {
+        let sum = |index: u32| -> Result<u64, XdpError> {
+            Ok(self.counters.get(&index, 0)?.iter().sum())
+        };
+        Ok(Counters {
+            passed: sum(0)?,
+            dropped: sum(1)?,
+            malformed: sum(2)?,
+            ignored: sum(3)?,
+        })
+    }
+}

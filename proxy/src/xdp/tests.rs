@@ -1,0 +1,587 @@
+//! The program in the kernel, through `BPF_PROG_TEST_RUN`: the verifier accepts it, verdicts
+//! over crafted and malformed frames, the golden cells, the sliding estimate, and two CPUs
+//! counting one key. They need root (CAP_BPF, CAP_NET_ADMIN) and a build with clang, so the
+//! plain run ignores them; CI runs them in their own step (`.ci/run`: `xdp::`).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Barrier;
+
+use super::layout::{self, Config, GOLDEN, GOLDEN_SEED, GOLDEN_WIDTH, Geometry, Level};
+use super::program::{Counters, Program, Verdict};
+
+const NEEDS: &str = "needs root and clang (CI installs clang)";
+
+/// A window of 1,000 ticks, the clock fixed at the start of window 3 (slice 0 counts).
+fn config(width: u32) -> Config {
+    Config {
+        seed: GOLDEN_SEED,
+        window: 1000,
+        width,
+        fixed_tick: 3000,
+    }
+}
+
+/// The program with a sketch `width` cells wide; a refusal (the verifier's log with it) fails
+/// the test with the whole message.
+fn load(width: u32) -> Program {
+    match Program::load(Geometry { width }, config(width)) {
+        Ok(program) => program,
+        Err(err) => panic!("{err}"),
+    }
+}
+
+/// Every cell of `slice`.
+fn slice(program: &Program, width: u32, slice: u32) -> Vec<u32> {
+    let start = slice * layout::DEPTH * width;
+    (start..start + layout::DEPTH * width)
+        .map(|index| program.cell(index).unwrap())
+        .collect()
+}
+
+// Frames, built by hand so that every header can be cut, padded or bent.
+
+const SRC4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const SRC6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 3, 4, 5, 6);
+const UDP: u8 = 17;
+const TCP: u8 = 6;
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+
+fn ethernet(vlan: bool, ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+    if vlan {
+        frame.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+    }
+    frame.extend_from_slice(&ethertype.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+fn udp() -> Vec<u8> {
+    vec![0x30, 0x39, 0x00, 0x35, 0x00, 0x08, 0x00, 0x00]
+}
+
+fn tcp(flags: u8) -> Vec<u8> {
+    let mut header = vec![0x30, 0x39, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags];
+    header.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+    header
+}
+
+/// An IPv4 header from `src` with `options` (a multiple of 4 bytes) and the fragment field
+/// `fragment` (flags and offset), then `l4`.
+fn ipv4(src: Ipv4Addr, proto: u8, options: &[u8], fragment: u16, l4: &[u8]) -> Vec<u8> {
+    let ihl = 5 + options.len() / 4;
+    let total = (ihl * 4 + l4.len()) as u16;
+    let mut packet = vec![0x40 | ihl as u8, 0];
+    packet.extend_from_slice(&total.to_be_bytes());
+    packet.extend_from_slice(&[0, 1]);
+    packet.extend_from_slice(&fragment.to_be_bytes());
+    packet.extend_from_slice(&[64, proto, 0, 0]);
+    packet.extend_from_slice(&src.octets());
+    packet.extend_from_slice(&[198, 51, 100, 1]);
+    packet.extend_from_slice(options);
+    packet.extend_from_slice(l4);
+    packet
+}
+
+/// An IPv6 header from `src`, then `extensions` (each a header type and its bytes, whose first
+/// byte the builder sets to the next header), then `l4` of protocol `proto`.
+fn ipv6(src: Ipv6Addr, extensions: &[(u8, Vec<u8>)], proto: u8, l4: &[u8]) -> Vec<u8> {
+    let first = extensions.first().map_or(proto, |(kind, _)| *kind);
+    let mut rest = Vec::new();
+    for (i, (_, bytes)) in extensions.iter().enumerate() {
+        let mut bytes = bytes.clone();
+        bytes[0] = extensions.get(i + 1).map_or(proto, |(kind, _)| *kind);
+        rest.extend_from_slice(&bytes);
+    }
+    rest.extend_from_slice(l4);
+    let mut packet = vec![0x60, 0, 0, 0];
+    packet.extend_from_slice(&(rest.len() as u16).to_be_bytes());
+    packet.extend_from_slice(&[first, 64]);
+    packet.extend_from_slice(&src.octets());
+    packet.extend_from_slice(&Ipv6Addr::LOCALHOST.octets());
+    packet.extend_from_slice(&rest);
+    packet
+}
+
+/// An extension header of `units` 8-byte units (hop-by-hop, routing, destination options).
+fn extension(units: usize) -> Vec<u8> {
+    let mut bytes = vec![0; units * 8];
+    bytes[1] = (units - 1) as u8;
+    bytes
+}
+
+/// A fragment header at `offset` (in 8-byte units), more fragments following.
+fn fragment(offset: u16) -> Vec<u8> {
+    let mut bytes = vec![0; 8];
+    bytes[2..4].copy_from_slice(&((offset << 3) | 1).to_be_bytes());
+    bytes
+}
+
+/// An authentication header of 24 bytes (its length field counts 4-byte units, minus 2).
+fn authentication() -> Vec<u8> {
+    let mut bytes = vec![0; 24];
+    bytes[1] = 4;
+    bytes
+}
+
+fn v4_udp(vlan: bool, options: &[u8]) -> Vec<u8> {
+    ethernet(vlan, 0x0800, &ipv4(SRC4, UDP, options, 0, &udp()))
+}
+
+fn v6_syn(vlan: bool, extensions: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    ethernet(vlan, 0x86DD, &ipv6(SRC6, extensions, TCP, &tcp(SYN)))
+}
+
+/// What a frame is to the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// An attempt from this source: counted at its levels.
+    Attempt(IpAddr),
+    Ignored,
+    Malformed,
+}
+
+fn cases() -> Vec<(&'static str, Vec<u8>, Kind)> {
+    let v4 = Kind::Attempt(IpAddr::V4(SRC4));
+    let v6 = Kind::Attempt(IpAddr::V6(SRC6));
+    let hop = (0, extension(1));
+    let routing = (43, extension(3));
+    let options = (60, extension(2));
+    vec![
+        ("v4 udp", v4_udp(false, &[]), v4),
+        ("v4 udp, vlan", v4_udp(true, &[]), v4),
+        (
+            "v4 udp, 8 bytes of options",
+            v4_udp(false, &[1, 1, 1, 1, 1, 1, 1, 0]),
+            v4,
+        ),
+        (
+            "v4 udp, 40 bytes of options, vlan",
+            v4_udp(true, &[1; 40]),
+            v4,
+        ),
+        (
+            "v4 syn",
+            ethernet(false, 0x0800, &ipv4(SRC4, TCP, &[], 0, &tcp(SYN))),
+            v4,
+        ),
+        (
+            "v4 syn-ack",
+            ethernet(false, 0x0800, &ipv4(SRC4, TCP, &[], 0, &tcp(SYN | ACK))),
+            Kind::Ignored,
+        ),
+        (
+            "v4 ack",
+            ethernet(false, 0x0800, &ipv4(SRC4, TCP, &[], 0, &tcp(ACK))),
+            Kind::Ignored,
+        ),
+        (
+            "v4 icmp",
+            ethernet(false, 0x0800, &ipv4(SRC4, 1, &[], 0, &[8, 0, 0, 0])),
+            Kind::Ignored,
+        ),
+        (
+            "v4 first fragment",
+            ethernet(false, 0x0800, &ipv4(SRC4, UDP, &[], 0x2000, &udp())),
+            v4,
+        ),
+        (
+            "v4 later fragment",
+            ethernet(false, 0x0800, &ipv4(SRC4, UDP, &[], 0x2000 | 185, &udp())),
+            Kind::Ignored,
+        ),
+        (
+            "v4 last fragment",
+            ethernet(false, 0x0800, &ipv4(SRC4, UDP, &[], 185, &udp())),
+            Kind::Ignored,
+        ),
+        (
+            "v4 header length 4",
+            {
+                let mut frame = v4_udp(false, &[]);
+                frame[14] = 0x44;
+                frame
+            },
+            Kind::Malformed,
+        ),
+        (
+            "v4 ethertype, version 6",
+            {
+                let mut frame = v4_udp(false, &[]);
+                frame[14] = 0x65;
+                frame
+            },
+            Kind::Malformed,
+        ),
+        (
+            "v4 options past the frame",
+            {
+                let mut frame = v4_udp(false, &[]);
+                frame[14] = 0x4f;
+                frame
+            },
+            Kind::Malformed,
+        ),
+        ("arp", ethernet(false, 0x0806, &[0; 28]), Kind::Ignored),
+        (
+            "two vlan tags",
+            ethernet(true, 0x8100, &[0, 7, 0x08, 0x00]),
+            Kind::Ignored,
+        ),
+        ("v6 syn", v6_syn(false, &[]), v6),
+        ("v6 syn, vlan", v6_syn(true, &[]), v6),
+        (
+            "v6 syn-ack",
+            ethernet(false, 0x86DD, &ipv6(SRC6, &[], TCP, &tcp(SYN | ACK))),
+            Kind::Ignored,
+        ),
+        (
+            "v6 udp",
+            ethernet(false, 0x86DD, &ipv6(SRC6, &[], UDP, &udp())),
+            v6,
+        ),
+        (
+            "v6 udp, hop-by-hop",
+            ethernet(
+                false,
+                0x86DD,
+                &ipv6(SRC6, std::slice::from_ref(&hop), UDP, &udp()),
+            ),
+            v6,
+        ),
+        (
+            "v6 syn, hop-by-hop, routing, options, vlan",
+            v6_syn(true, &[hop.clone(), routing.clone(), options.clone()]),
+            v6,
+        ),
+        (
+            "v6 syn, authentication",
+            v6_syn(false, &[(51, authentication())]),
+            v6,
+        ),
+        (
+            "v6 syn, first fragment",
+            v6_syn(false, &[(44, fragment(0))]),
+            v6,
+        ),
+        (
+            "v6 udp, later fragment",
+            ethernet(
+                false,
+                0x86DD,
+                &ipv6(SRC6, &[(44, fragment(100))], UDP, &udp()),
+            ),
+            Kind::Ignored,
+        ),
+        (
+            "v6 syn, four extension headers",
+            v6_syn(
+                false,
+                &[
+                    hop.clone(),
+                    routing.clone(),
+                    options.clone(),
+                    (44, fragment(0)),
+                ],
+            ),
+            v6,
+        ),
+        (
+            "v6 syn, five extension headers: past the bound",
+            v6_syn(
+                false,
+                &[
+                    hop.clone(),
+                    routing.clone(),
+                    options.clone(),
+                    options.clone(),
+                    (44, fragment(0)),
+                ],
+            ),
+            Kind::Ignored,
+        ),
+        (
+            "v6 esp",
+            ethernet(false, 0x86DD, &ipv6(SRC6, &[], 50, &[0; 16])),
+            Kind::Ignored,
+        ),
+        (
+            "v6 ethertype, version 4",
+            {
+                let mut frame = v6_syn(false, &[]);
+                frame[14] = 0x45;
+                frame
+            },
+            Kind::Malformed,
+        ),
+        (
+            "v6 extension past the frame",
+            {
+                let mut frame = ethernet(
+                    false,
+                    0x86DD,
+                    &ipv6(SRC6, &[(60, extension(1))], UDP, &udp()),
+                );
+                frame[14 + 40 + 1] = 200;
+                frame
+            },
+            Kind::Malformed,
+        ),
+    ]
+}
+
+/// Runs `frame` and checks what the counters and cells say against `kind`. Limits are high:
+/// every attempt passes.
+fn check(program: &Program, width: u32, name: &str, frame: &[u8], kind: Kind) {
+    let counters = program.counters().unwrap();
+    let before = slice(program, width, 0);
+    let verdict = program.run(frame).unwrap();
+    assert_eq!(verdict, Verdict::Pass, "{name}");
+    let after = program.counters().unwrap();
+    let delta = Counters {
+        passed: after.passed - counters.passed,
+        dropped: after.dropped - counters.dropped,
+        malformed: after.malformed - counters.malformed,
+        ignored: after.ignored - counters.ignored,
+    };
+    let expected = Counters {
+        passed: u64::from(matches!(kind, Kind::Attempt(_))),
+        malformed: u64::from(kind == Kind::Malformed),
+        ignored: u64::from(kind == Kind::Ignored),
+        dropped: 0,
+    };
+    assert_eq!(delta, expected, "{name}: {kind:?}");
+    let raised: Vec<u32> = (0..before.len() as u32)
+        .filter(|&i| after_cell(program, i) != before[i as usize])
+        .collect();
+    let mut wanted: Vec<u32> = match kind {
+        Kind::Attempt(addr) => Level::ALL
+            .into_iter()
+            .filter_map(|level| layout::hash(GOLDEN_SEED, level, addr))
+            .flat_map(|h| layout::cells(h, 0, width))
+            .collect(),
+        _ => Vec::new(),
+    };
+    wanted.sort_unstable();
+    wanted.dedup();
+    assert_eq!(raised, wanted, "{name}: the cells raised");
+}
+
+fn after_cell(program: &Program, index: u32) -> u32 {
+    program.cell(index).unwrap()
+}
+
+/// A program counting every level, with limits no test reaches.
+fn counting_everything(width: u32) -> Program {
+    let mut program = load(width);
+    for level in Level::ALL {
+        program.set_limit(level, u32::MAX).unwrap();
+    }
+    program
+}
+
+#[test]
+#[ignore = "needs root and clang (CI installs clang)"]
+fn the_verifier_accepts_the_program() {
+    let _ = NEEDS;
+    let program = load(1024);
+    assert_eq!(program.counters().unwrap(), Counters::default());
+}
+
+#[test]
+#[ignore = "needs root and clang (CI installs clang)"]
+fn verdicts_over_crafted_frames() {
+    let program = counting_everything(64);
+    for (name, frame, kind) in cases() {
+        check(&program, 64, name, &frame, kind);
+    }
+}
+
+#[test]
+#[ignore = "needs root and clang (CI installs clang)"]
+fn frames_cut_at_every_byte_are_malformed() {
+    let program = counting_everything(64);
+    let frames = [
+        ("v4 udp, options, vlan", v4_udp(true, &[1; 12])),
+        (
+            "v4 syn",
+            ethernet(false, 0x0800, &ipv4(SRC4, TCP, &[], 0, &tcp(SYN))),
+        ),
+        (
+            "v6 syn, extensions, vlan",
+            v6_syn(
+                true,
+                &[(0, extension(1)), (44, fragment(0)), (51, authentication())],
+            ),
+        ),
+        (
+            "v6 udp",
+            ethernet(false, 0x86DD, &ipv6(SRC6, &[], UDP, &udp())),
+        ),
+    ];
+    for (name, frame) in frames {
+        // The kernel refuses test runs shorter than an Ethernet header.
+        for len in 14..frame.len() {
+            check(
+                &program,
+                64,
+                &format!("{name}, cut at {len}"),
+                &frame[..len],
+                Kind::Malformed,
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and clang (CI installs clang)"]
+fn the_kernel_finds_the_golden_cells() {
+    assert!(!GOLDEN.is_empty());
+    for golden in GOLDEN {
+        let mut program = load(GOLDEN_WIDTH);
+        program.set_limit(golden.level, 100).unwrap();
+        let addr: IpAddr = golden.addr.parse().unwrap();
+        let frame = match addr {
+            IpAddr::V4(v4) => ethernet(false, 0x0800, &ipv4(v4, UDP, &[], 0, &udp())),
+            IpAddr::V6(v6) => ethernet(false, 0x86DD, &ipv6(v6, &[], UDP, &udp())),
+        };
+        assert_eq!(program.run(&frame).unwrap(), Verdict::Pass);
+        let cells = slice(&program, GOLDEN_WIDTH, 0);
+        let raised: Vec<u32> = (0..cells.len() as u32)
+            .filter(|&i| cells[i as usize] != 0)
+            .collect();
+        assert_eq!(raised, golden.cells.to_vec(), "{golden:?}");
+        assert!(raised.iter().all(|&i| cells[i as usize] == 1), "{golden:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and clang (CI installs clang)"]
+fn the_kernel_slides_as_layout_says() {
+    // At tick 3250 of windows of 1000: window 3 (slice 0) with 750 ticks left; the previous
+    // window (slice 2) held 7 attempts, of which 5.25 still count: 6, rounded up.
+    let width = 64;
+    let mut program = load(width);
+    program
+        .configure(Config {
+            fixed_tick: 3250,
+            ..config(width)
+        })
+        .unwrap();
+    program.set_limit(Level::V4Host, 10).unwrap();
+    let at = layout::position(3250, 1000);
+    assert_eq!((at.current, at.previous, at.remaining), (0, 2, 750));
+    let h = layout::hash(GOLDEN_SEED, Level::V4Host, IpAddr::V4(SRC4)).unwrap();
+    for index in layout::cells(h, at.previous, width) {
+        program.set_cell(index, 7).unwrap();
+    }
+    let frame = v4_udp(false, &[]);
+    for attempt in 1..=6u64 {
+        let estimate = layout::estimate(attempt, 7, at, 1000);
+        let expected = if estimate > 10 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        };
+        assert_eq!(
+            program.run(&frame).unwrap(),
+            expected,
+            "attempt {attempt}, estimate {estimate}"
+        );
+    }
+    let counters = program.counters().unwrap();
+    assert_eq!((counters.passed, counters.dropped), (4, 2));
+    // The clear of the slice after next: window 4 counts in slice 1, which user space
+    // cleared during window 3.
+    assert_eq!(layout::slice_to_clear(at.index), 1);
+    assert_eq!(layout::position(4000, 1000).current, 1);
+}
+
+#[test]
+#[ignore = "needs root and clang (CI installs clang)"]
+fn two_cpus_lose_no_increment() {
+    // Many calls each, so the two threads overlap for long even on a loaded machine: a plain
+    // read-modify-write in place of the atomic add loses thousands here.
+    const RUNS: u32 = 100_000;
+    const CALLS: u32 = 10;
+    let program = counting_everything(64);
+    let frame = v4_udp(false, &[]);
+    let barrier = Barrier::new(2);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                barrier.wait();
+                for _ in 0..CALLS {
+                    program.run_repeated(&frame, RUNS).unwrap();
+                }
+            });
+        }
+    });
+    let total = 2 * CALLS * RUNS;
+    let h = layout::hash(GOLDEN_SEED, Level::V4Host, IpAddr::V4(SRC4)).unwrap();
+    for index in layout::cells(h, 0, 64) {
+        assert_eq!(program.cell(index).unwrap(), total, "cell {index}");
+    }
+    assert_eq!(program.counters().unwrap().passed, u64::from(total));
+}
+
+#[test]
+fn without_clang_the_mode_says_so_in_one_line() {
+    let said = super::program::MISSING;
+    assert!(
+        !said.contains('\n') && said.contains("install clang"),
+        "{said}"
+    );
+}
+
+/// Per-packet cost by BPF_PROG_TEST_RUN: not a test (it asserts nothing), run by hand:
+/// `cargo test --release -p tollgate --lib xdp::tests::cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand (benches/README.md)"]
+fn cost() {
+    const REPEAT: u32 = 1_000_000;
+    const SOURCES: u32 = 100_000;
+    let geometry = Geometry::of_memory(8 << 20);
+    let mut program = load(geometry.width);
+    program
+        .configure(Config {
+            fixed_tick: 0,
+            ..config(geometry.width)
+        })
+        .unwrap();
+    program.set_limit(Level::V4Host, u32::MAX).unwrap();
+    program.set_limit(Level::V4Net24, u32::MAX).unwrap();
+    let hot = v4_udp(false, &[]);
+    let arp = ethernet(false, 0x0806, &[0; 28]);
+    let ns = |d: std::time::Duration| d.as_nanos() as f64;
+    for round in 0..3 {
+        let (_, hot_repeated) = program.run_repeated(&hot, REPEAT).unwrap();
+        let (_, arp_repeated) = program.run_repeated(&arp, REPEAT).unwrap();
+        let mut hot_single = 0.0;
+        let mut random = 0.0;
+        let mut arp_single = 0.0;
+        let mut x = 0x9e37_79b9u32.wrapping_add(round);
+        for _ in 0..SOURCES {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let frame = ethernet(
+                false,
+                0x0800,
+                &ipv4(Ipv4Addr::from_bits(x), UDP, &[], 0, &udp()),
+            );
+            random += ns(program.run_repeated(&frame, 1).unwrap().1);
+            hot_single += ns(program.run_repeated(&hot, 1).unwrap().1);
+            arp_single += ns(program.run_repeated(&arp, 1).unwrap().1);
+        }
+        let n = f64::from(SOURCES);
+        println!(
+            "round {round}: hot key {:.1} ns (repeat {REPEAT}); ARP {:.1} ns (repeat {REPEAT}); one run each over {SOURCES}: random source {:.1} ns, hot key {:.1} ns, ARP {:.1} ns; sketch {} MiB",
+            ns(hot_repeated),
+            ns(arp_repeated),
+            random / n,
+            hot_single / n,
+            arp_single / n,
+            (u64::from(geometry.entries()) * layout::CELL_BYTES) >> 20,
+        );
+    }
+}
