@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use aya::maps::{Array, MapData, MapError, PerCpuArray};
-use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
 use super::layout::{self, Config, Level};
@@ -188,6 +188,26 @@ impl Program {
     /// The kernel's refusal of the map update.
     pub(crate) fn set_limit(&mut self, level: Level, limit: u32) -> Result<(), XdpError> {
         Ok(self.rules.set(level.index(), [limit, 0], 0)?)
+    }
+
+    /// Attaches the program to `interface`, natively (in the driver) or generically (in the
+    /// stack, for drivers without XDP); it stays attached until the program is dropped.
+    ///
+    /// # Errors
+    /// An unknown interface, or the kernel's refusal (a driver without native XDP).
+    pub(crate) fn attach(&mut self, interface: &str, native: bool) -> Result<(), XdpError> {
+        let xdp: &mut Xdp = self
+            .ebpf
+            .program_mut(NAME)
+            .ok_or(XdpError::Program(ProgramError::NotLoaded))?
+            .try_into()?;
+        let mode = if native {
+            XdpMode::Driver
+        } else {
+            XdpMode::Skb
+        };
+        xdp.attach(interface, mode)?;
+        Ok(())
     }
 
     fn xdp(&self) -> Result<&Xdp, XdpError> {

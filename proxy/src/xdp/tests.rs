@@ -4,6 +4,7 @@
 //! plain run ignores them; CI runs them in their own step (`.ci/run`: `xdp::`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::process::Command;
 use std::sync::Barrier;
 
 use super::layout::{self, Config, GOLDEN, GOLDEN_SEED, GOLDEN_WIDTH, Geometry, Level};
@@ -583,5 +584,107 @@ fn cost() {
             arp_single / n,
             (u64::from(geometry.entries()) * layout::CELL_BYTES) >> 20,
         );
+    }
+}
+
+/// Set in the environment of a test re-run inside its own namespaces.
+const INSIDE: &str = "TOLLGATE_XDP_TEST_INSIDE";
+
+/// Runs test `name` of this module again, alone, inside new network and mount namespaces
+/// (so the veth pair and the named namespace vanish with it, whatever happens).
+fn in_namespace(name: &str) {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let exact = format!("xdp::tests::{name}");
+    let output = Command::new("unshare")
+        .args(["-n", "-m", "--propagation", "private"])
+        .arg(exe)
+        .args([&exact, "--exact", "--include-ignored", "--nocapture"])
+        .env(INSIDE, "1")
+        .output()
+        .expect("unshare runs (util-linux)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "the test inside the namespace failed: {}",
+        output.status
+    );
+    // A name that matches no test passes with nothing run: the inner run must have run this one.
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "{exact} did not run inside"
+    );
+}
+
+/// Runs `script` with sh; fails the test with its output if it fails.
+fn sh(script: &str) {
+    let output = Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .expect("sh runs");
+    assert!(
+        output.status.success(),
+        "`{script}`: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Datagrams that reached UDP in this network namespace (`/proc/net/snmp`: delivered, to no
+/// port, or in error, a full receive buffer included): what got past the program.
+fn udp_arrived() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap();
+    let mut lines = snmp.lines().filter(|line| line.starts_with("Udp:"));
+    let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .filter(|(name, _)| ["InDatagrams", "NoPorts", "InErrors"].contains(name))
+        .map(|(_, value)| value.parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+#[ignore = "needs root, unshare, ip and clang (CI installs clang)"]
+fn a_veth_peer_gets_exactly_the_limit_through() {
+    if std::env::var_os(INSIDE).is_none() {
+        in_namespace("a_veth_peer_gets_exactly_the_limit_through");
+        return;
+    }
+    // tg0 here (the program on it), tg1 in the namespace `tg_peer`, which sends 200
+    // datagrams from 10.9.0.2 (bash's /dev/udp: one socket per datagram) to 10.9.0.1.
+    // /run/netns on a tmpfs of this mount namespace: the named namespace's file goes with it.
+    sh(
+        "mkdir -p /run/netns && mount -t tmpfs tollgate-test /run/netns && ip link set lo up && ip netns add tg_peer \
+        && ip link add tg0 type veth peer name tg1 && ip link set tg1 netns tg_peer \
+        && ip addr add 10.9.0.1/24 dev tg0 && ip link set tg0 up \
+        && ip netns exec tg_peer sh -c 'ip link set lo up && ip addr add 10.9.0.2/24 dev tg1 && ip link set tg1 up'",
+    );
+    for native in [true, false] {
+        let mut program = load(64);
+        program.set_limit(Level::V4Host, 50).unwrap();
+        if let Err(err) = program.attach("tg0", native) {
+            panic!("attaching (native {native}): {err}");
+        }
+        let before = udp_arrived();
+        sh(
+            "ip netns exec tg_peer bash -c 'for i in $(seq 1 200); do echo x >/dev/udp/10.9.0.1/9; done'",
+        );
+        // What reached UDP in this namespace: the limit, not one more.
+        assert_eq!(udp_arrived() - before, 50, "native {native}");
+        let counters = program.counters().unwrap();
+        assert_eq!(
+            (counters.passed, counters.dropped),
+            (50, 150),
+            "native {native}: {counters:?}"
+        );
+        assert_eq!(counters.malformed, 0, "native {native}");
+        let h = layout::hash(GOLDEN_SEED, Level::V4Host, "10.9.0.2".parse().unwrap()).unwrap();
+        for index in layout::cells(h, 0, 64) {
+            assert_eq!(program.cell(index).unwrap(), 200, "native {native}");
+        }
+        // Dropping the program detaches it, so the next round attaches afresh.
+        drop(program);
     }
 }
