@@ -27,7 +27,10 @@ pub use listener::{
     DEFAULT_HELD, DEFAULT_IDLE_TIMEOUT, DEFAULT_SESSIONS_PER_PREFIX, DEFAULT_SESSIONS_PER_SOURCE,
     Listener, Protocol, SendProxy, network_caps,
 };
-pub use rls::{DEFAULT_RLS_CONCURRENCY, DEFAULT_RLS_MEMORY, DEFAULT_RLS_MESSAGE_BYTES, RlsConfig};
+pub use rls::{
+    CallerBounds, DEFAULT_RLS_CALLERS, DEFAULT_RLS_CONCURRENCY, DEFAULT_RLS_MEMORY,
+    DEFAULT_RLS_MESSAGE_BYTES, RlsConfig,
+};
 pub use secret::TokenSource;
 pub use settings::{DEFAULT_STATE_INTERVAL, Settings, StateFile};
 

@@ -10,6 +10,8 @@ use tokio::sync::watch;
 use tollgate_filter::{Code, Descriptor, DescriptorPolicy, Entry, Request, Response, Unit};
 
 use super::Rls;
+use super::callers::{Admitted, Bounded, Callers};
+use super::metrics::RlsMetrics;
 use super::proto::{
     DescriptorStatus, RateLimit, RateLimitRequest, RateLimitResponse, RateLimitService,
     RateLimitServiceServer, rate_limit_response,
@@ -126,20 +128,25 @@ fn whole_seconds(duration: Duration) -> prost_types::Duration {
 
 /// Serves `ShouldRateLimit` on `listener` until `stopped` says stop: HTTP/2 without TLS, at
 /// most `max_concurrent_requests` streams per connection, request messages of at most
-/// `max_message_bytes` (a larger one is refused before it is decoded).
+/// `max_message_bytes` (a larger one is refused before it is decoded), the callers held to
+/// their bounds (see `callers.rs`).
 pub(super) async fn serve(
     rls: Arc<Rls>,
     listener: tokio::net::TcpListener,
     config: RlsConfig,
+    metrics: RlsMetrics,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let callers = Arc::new(Callers::new(config.callers, metrics));
     let service = RateLimitServiceServer::new(Service { rls })
         .max_decoding_message_size(config.max_message_bytes);
+    let service = Bounded::new(service, Arc::clone(&callers));
     let streams = u32::try_from(config.max_concurrent_requests).unwrap_or(u32::MAX);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let incoming = Admitted::new(listener, callers);
     let result = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(config.max_concurrent_requests)
         .max_concurrent_streams(streams)
+        .timeout(config.callers.request_timeout)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.wait_for(|stop| *stop).await;
