@@ -22,6 +22,7 @@ use crate::config::RlsConfig;
 #[derive(Debug)]
 struct Service {
     rls: Arc<Rls>,
+    metrics: RlsMetrics,
 }
 
 #[tonic::async_trait]
@@ -30,16 +31,24 @@ impl RateLimitService for Service {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let request = read(request.into_inner())?;
+        let request = read(request.into_inner()).inspect_err(|_| {
+            self.metrics.invalid("limit_override");
+        })?;
         // A panic in the policy is a bug; the service fails open, as the data path does,
         // rather than dropping the caller's stream.
         let decided = catch_unwind(AssertUnwindSafe(|| self.rls.decide(&request)));
         match decided {
-            Ok((policy, Ok(response))) => Ok(tonic::Response::new(write(&policy, &response))),
-            Ok((_, Err(refusal))) => Err(tonic::Status::invalid_argument(format!(
-                "{}: {refusal}",
-                refusal.name()
-            ))),
+            Ok((policy, Ok(response))) => {
+                self.metrics.answered(&policy, &request, &response);
+                Ok(tonic::Response::new(write(&policy, &response)))
+            }
+            Ok((_, Err(refusal))) => {
+                self.metrics.invalid(refusal.name());
+                Err(tonic::Status::invalid_argument(format!(
+                    "{}: {refusal}",
+                    refusal.name()
+                )))
+            }
             Err(_) => {
                 tracing::error!("the descriptor policy failed: answered OK");
                 Ok(tonic::Response::new(RateLimitResponse {
@@ -137,8 +146,8 @@ pub(super) async fn serve(
     metrics: RlsMetrics,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let callers = Arc::new(Callers::new(config.callers, metrics));
-    let service = RateLimitServiceServer::new(Service { rls })
+    let callers = Arc::new(Callers::new(config.callers, metrics.clone()));
+    let service = RateLimitServiceServer::new(Service { rls, metrics })
         .max_decoding_message_size(config.max_message_bytes);
     let service = Bounded::new(service, Arc::clone(&callers));
     let streams = u32::try_from(config.max_concurrent_requests).unwrap_or(u32::MAX);

@@ -319,8 +319,17 @@ fn launch(
     dir: &tempfile::TempDir,
     bounds: &str,
 ) -> (support::process::Proxy, std::net::SocketAddr) {
+    launch_with(dir, YAML, bounds)
+}
+
+/// As [`launch`], with `yaml_text` in the descriptor file.
+fn launch_with(
+    dir: &tempfile::TempDir,
+    yaml_text: &str,
+    bounds: &str,
+) -> (support::process::Proxy, std::net::SocketAddr) {
     let yaml = dir.path().join("api.yaml");
-    std::fs::write(&yaml, YAML).expect("written");
+    std::fs::write(&yaml, yaml_text).expect("written");
     let rls = support::process::free_port();
     let rest = format!(
         "[rls]\nlisten = \"{rls}\"\nconfigs = [\"{}\"]\nmemory = \"1MiB\"\n{bounds}\n",
@@ -546,5 +555,105 @@ async fn a_connection_without_a_request_is_closed_at_its_deadline() {
     assert_eq!(
         (closed("header_timeout"), closed("idle_timeout")),
         (1.0, 1.0)
+    );
+}
+
+#[tokio::test]
+async fn answers_are_counted_per_rule_and_per_value_only_where_detailed() {
+    let dir = support::scratch("rls-metrics");
+    let yaml = format!(
+        "{YAML}  - key: user\n    detailed_metric: true\n    rate_limit: {{unit: hour, requests_per_unit: 1000}}\n\
+         \x20 - key: trial\n    shadow_mode: true\n    rate_limit: {{unit: minute, requests_per_unit: 1}}\n"
+    );
+    let (proxy, rls) = launch_with(&dir, &yaml, "");
+    let mut client = client_from("127.0.0.1", rls).await;
+    let mut ask = async |request: RateLimitRequest| {
+        tokio::time::timeout(support::BOUND, client.should_rate_limit(request))
+            .await
+            .expect("answers in time")
+    };
+    // per_key: 3 OK (the third with nothing left: near the limit), then one over.
+    for _ in 0..4 {
+        ask(request("api", &[&key("k1")], 0))
+            .await
+            .expect("answered");
+    }
+    // A shadow rule over its limit answers OK, counted apart.
+    for _ in 0..2 {
+        ask(request("api", &[&[("trial", "t")]], 0))
+            .await
+            .expect("answered");
+    }
+    // A detailed rule: a series per value up to the cap, then the rest together.
+    for n in 0..=100 {
+        let user = format!("u{n}");
+        ask(request("api", &[&[("user", user.as_str())]], 0))
+            .await
+            .expect("answered");
+    }
+    ask(request("nowhere", &[&key("k1")], 0))
+        .await
+        .expect("answered");
+    ask(request("api", &[&[("nothing", "x")]], 0))
+        .await
+        .expect("answered");
+    ask(request("api", &[], 0)).await.expect_err("refused");
+    let text = proxy.get("/metrics");
+    let metric = |line: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.parse().expect("a number"))
+    };
+    let rule = |rule: &str, result: &str| {
+        metric(&format!(
+            "tollgate_rls_rule_descriptors_total{{rule=\"{rule}\",result=\"{result}\"}}"
+        ))
+    };
+    assert_eq!(
+        (rule("api.api_key", "ok"), rule("api.api_key", "over_limit")),
+        (3.0, 1.0)
+    );
+    assert_eq!(
+        metric("tollgate_rls_rule_near_limit_total{rule=\"api.api_key\"}"),
+        1.0
+    );
+    assert_eq!(
+        (
+            rule("api.trial", "ok"),
+            rule("api.trial", "shadow_over_limit")
+        ),
+        (1.0, 1.0)
+    );
+    assert_eq!(rule("api.user", "ok"), 101.0);
+    let value = |value: &str| {
+        metric(&format!(
+            "tollgate_rls_rule_value_descriptors_total{{rule=\"api.user\",value=\"{value}\",result=\"ok\"}}"
+        ))
+    };
+    assert_eq!(
+        (value("user_u0"), value("user_u99"), value("_other")),
+        (1.0, 1.0, 1.0)
+    );
+    let values = text
+        .lines()
+        .filter(|l| l.starts_with("tollgate_rls_rule_value_descriptors_total{"))
+        .count();
+    assert_eq!(
+        values, 101,
+        "100 values and _other, none for the rules not detailed"
+    );
+    let outcome = |outcome: &str| {
+        metric(&format!(
+            "tollgate_rls_descriptors_total{{outcome=\"{outcome}\"}}"
+        ))
+    };
+    assert_eq!((outcome("unknown_domain"), outcome("no_rule")), (1.0, 1.0));
+    assert_eq!(
+        metric("tollgate_rls_requests_invalid_total{reason=\"no_descriptors\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric("tollgate_rls_requests_total{code=\"over_limit\"}"),
+        1.0
     );
 }
