@@ -85,6 +85,11 @@ pub struct Metrics {
     kernel_exported: AtomicBool,
     /// The warm-restart state file's metrics.
     pub(crate) state: crate::state::StateMetrics,
+    /// The rate-limit service's metrics, in their own registry, rendered once exported
+    /// (see [`Metrics::export_rls`]).
+    pub(crate) rls: crate::rls::RlsMetrics,
+    rls_registry: Registry,
+    rls_exported: AtomicBool,
 }
 
 impl Default for Metrics {
@@ -137,6 +142,9 @@ impl Metrics {
             kernel_registry: Registry::default(),
             kernel_exported: AtomicBool::new(kernel),
             state: crate::state::StateMetrics::default(),
+            rls: crate::rls::RlsMetrics::default(),
+            rls_registry: Registry::default(),
+            rls_exported: AtomicBool::new(false),
         };
         let r = &mut registry;
         metrics.listeners.register(r);
@@ -247,9 +255,12 @@ impl Metrics {
         // metric once shared, and a restart should not be needed to see the fast path).
         let mut kernel_registry = Registry::with_prefix("tollgate");
         metrics.kernel.register(&mut kernel_registry);
+        let mut rls_registry = Registry::with_prefix("tollgate");
+        metrics.rls.register(&mut rls_registry);
         Metrics {
             registry,
             kernel_registry,
+            rls_registry,
             ..metrics
         }
     }
@@ -259,6 +270,12 @@ impl Metrics {
     pub(crate) fn export_kernel(&self) {
         // Relaxed: a flag read at each render, ordering nothing else.
         self.kernel_exported.store(true, Ordering::Relaxed);
+    }
+
+    /// Exports the rate-limit service's metrics from the next render on (it started).
+    pub(crate) fn export_rls(&self) {
+        // Relaxed: as `export_kernel`.
+        self.rls_exported.store(true, Ordering::Relaxed);
     }
 
     /// Counts a reload by its result.
@@ -350,12 +367,18 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         // Relaxed: see `export_kernel`.
-        if self.kernel_exported.load(Ordering::Relaxed) {
-            // One exposition: the first one's closing `# EOF` goes, the second one's ends it.
-            if let Some(open) = text.strip_suffix("# EOF\n") {
-                text.truncate(open.len());
+        let more = [
+            (&self.kernel_exported, &self.kernel_registry),
+            (&self.rls_exported, &self.rls_registry),
+        ];
+        for (exported, registry) in more {
+            if exported.load(Ordering::Relaxed) {
+                // One exposition: the first one's closing `# EOF` goes, the next one's ends it.
+                if let Some(open) = text.strip_suffix("# EOF\n") {
+                    text.truncate(open.len());
+                }
+                let _ = prometheus_client::encoding::text::encode(&mut text, registry);
             }
-            let _ = prometheus_client::encoding::text::encode(&mut text, &self.kernel_registry);
         }
         text
     }

@@ -25,7 +25,7 @@ pub use cluster::{
 pub use kernel::{KernelAction, KernelConfig};
 pub use listener::Listener;
 pub(crate) use listener::{Protocol, SendProxy};
-pub(crate) use rls::RlsConfig;
+pub(crate) use rls::{CallerBounds, RlsConfig};
 pub use secret::TokenSource;
 pub(crate) use settings::{Settings, StateFile};
 

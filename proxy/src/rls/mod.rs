@@ -6,8 +6,12 @@
 //! check`), `start` (bind and serve, for the server) and `Rls::prepare` / `Rls::commit`
 //! (a reload: the files re-read, the counts kept). The gRPC answers are in `service.rs`.
 
+mod callers;
+mod metrics;
 pub mod proto;
 mod service;
+
+pub(crate) use metrics::RlsMetrics;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -144,11 +148,18 @@ impl Rls {
 }
 
 /// Whether a reload from `old` to `new` changes what only a restart applies: whether the
-/// service runs, its address and its gRPC bounds (the files and the memory reload).
+/// service runs, its address and its bounds on callers (the files and the memory reload).
 #[must_use]
 pub(crate) fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) -> bool {
     let fixed = |c: Option<&RlsConfig>| {
-        c.map(|c| (c.listen, c.max_concurrent_requests, c.max_message_bytes))
+        c.map(|c| {
+            (
+                c.listen,
+                c.max_concurrent_requests,
+                c.max_message_bytes,
+                c.callers,
+            )
+        })
     };
     fixed(old) != fixed(new)
 }
@@ -163,6 +174,7 @@ pub(crate) fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) ->
 pub(crate) async fn start(
     config: &RlsConfig,
     dir: Option<&Path>,
+    metrics: RlsMetrics,
     stopped: watch::Receiver<bool>,
 ) -> Result<(JoinHandle<()>, SocketAddr, Arc<Rls>), StartError> {
     let rls = Arc::new(Rls::new(config, dir).map_err(|e| StartError::Invalid(e.to_string()))?);
@@ -179,6 +191,7 @@ pub(crate) async fn start(
         Arc::clone(&rls),
         listener,
         config.clone(),
+        metrics,
         stopped,
     ));
     Ok((task, address, rls))

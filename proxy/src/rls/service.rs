@@ -10,6 +10,8 @@ use tokio::sync::watch;
 use tollgate_filter::{Code, Descriptor, DescriptorPolicy, Entry, Request, Response, Unit};
 
 use super::Rls;
+use super::callers::{Admitted, Bounded, Callers};
+use super::metrics::RlsMetrics;
 use super::proto::{
     DescriptorStatus, RateLimit, RateLimitRequest, RateLimitResponse, RateLimitService,
     RateLimitServiceServer, rate_limit_response,
@@ -20,6 +22,7 @@ use crate::config::RlsConfig;
 #[derive(Debug)]
 struct Service {
     rls: Arc<Rls>,
+    metrics: RlsMetrics,
 }
 
 #[tonic::async_trait]
@@ -28,16 +31,24 @@ impl RateLimitService for Service {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let request = read(request.into_inner())?;
+        let request = read(request.into_inner()).inspect_err(|_| {
+            self.metrics.invalid("limit_override");
+        })?;
         // A panic in the policy is a bug; the service fails open, as the data path does,
         // rather than dropping the caller's stream.
         let decided = catch_unwind(AssertUnwindSafe(|| self.rls.decide(&request)));
         match decided {
-            Ok((policy, Ok(response))) => Ok(tonic::Response::new(write(&policy, &response))),
-            Ok((_, Err(refusal))) => Err(tonic::Status::invalid_argument(format!(
-                "{}: {refusal}",
-                refusal.name()
-            ))),
+            Ok((policy, Ok(response))) => {
+                self.metrics.answered(&policy, &request, &response);
+                Ok(tonic::Response::new(write(&policy, &response)))
+            }
+            Ok((_, Err(refusal))) => {
+                self.metrics.invalid(refusal.name());
+                Err(tonic::Status::invalid_argument(format!(
+                    "{}: {refusal}",
+                    refusal.name()
+                )))
+            }
             Err(_) => {
                 tracing::error!("the descriptor policy failed: answered OK");
                 Ok(tonic::Response::new(RateLimitResponse {
@@ -126,20 +137,25 @@ fn whole_seconds(duration: Duration) -> prost_types::Duration {
 
 /// Serves `ShouldRateLimit` on `listener` until `stopped` says stop: HTTP/2 without TLS, at
 /// most `max_concurrent_requests` streams per connection, request messages of at most
-/// `max_message_bytes` (a larger one is refused before it is decoded).
+/// `max_message_bytes` (a larger one is refused before it is decoded), the callers held to
+/// their bounds (see `callers.rs`).
 pub(super) async fn serve(
     rls: Arc<Rls>,
     listener: tokio::net::TcpListener,
     config: RlsConfig,
+    metrics: RlsMetrics,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let service = RateLimitServiceServer::new(Service { rls })
+    let callers = Arc::new(Callers::new(config.callers, metrics.clone()));
+    let service = RateLimitServiceServer::new(Service { rls, metrics })
         .max_decoding_message_size(config.max_message_bytes);
+    let service = Bounded::new(service, Arc::clone(&callers));
     let streams = u32::try_from(config.max_concurrent_requests).unwrap_or(u32::MAX);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let incoming = Admitted::new(listener, callers);
     let result = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(config.max_concurrent_requests)
         .max_concurrent_streams(streams)
+        .timeout(config.callers.request_timeout)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.wait_for(|stop| *stop).await;

@@ -270,3 +270,390 @@ fn check_names_the_yaml_file_line_and_column() {
     assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
     assert!(out.contains("[rls]: valid; 2 descriptor rule(s)"), "{out}");
 }
+
+/// A client of the service whose connections come from `from` (a 127.x.y.z address).
+async fn client_from(from: &str, to: std::net::SocketAddr) -> RateLimitServiceClient<Channel> {
+    let from: std::net::IpAddr = from.parse().expect("an address");
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{to}")).expect("a URI");
+    let channel = tokio::time::timeout(
+        support::BOUND,
+        endpoint.connect_with_connector(From(from, to)),
+    )
+    .await
+    .expect("connects in time")
+    .expect("connects");
+    RateLimitServiceClient::new(channel)
+}
+
+/// tonic's connector for [`client_from`]: a socket bound to the source address, then
+/// connected.
+#[derive(Clone, Copy)]
+struct From(std::net::IpAddr, std::net::SocketAddr);
+
+impl tonic::codegen::Service<tonic::codegen::http::Uri> for From {
+    type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<Self::Response>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: tonic::codegen::http::Uri) -> Self::Future {
+        let From(from, to) = *self;
+        Box::pin(async move {
+            let stream = support::connect_from(&from.to_string(), to).await?;
+            Ok(hyper_util::rt::TokioIo::new(stream))
+        })
+    }
+}
+
+/// The real binary serving `[rls]` with `YAML` and the lines `bounds` more: the process, and
+/// the service's address. The scratch directory holds the YAML file.
+fn launch(
+    dir: &tempfile::TempDir,
+    bounds: &str,
+) -> (support::process::Proxy, std::net::SocketAddr) {
+    launch_with(dir, YAML, bounds)
+}
+
+/// As [`launch`], with `yaml_text` in the descriptor file.
+fn launch_with(
+    dir: &tempfile::TempDir,
+    yaml_text: &str,
+    bounds: &str,
+) -> (support::process::Proxy, std::net::SocketAddr) {
+    let yaml = dir.path().join("api.yaml");
+    std::fs::write(&yaml, yaml_text).expect("written");
+    let rls = support::process::free_port();
+    let rest = format!(
+        "[rls]\nlisten = \"{rls}\"\nconfigs = [\"{}\"]\nmemory = \"1MiB\"\n{bounds}\n",
+        yaml.display()
+    );
+    let proxy =
+        support::process::Launch::new("rls-bounds", "upstreams = [\"127.0.0.1:1\"]", &rest).start();
+    (proxy, rls)
+}
+
+/// Whether the peer closes `stream` (EOF or a reset) before `BOUND`, and what it sent
+/// before: nothing from a connection refused at accept, HTTP/2's SETTINGS from one served.
+async fn closed(stream: &mut tokio::net::TcpStream) -> Option<usize> {
+    use tokio::io::AsyncReadExt;
+    let mut sent = Vec::new();
+    match tokio::time::timeout(support::BOUND, stream.read_to_end(&mut sent)).await {
+        Ok(_) => Some(sent.len()),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn a_caller_over_its_connection_bounds_is_closed_while_others_are_served() {
+    let dir = support::scratch("rls-bounds");
+    let (proxy, rls) = launch(
+        &dir,
+        "max_connections_per_address = 2\nmax_connections_per_prefix = 3",
+    );
+    // Two connections from 127.0.1.2 fill its address's share; the kernel's backlog hands
+    // them to the service in order, so the third is accepted after them and closed.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            support::connect_from("127.0.1.2", rls)
+                .await
+                .expect("connects"),
+        );
+    }
+    let mut third = support::connect_from("127.0.1.2", rls)
+        .await
+        .expect("connects");
+    assert_eq!(
+        closed(&mut third).await,
+        Some(0),
+        "a third from one address is closed"
+    );
+    // A neighbour in the same /24 takes the prefix's last slot, then the next one is closed.
+    let mut neighbour = client_from("127.0.1.3", rls).await;
+    let answer = tokio::time::timeout(
+        support::BOUND,
+        neighbour.should_rate_limit(request("api", &[&key("k1")], 0)),
+    )
+    .await
+    .expect("answers in time")
+    .expect("the neighbour is served");
+    assert_eq!(answer.into_inner().overall_code(), Code::Ok);
+    let mut fourth = support::connect_from("127.0.1.4", rls)
+        .await
+        .expect("connects");
+    assert_eq!(
+        closed(&mut fourth).await,
+        Some(0),
+        "a fourth from one /24 is closed"
+    );
+    // Another /24 is served while the flood holds its connections.
+    let mut other = client_from("127.0.2.1", rls).await;
+    let answer = tokio::time::timeout(
+        support::BOUND,
+        other.should_rate_limit(request("api", &[&key("k1")], 0)),
+    )
+    .await
+    .expect("answers in time")
+    .expect("another caller is served");
+    assert_eq!(codes(&answer.into_inner()), [(Code::Ok, 1)]);
+    let refused = |reason: &str| {
+        proxy.metric(&format!(
+            "tollgate_rls_connections_refused_total{{reason=\"{reason}\"}}"
+        ))
+    };
+    assert_eq!((refused("address"), refused("prefix")), (1.0, 1.0));
+    assert_eq!(proxy.metric("tollgate_rls_connections "), 4.0);
+    drop(held);
+}
+
+/// An HTTP/2 request of `ShouldRateLimit` whose headers are sent and whose body is held
+/// open, on a connection of its own from `from` (kept open while its handle lives): the
+/// service counts it in flight until the body ends or `request_timeout` passes.
+struct Held {
+    answer: h2::client::ResponseFuture,
+    body: h2::SendStream<tonic::codegen::Bytes>,
+    _connection: h2::client::SendRequest<tonic::codegen::Bytes>,
+}
+
+async fn held_request(from: &str, to: std::net::SocketAddr) -> Held {
+    let stream = support::connect_from(from, to).await.expect("connects");
+    let (mut client, connection) = h2::client::handshake(stream).await.expect("HTTP/2");
+    tokio::spawn(connection);
+    let request = tonic::codegen::http::Request::post(format!(
+        "http://{to}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .expect("a request");
+    let (answer, body) = client.send_request(request, false).expect("sent");
+    Held {
+        answer,
+        body,
+        _connection: client,
+    }
+}
+
+impl Held {
+    /// Sends the body, `request`, and waits for the answer's headers: its HTTP status.
+    async fn finish(&mut self, request: RateLimitRequest) -> u16 {
+        let message = prost::Message::encode_to_vec(&request);
+        // gRPC's frame: not compressed, the length, the message.
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(&u32::try_from(message.len()).expect("small").to_be_bytes());
+        frame.extend_from_slice(&message);
+        self.body.send_data(frame.into(), true).expect("sent");
+        let answer = tokio::time::timeout(support::BOUND, &mut self.answer)
+            .await
+            .expect("answers in time")
+            .expect("an answer");
+        answer.status().as_u16()
+    }
+}
+
+/// Polls the metric `name` until it reads `value` (bounded: a guard against a hang).
+async fn until_metric(proxy: &support::process::Proxy, name: &str, value: f64) {
+    let deadline = tokio::time::Instant::now() + support::BOUND;
+    while proxy.metric(name) != value {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} never read {value}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_caller_over_its_requests_in_flight_is_refused_at_once_while_others_are_served() {
+    let dir = support::scratch("rls-in-flight");
+    let (proxy, rls) = launch(
+        &dir,
+        "max_requests_in_flight_per_address = 1\nrequest_timeout = \"60s\"\nidle_timeout = \"120s\"",
+    );
+    let mut held = held_request("127.0.1.2", rls).await;
+    until_metric(&proxy, "tollgate_rls_requests_in_flight ", 1.0).await;
+    // Its second request, on another connection, is over the address's bound.
+    let mut flooder = client_from("127.0.1.2", rls).await;
+    let refused = tokio::time::timeout(
+        support::BOUND,
+        flooder.should_rate_limit(request("api", &[&key("k1")], 0)),
+    )
+    .await
+    .expect("answers in time")
+    .expect_err("refused");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .message()
+            .contains("max_requests_in_flight_per_address"),
+        "{refused:?}"
+    );
+    // Everyone else is served meanwhile.
+    let mut other = client_from("127.0.1.3", rls).await;
+    let served = tokio::time::timeout(
+        support::BOUND,
+        other.should_rate_limit(request("api", &[&key("k1")], 0)),
+    )
+    .await
+    .expect("answers in time")
+    .expect("another caller is served");
+    assert_eq!(codes(&served.into_inner()), [(Code::Ok, 2)]);
+    assert_eq!(
+        proxy.metric("tollgate_rls_requests_refused_total{reason=\"address\"}"),
+        1.0
+    );
+    // The held request ends its body and is answered; its slot is free again.
+    assert_eq!(held.finish(request("api", &[&key("k1")], 0)).await, 200);
+    until_metric(&proxy, "tollgate_rls_requests_in_flight ", 0.0).await;
+    let again = tokio::time::timeout(
+        support::BOUND,
+        flooder.should_rate_limit(request("api", &[&key("k2")], 0)),
+    )
+    .await
+    .expect("answers in time")
+    .expect("served once its other request is answered");
+    assert_eq!(again.into_inner().overall_code(), Code::Ok);
+}
+
+#[tokio::test]
+async fn a_connection_without_a_request_is_closed_at_its_deadline() {
+    let dir = support::scratch("rls-timeouts");
+    let (proxy, rls) = launch(
+        &dir,
+        "header_timeout = \"1s\"\nrequest_timeout = \"500ms\"\nidle_timeout = \"1s\"",
+    );
+    // A connection that sends nothing holds its slot until header_timeout.
+    let mut silent = support::connect_from("127.0.1.2", rls)
+        .await
+        .expect("connects");
+    let sent = closed(&mut silent).await;
+    assert!(
+        sent.is_some_and(|n| n > 0),
+        "served, then closed at header_timeout"
+    );
+    // One that asked once and then stays idle, until idle_timeout.
+    let mut asked = held_request("127.0.1.3", rls).await;
+    assert_eq!(asked.finish(request("api", &[&key("k1")], 0)).await, 200);
+    let closed = |reason: &str| {
+        proxy.metric(&format!(
+            "tollgate_rls_connections_closed_total{{reason=\"{reason}\"}}"
+        ))
+    };
+    until_metric(&proxy, "tollgate_rls_connections ", 0.0).await;
+    assert_eq!(
+        (closed("header_timeout"), closed("idle_timeout")),
+        (1.0, 1.0)
+    );
+}
+
+#[tokio::test]
+async fn answers_are_counted_per_rule_and_per_value_only_where_detailed() {
+    let dir = support::scratch("rls-metrics");
+    let yaml = format!(
+        "{YAML}  - key: user\n    detailed_metric: true\n    rate_limit: {{unit: hour, requests_per_unit: 1000}}\n\
+         \x20 - key: trial\n    shadow_mode: true\n    rate_limit: {{unit: minute, requests_per_unit: 1}}\n"
+    );
+    let (proxy, rls) = launch_with(&dir, &yaml, "");
+    let mut client = client_from("127.0.0.1", rls).await;
+    let mut ask = async |request: RateLimitRequest| {
+        tokio::time::timeout(support::BOUND, client.should_rate_limit(request))
+            .await
+            .expect("answers in time")
+    };
+    // per_key: 3 OK (the third with nothing left: near the limit), then one over.
+    for _ in 0..4 {
+        ask(request("api", &[&key("k1")], 0))
+            .await
+            .expect("answered");
+    }
+    // A shadow rule over its limit answers OK, counted apart.
+    for _ in 0..2 {
+        ask(request("api", &[&[("trial", "t")]], 0))
+            .await
+            .expect("answered");
+    }
+    // A detailed rule: a series per value up to the cap, then the rest together.
+    for n in 0..=100 {
+        let user = format!("u{n}");
+        ask(request("api", &[&[("user", user.as_str())]], 0))
+            .await
+            .expect("answered");
+    }
+    ask(request("nowhere", &[&key("k1")], 0))
+        .await
+        .expect("answered");
+    ask(request("api", &[&[("nothing", "x")]], 0))
+        .await
+        .expect("answered");
+    ask(request("api", &[], 0)).await.expect_err("refused");
+    let text = proxy.get("/metrics");
+    let metric = |line: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.parse().expect("a number"))
+    };
+    let rule = |rule: &str, result: &str| {
+        metric(&format!(
+            "tollgate_rls_rule_descriptors_total{{rule=\"{rule}\",result=\"{result}\"}}"
+        ))
+    };
+    assert_eq!(
+        (rule("api.api_key", "ok"), rule("api.api_key", "over_limit")),
+        (3.0, 1.0)
+    );
+    assert_eq!(
+        metric("tollgate_rls_rule_near_limit_total{rule=\"api.api_key\"}"),
+        1.0
+    );
+    assert_eq!(
+        (
+            rule("api.trial", "ok"),
+            rule("api.trial", "shadow_over_limit")
+        ),
+        (1.0, 1.0)
+    );
+    assert_eq!(rule("api.user", "ok"), 101.0);
+    let value = |value: &str| {
+        metric(&format!(
+            "tollgate_rls_rule_value_descriptors_total{{rule=\"api.user\",value=\"{value}\",result=\"ok\"}}"
+        ))
+    };
+    assert_eq!(
+        (value("user_u0"), value("user_u99"), value("_other")),
+        (1.0, 1.0, 1.0)
+    );
+    let values = text
+        .lines()
+        .filter(|l| l.starts_with("tollgate_rls_rule_value_descriptors_total{"))
+        .count();
+    assert_eq!(
+        values, 101,
+        "100 values and _other, none for the rules not detailed"
+    );
+    let outcome = |outcome: &str| {
+        metric(&format!(
+            "tollgate_rls_descriptors_total{{outcome=\"{outcome}\"}}"
+        ))
+    };
+    assert_eq!((outcome("unknown_domain"), outcome("no_rule")), (1.0, 1.0));
+    assert_eq!(
+        metric("tollgate_rls_requests_invalid_total{reason=\"no_descriptors\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric("tollgate_rls_requests_total{code=\"over_limit\"}"),
+        1.0
+    );
+}
