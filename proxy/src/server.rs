@@ -188,10 +188,10 @@ impl Server {
             }
         }
         if let Some(config) = &rls {
-            let metrics = shared.metrics.rls.clone();
+            let metrics = shared.metrics().rls.clone();
             match crate::rls::start(config, dir.as_deref(), metrics, stopped.clone()).await {
                 Ok((task, address, rls)) => {
-                    shared.metrics.export_rls();
+                    shared.metrics().export_rls();
                     let _ = shared.reloader().rls().set(rls);
                     server.rls = Some(address);
                     server.tasks.push(task);
