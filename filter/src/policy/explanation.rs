@@ -76,9 +76,9 @@ pub struct LimitExplanation {
     /// ahead, see `tollgate_sketch::Builder::reserve_shift`): `ceil(estimate / 256)` per
     /// sketch of the limit; 0 for a limit of 32 or less (its cap, `EXACT_MULTIPLE` times it
     /// plus one, stops reservations before they start at 256) and for one that counts
-    /// without them. With `P` threads counting, the estimate is at most `overcount_bound + P
-    /// * reserved_per_thread` above the truth. A bound, not a count: a key with fewer than
-    /// 256 events in each window holds no credit.
+    /// without them. With `P` threads counting, the estimate is at most
+    /// `overcount_bound + P * reserved_per_thread` above the truth. A bound, not a count: a
+    /// key with fewer than 256 events in each window holds no credit.
     pub reserved_per_thread: u64,
     /// What the rest of the cluster counted, as added to the estimate (0 while the key is
     /// below the cluster's suspect threshold); `None` without a cluster.
