@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use pingora_limits::rate::Rate;
-use tollgate_sketch::RateSketch;
+use tollgate_sketch::{Builder, RateSketch};
 
 /// The window of every limiter.
 pub const WINDOW: Duration = Duration::from_secs(10);
@@ -28,10 +28,20 @@ pub const PINGORA_HASHES: usize = 4;
 /// If `budget` is not a valid sketch size, or the sketch comes out over it.
 #[must_use]
 pub fn sketch(budget: usize, depth: usize) -> RateSketch {
+    reserving(budget, depth, Some(Builder::DEFAULT_RESERVE_SHIFT))
+}
+
+/// [`sketch`] with reservations of shift `reserve` (`Builder::reserve_shift`; `None` off).
+///
+/// # Panics
+/// As [`sketch`].
+#[must_use]
+pub fn reserving(budget: usize, depth: usize, reserve: Option<u32>) -> RateSketch {
     let sketch = RateSketch::builder()
         .window(WINDOW)
         .memory_bytes(budget)
         .depth(depth)
+        .reserve_shift(reserve)
         .build()
         .expect("the benchmark budgets are valid sketch sizes");
     assert!(

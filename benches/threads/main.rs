@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! cargo run --release -p tollgate-benches --bin threads -- [--threads 1,2,4,8,16] \
-//!     [--events N] [--memory 2MiB,32MiB] [--rounds 3] [--csv FILE] [--quick]
+//!     [--events N] [--memory 2MiB,32MiB] [--rounds 3] [--reserve-shift 8,none] \
+//!     [--workloads shared,disjoint,frames] [--csv FILE] [--quick]
 //! ```
 //!
 //! # Workloads (built once, before anything is timed)
@@ -20,7 +21,9 @@
 //!
 //! # Contenders, per memory size (`--memory`), in the same process and run
 //! `tollgate`: `observe(key, 1, now)`; `capped`: `observe_capped(key, 1, 101, now)` (a limit of
-//! 100, plus one); `batch`: `observe_batch` of 16 keys, capped the same; `pingora`:
+//! 100, plus one); `batch`: `observe_batch` of 16 keys, capped the same; these three once per
+//! `--reserve-shift` (the sketch's `Builder::reserve_shift`, default its default 8; `none` for
+//! reservations off, whose columns end in `-off`); `pingora`:
 //! pingora-limits 0.9.1 `Rate` at the same total memory (`sizes::pingora`), `observe` then
 //! `rate_with` the proportional estimate. Tollgate gets one `MonotonicClock` reading
 //! (`Instant`-derived) per event, the batch one per group of 16 (its API takes one tick);
@@ -85,9 +88,29 @@ struct Options {
     /// Rounds; the tables show medians [default: 3, quick 1].
     #[arg(long)]
     rounds: Option<usize>,
+    /// The sketches' reserve shifts, comma-separated, `none` for no reservations; Tollgate's
+    /// contenders are run once per shift [default: 8, the sketch's default].
+    #[arg(long, value_delimiter = ',', value_parser = reserve_shift)]
+    reserve_shift: Vec<Reserve>,
+    /// The workloads to run, comma-separated: shared, disjoint, frames [default: all three].
+    #[arg(long, value_delimiter = ',', value_parser = ["shared", "disjoint", "frames"])]
+    workloads: Vec<String>,
     /// Also write the tables' rows to this CSV file.
     #[arg(long)]
     csv: Option<PathBuf>,
+}
+
+/// A `--reserve-shift` value: a shift, or `None` for no reservations.
+type Reserve = Option<u32>;
+
+/// Reads a `--reserve-shift` value: `none` or a shift.
+fn reserve_shift(text: &str) -> Result<Reserve, String> {
+    if text == "none" {
+        return Ok(None);
+    }
+    text.parse::<u32>()
+        .map(Some)
+        .map_err(|error| format!("{text:?}: a shift or none ({error})"))
 }
 
 /// 1, 2, 4, ... up to `cpus`, and `cpus` itself.
@@ -133,6 +156,26 @@ fn rounds<T: Sync>(
     }
 }
 
+/// The frame path: threads sharing one `Filter`, into `tables`.
+fn frame_path(
+    capture: &Capture,
+    threads: &[usize],
+    rounds_of: usize,
+    clock: &MonotonicClock,
+    tables: &mut Vec<Table>,
+) {
+    let all = capture.frames();
+    let filter: Vec<Box<dyn Contender<&[u8]>>> = vec![Box::new(Frames(workload::frame_filter()))];
+    filter[0].pass(&all[..all.len().min(WARM_UP)], clock);
+    let mut table = Table::new("frames: M frames/s through one shared Filter".to_owned());
+    for &n in threads {
+        let slices: Vec<&[&[u8]]> = streams::slices(&all, n).collect();
+        rounds(&mut table, "64MiB", &filter, &slices, rounds_of, clock);
+    }
+    println!("{}", table.text());
+    tables.push(table);
+}
+
 fn main() {
     let options = Options::parse();
     let began = Instant::now();
@@ -155,6 +198,14 @@ fn main() {
         (true, false) => vec![2 << 20, 32 << 20],
     };
     let rounds_of = options.rounds.unwrap_or(if options.quick { 1 } else { 3 });
+    let reserves = if options.reserve_shift.is_empty() {
+        vec![Some(tollgate_sketch::Builder::DEFAULT_RESERVE_SHIFT)]
+    } else {
+        options.reserve_shift.clone()
+    };
+    let runs = |workload: &str| {
+        options.workloads.is_empty() || options.workloads.iter().any(|w| w == workload)
+    };
     let clock = MonotonicClock::new();
 
     let stream = Stream::zipf(DISTINCT, events);
@@ -168,12 +219,15 @@ fn main() {
 
     let mut tables = Vec::new();
     for sharing in [Sharing::Shared, Sharing::Disjoint] {
+        if !runs(sharing.key()) {
+            continue;
+        }
         let mut table = Table::new(format!(
             "{}: M events/s, all threads together",
             sharing.name()
         ));
         for &budget in &memory {
-            let contenders = peers::key_contenders(budget);
+            let contenders = peers::key_contenders(budget, &reserves);
             let warm = stream.keys(1, sharing);
             let warm = &warm[0][..warm[0].len().min(WARM_UP)];
             for contender in &contenders {
@@ -196,16 +250,9 @@ fn main() {
         tables.push(table);
     }
 
-    let all = capture.frames();
-    let filter: Vec<Box<dyn Contender<&[u8]>>> = vec![Box::new(Frames(workload::frame_filter()))];
-    filter[0].pass(&all[..all.len().min(WARM_UP)], &clock);
-    let mut table = Table::new("frames: M frames/s through one shared Filter".to_owned());
-    for &n in &threads {
-        let slices: Vec<&[&[u8]]> = streams::slices(&all, n).collect();
-        rounds(&mut table, "64MiB", &filter, &slices, rounds_of, &clock);
+    if runs("frames") {
+        frame_path(&capture, &threads, rounds_of, &clock, &mut tables);
     }
-    println!("{}", table.text());
-    tables.push(table);
 
     if let Some(path) = &options.csv {
         let csv: String = tables

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use pingora_limits::rate::{PROPORTIONAL_RATE_ESTIMATE_CALC_FN, Rate};
 use tollgate_benches::sizes;
 use tollgate_filter::{Decision, FRAME_BATCH, Filter, Verdict};
-use tollgate_sketch::{Clock, MonotonicClock, RateSketch};
+use tollgate_sketch::{Builder, Clock, MonotonicClock, RateSketch};
 
 use crate::streams::Key;
 
@@ -20,7 +20,7 @@ pub(crate) const CAP: u64 = 100 + 1;
 /// clock reading per event (per group of events for the batch APIs, which take one tick).
 pub(crate) trait Contender<T>: Sync {
     /// Its column in the tables.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
 
     /// Whether it is Tollgate's (its failed swaps are counted, its ratio to pingora shown).
     fn ours(&self) -> bool {
@@ -34,13 +34,14 @@ pub(crate) trait Contender<T>: Sync {
 /// One call per event: `observe(key, 1, now)` as an embedder calls it, or (`capped`)
 /// `observe_capped(key, 1, CAP, now)` as the filter counts.
 pub(crate) struct PerEvent {
+    pub(crate) name: String,
     pub(crate) sketch: RateSketch,
     pub(crate) capped: bool,
 }
 
 impl Contender<Key> for PerEvent {
-    fn name(&self) -> &'static str {
-        if self.capped { "capped" } else { "tollgate" }
+    fn name(&self) -> &str {
+        &self.name
     }
 
     fn pass(&self, keys: &[Key], clock: &MonotonicClock) {
@@ -59,11 +60,14 @@ impl Contender<Key> for PerEvent {
 
 /// `observe_batch` of [`RateSketch::OBSERVE_BATCH`] keys at a time, capped at `CAP`, one tick
 /// per group.
-pub(crate) struct Batch(pub(crate) RateSketch);
+pub(crate) struct Batch {
+    pub(crate) name: String,
+    pub(crate) sketch: RateSketch,
+}
 
 impl Contender<Key> for Batch {
-    fn name(&self) -> &'static str {
-        "batch"
+    fn name(&self) -> &str {
+        &self.name
     }
 
     fn pass(&self, keys: &[Key], clock: &MonotonicClock) {
@@ -71,7 +75,7 @@ impl Contender<Key> for Batch {
         let mut estimates = Vec::with_capacity(RateSketch::OBSERVE_BATCH);
         for group in keys.chunks(RateSketch::OBSERVE_BATCH) {
             estimates.clear();
-            self.0
+            self.sketch
                 .observe_batch(group, 1, CAP, clock.now(), &mut estimates);
             black_box(&estimates);
         }
@@ -83,7 +87,7 @@ impl Contender<Key> for Batch {
 pub(crate) struct Pingora(pub(crate) Rate);
 
 impl Contender<Key> for Pingora {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "pingora"
     }
 
@@ -99,21 +103,38 @@ impl Contender<Key> for Pingora {
     }
 }
 
-/// The four key contenders, each at `budget` bytes, from zero counts.
-pub(crate) fn key_contenders(budget: usize) -> Vec<Box<dyn Contender<Key>>> {
-    let sketch = || sizes::sketch(budget, sizes::DEFAULT_DEPTH);
-    vec![
-        Box::new(PerEvent {
+/// The key contenders, each at `budget` bytes, from zero counts: Tollgate's three for each
+/// reserve shift of `reserves` (`Builder::reserve_shift`; the sketch's default unmarked, any
+/// other named by a suffix: `-off` for none, `-rS` for shift `S`), then pingora.
+pub(crate) fn key_contenders(
+    budget: usize,
+    reserves: &[Option<u32>],
+) -> Vec<Box<dyn Contender<Key>>> {
+    let mut contenders: Vec<Box<dyn Contender<Key>>> = Vec::new();
+    for &reserve in reserves {
+        let suffix = match reserve {
+            Some(Builder::DEFAULT_RESERVE_SHIFT) => String::new(),
+            None | Some(0) => "-off".to_owned(),
+            Some(shift) => format!("-r{shift}"),
+        };
+        let sketch = || sizes::reserving(budget, sizes::DEFAULT_DEPTH, reserve);
+        contenders.push(Box::new(PerEvent {
+            name: format!("tollgate{suffix}"),
             sketch: sketch(),
             capped: false,
-        }),
-        Box::new(PerEvent {
+        }));
+        contenders.push(Box::new(PerEvent {
+            name: format!("capped{suffix}"),
             sketch: sketch(),
             capped: true,
-        }),
-        Box::new(Batch(sketch())),
-        Box::new(Pingora(sizes::pingora(budget))),
-    ]
+        }));
+        contenders.push(Box::new(Batch {
+            name: format!("batch{suffix}"),
+            sketch: sketch(),
+        }));
+    }
+    contenders.push(Box::new(Pingora(sizes::pingora(budget))));
+    contenders
 }
 
 /// A shared [`Filter`] deciding frames `FRAME_BATCH` at a time (`decide_frames`, one tick a
@@ -121,7 +142,7 @@ pub(crate) fn key_contenders(budget: usize) -> Vec<Box<dyn Contender<Key>>> {
 pub(crate) struct Frames(pub(crate) Filter);
 
 impl<'a> Contender<&'a [u8]> for Frames {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "filter"
     }
 

@@ -31,6 +31,14 @@ pub(crate) enum Sharing {
 }
 
 impl Sharing {
+    /// Its `--workloads` name.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Sharing::Shared => "shared",
+            Sharing::Disjoint => "disjoint",
+        }
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Sharing::Shared => "shared hot keys",

@@ -9,7 +9,7 @@ use crate::peers::Measured;
 
 /// One contender's rounds in one row.
 struct Cell {
-    name: &'static str,
+    name: String,
     ours: bool,
     per_second: Vec<f64>,
     failed_swaps: Vec<f64>,
@@ -47,7 +47,7 @@ impl Table {
         &mut self,
         memory: &str,
         threads: usize,
-        name: &'static str,
+        name: &str,
         ours: bool,
         measured: &Measured,
     ) {
@@ -68,7 +68,7 @@ impl Table {
             Some(cell) => &mut cells[cell],
             None => {
                 cells.push(Cell {
-                    name,
+                    name: name.to_owned(),
                     ours,
                     per_second: Vec::new(),
                     failed_swaps: Vec::new(),
@@ -95,7 +95,11 @@ impl Table {
         let Some(first) = self.rows.first() else {
             return (Vec::new(), Vec::new());
         };
-        let names: Vec<(&str, bool)> = first.cells.iter().map(|c| (c.name, c.ours)).collect();
+        let names: Vec<(&str, bool)> = first
+            .cells
+            .iter()
+            .map(|c| (c.name.as_str(), c.ours))
+            .collect();
         let peer = names.iter().find(|(_, ours)| !ours).map(|(name, _)| *name);
         let mut header = vec!["memory".to_owned(), "threads".to_owned()];
         for (name, _) in &names {

@@ -9,6 +9,15 @@ use tollgate_sketch::{Builder, RateSketch};
 
 use crate::rules::Rule;
 
+/// The limits' reserve shift (see [`Share::builder`]): the sketch's default.
+#[cfg(not(loom))]
+const LIMITS_RESERVE_SHIFT: u32 = Builder::DEFAULT_RESERVE_SHIFT;
+
+/// Under loom a key reserves from its second event (half its count), so that a model of a
+/// few decisions takes and spends credits through the filter's real path.
+#[cfg(loom)]
+const LIMITS_RESERVE_SHIFT: u32 = 1;
+
 /// What a sketch counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Counts {
@@ -34,20 +43,39 @@ pub(crate) struct Share {
     pub(crate) bytes: usize,
     /// Whether `[sketch] periods` names its size (else it is an even part of the rest).
     pub(crate) named: bool,
+    /// Whether its sketch counts hot keys ahead (`tollgate_sketch::Builder::reserve_shift`,
+    /// the sketch's default shift): the policy's limits do, whose stated bound carries the
+    /// share (`LimitExplanation::reserved_per_thread`); penalties never (see
+    /// [`Share::builder`]), nor the rate-limit service's descriptors, whose `remaining` and
+    /// stated bound do not carry it.
+    pub(crate) reserves: bool,
 }
 
 impl Share {
     /// The builder of this share's sketch: penalties have no front (their marks are heavy, and
     /// a front's slack would only blur them), limits the sketch's default one.
+    ///
+    /// Reservations (`tollgate_sketch::Builder::reserve_shift`) where [`Share::reserves`]
+    /// says so, at the sketch's default shift `s` (8): with `P` threads counting into the
+    /// policy, a limit's estimate `e` reads at most `P * ceil(e / 2^s)` above what it would
+    /// read without them (`RateSketch::reserved_per_thread`), always, on top of the stated
+    /// overcount (`overcount_bound`, with high probability); `/explain` states both. Limits
+    /// count capped (`observe_capped`, cap `EXACT_MULTIPLE * count + 1`) and a capped observe
+    /// reserves only below its cap and from `2^s` events a window, so a limit of 32 or less
+    /// (a cap of `2^s + 1` or less) never reserves at all, and a key at its cap is read-only
+    /// as before. Penalties never reserve: a mark weighs at least `penalty::THRESHOLD`
+    /// (`2^16`), and a credit is taken only if it is at least the event's weight, so a mark
+    /// would reserve only in a count of `2^24` or more; turned off outright, the penalties'
+    /// margin (`MARGIN` times the stated overcount) needs no reservation share.
     pub(crate) fn builder(&self) -> Builder {
-        // No reservations (see `tollgate_sketch::Builder::reserve_shift`): a reserved credit
-        // reads up to `threads * estimate / 256` above the truth, a per-key share that the
-        // policy's stated bound (`/explain`'s "overcount at most", the penalties' margin) does
-        // not include yet. Keys at their cap are read-only already (`observe_capped`).
+        let reserve = match self.counts {
+            Counts::Limits if self.reserves => Some(LIMITS_RESERVE_SHIFT),
+            _ => None,
+        };
         let builder = RateSketch::builder()
             .window(self.window)
             .memory_bytes(self.bytes)
-            .reserve_shift(None);
+            .reserve_shift(reserve);
         match self.counts {
             Counts::Limits => builder,
             Counts::Penalties { .. } => builder.front_share(0.0),
@@ -104,6 +132,7 @@ pub(crate) fn shares(memory: usize, periods: &[(Duration, usize)], rules: &[Rule
             window,
             bytes: size.unwrap_or(even * parts(counts)),
             named: size.is_some(),
+            reserves: counts == Counts::Limits,
         };
         if counts == Counts::Limits {
             shares.push(share);
@@ -175,6 +204,43 @@ mod tests {
                 (plain, 600, MIB / 2, true),
                 (shifted, 600, MIB / 2, true),
             ]
+        );
+    }
+
+    /// A count of one key past `2^8` events in one window, one event at a time: what the
+    /// sketch of `counts` reads after `events` of them.
+    fn counted(counts: Counts, reserves: bool, events: u64) -> u64 {
+        let share = Share {
+            counts,
+            window: std::time::Duration::from_secs(60),
+            bytes: 64 << 10,
+            named: false,
+            reserves,
+        };
+        let sketch = share.builder().build().unwrap();
+        let now = tollgate_sketch::Tick::ZERO;
+        (0..events).fold(0, |_, _| sketch.observe(b"hot", 1, now))
+    }
+
+    /// Penalties' sketches never count ahead (their margin carries no reservation share),
+    /// whatever the share says; the limits' reserve where the share says so.
+    #[test]
+    fn only_the_limits_reserve() {
+        let penalty = Counts::Penalties { shifted: false };
+        assert_eq!(counted(penalty, true, 1_000), 1_000);
+        assert_eq!(counted(penalty, false, 1_000), 1_000);
+        assert!(
+            counted(Counts::Limits, true, 1_000) > 1_000,
+            "counted ahead"
+        );
+        // The limits' front absorbs nothing of a key seen again: exact without reservations.
+        assert_eq!(counted(Counts::Limits, false, 1_000), 1_000);
+        let split = shares(8 << 20, &[], &Config::parse(RULES).unwrap().rules);
+        assert!(
+            split
+                .iter()
+                .all(|share| share.reserves == (share.counts == Counts::Limits)),
+            "{split:?}"
         );
     }
 }

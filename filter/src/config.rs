@@ -594,6 +594,7 @@ mod tests {
             window: Duration::from_secs(1),
             bytes: 0,
             named: false,
+            reserves: false,
         }
         .builder()
         .min_memory_bytes();

@@ -225,6 +225,23 @@ impl Counter {
             })
     }
 
+    /// The most that one thread's reservations add to `key`'s estimate counted with `cap` at
+    /// `now` (see [`RateSketch::reserved_per_thread`]): each sketch's share of its own
+    /// estimate, summed. With `P` threads counting, [`Counter::estimate_capped`] is above the
+    /// truth by at most [`Counter::overcount_bound`] (with high probability) plus `P` times
+    /// this (always).
+    pub(crate) fn reserved_per_thread(&self, key: &[u8], cap: u64, now: Tick) -> u64 {
+        let share = |sketch: &RateSketch| {
+            sketch.reserved_per_thread(sketch.estimate_capped(key, cap, now), cap)
+        };
+        self.retired
+            .iter()
+            .filter(|r| now < r.until)
+            .fold(share(&self.sketch), |sum, r| {
+                sum.saturating_add(share(&r.sketch))
+            })
+    }
+
     /// Bytes held, retired sketches included.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.retired
@@ -262,6 +279,7 @@ mod tests {
             window: MINUTE,
             bytes,
             named: false,
+            reserves: false,
         }
     }
 

@@ -259,6 +259,7 @@ mod tests {
                 window: length,
                 bytes: 1 << 20,
                 named: false,
+                reserves: false,
             };
             // 1 MiB is far above a sketch's least memory.
             Counter::from_parts(share, share.builder().build().unwrap(), Vec::new())

@@ -288,6 +288,7 @@ mod tests {
             window,
             bytes: 1 << 20,
             named: false,
+            reserves: false,
         };
         // 1 MiB is far above a sketch's least memory.
         let counter = Counter::from_parts(share, share.builder().build().unwrap(), Vec::new());

@@ -17,9 +17,6 @@ use crate::window::Windows;
 /// Bytes per counter cell and per front register (one 64-bit window pair each).
 const WORD_BYTES: usize = 8;
 
-/// The default of [`Builder::reserve_shift`]: a hot key's thread reserves 1/256 of its count.
-const DEFAULT_RESERVE_SHIFT: u32 = 8;
-
 /// The narrowest row worth building.
 const MIN_WIDTH: usize = 16;
 
@@ -64,7 +61,7 @@ impl Default for Builder {
             lag_tolerance: None,
             seed: None,
             hot_bytes: None,
-            reserve_shift: DEFAULT_RESERVE_SHIFT,
+            reserve_shift: Builder::DEFAULT_RESERVE_SHIFT,
         }
     }
 }
@@ -189,6 +186,10 @@ impl Builder {
         self.reserve_shift = shift.unwrap_or(0);
         self
     }
+
+    /// The default of [`Builder::reserve_shift`]: a hot key's thread reserves 1/256 of its
+    /// count.
+    pub const DEFAULT_RESERVE_SHIFT: u32 = 8;
 
     /// The largest [`Builder::reserve_shift`]: reservations start at `2^16` events a window.
     pub const MAX_RESERVE_SHIFT: u32 = 16;

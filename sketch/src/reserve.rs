@@ -254,6 +254,18 @@ impl Reserve {
         self.shift != 0
     }
 
+    /// The most that one thread's unspent credits add to the estimate `estimate` of a key
+    /// counted with cap `cap` (`u64::MAX`: uncapped): `ceil(estimate / 2^s)` (the module
+    /// docs' bound, per thread); 0 with reservations off, or for a cap of `2^s + 1` or less,
+    /// below which no credit fits (one needs a count of `2^s` and room for at least one
+    /// event more below the cap).
+    pub(crate) fn share(self, estimate: u64, cap: u64) -> u64 {
+        if self.shift == 0 || self.shift >= 32 || cap <= (1 << self.shift) + 1 {
+            return 0;
+        }
+        estimate.div_ceil(1 << self.shift)
+    }
+
     /// The same shift, and a ceiling of `ceiling` at most.
     #[inline(always)]
     pub(crate) fn below(self, ceiling: u32) -> Reserve {
@@ -347,5 +359,11 @@ mod tests {
         assert!(!Reserve::NONE.is_on());
         assert!(!reserve.reaches(255) && reserve.reaches(256));
         assert!(!Reserve::NONE.reaches(u32::MAX));
+        assert_eq!(reserve.share(0, u64::MAX), 0);
+        assert_eq!(reserve.share(256, u64::MAX), 1);
+        assert_eq!(reserve.share(257, u64::MAX), 2, "rounded up");
+        assert_eq!(reserve.share(300, 258), 2);
+        assert_eq!(reserve.share(300, 257), 0, "no credit fits below the cap");
+        assert_eq!(Reserve::NONE.share(1 << 20, u64::MAX), 0);
     }
 }

@@ -809,6 +809,29 @@ impl RateSketch {
         self.front.len()
     }
 
+    /// The most that one thread's reservations (see [`Builder::reserve_shift`]) add to a key
+    /// whose estimate reads `estimate`, counted with cap `cap` (`u64::MAX` for `observe`):
+    /// `ceil(estimate / 2^s)`; 0 without reservations, or for a cap of `2^s + 1` or less
+    /// (a capped observe reserves only below its cap, from `2^s` events on). With `P` threads
+    /// observing the key its estimate exceeds what it would read without reservations by at
+    /// most `P` times this, always (not only with high probability): add it to
+    /// [`RateSketch::overcount_bound`] once per thread that counts into the sketch.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_sketch::RateSketch;
+    /// let sketch = RateSketch::builder().reserve_shift(Some(8)).build()?;
+    /// assert_eq!(sketch.reserved_per_thread(1_000, u64::MAX), 4);
+    /// assert_eq!(sketch.reserved_per_thread(1_000, 101), 0, "capped below 2^8");
+    /// let exact = RateSketch::builder().reserve_shift(None).build()?;
+    /// assert_eq!(exact.reserved_per_thread(1_000, u64::MAX), 0);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    #[must_use]
+    pub fn reserved_per_thread(&self, estimate: u64, cap: u64) -> u64 {
+        self.reserve.share(estimate, cap)
+    }
+
     /// The overcount bound alone (see [`Stats::overcount_bound`]); cheap enough to poll.
     #[must_use]
     pub fn overcount_bound(&self, now: Tick) -> u64 {

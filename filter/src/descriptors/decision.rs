@@ -164,6 +164,8 @@ impl DescriptorPolicy {
                     window: unit.duration(),
                     bytes,
                     named: false,
+                    // Not yet: `remaining` and the stated bound do not carry the reservations' share.
+                    reserves: false,
                 };
                 Counter::succeed(share, previous)
             })

@@ -67,10 +67,19 @@ pub struct LimitExplanation {
     /// The network counted: the source with the bits past `prefix` cleared.
     pub network: IpAddr,
     /// This node's sliding-window estimate: never below the true count, and above it by at
-    /// most `overcount_bound` with high probability.
+    /// most `overcount_bound` with high probability, plus at most `reserved_per_thread` for
+    /// each thread counting into the filter (always).
     pub estimate: u64,
     /// The sketch's stated overcount now (`e * N / width` plus what its front may hide).
     pub overcount_bound: u64,
+    /// The most that one thread's reservations add to `estimate` (a hot key's events counted
+    /// ahead, see `tollgate_sketch::Builder::reserve_shift`): `ceil(estimate / 256)` per
+    /// sketch of the limit; 0 for a limit of 32 or less (its cap, `EXACT_MULTIPLE` times it
+    /// plus one, stops reservations before they start at 256) and for one that counts
+    /// without them. With `P` threads counting, the estimate is at most
+    /// `overcount_bound + P * reserved_per_thread` above the truth. A bound, not a count: a
+    /// key with fewer than 256 events in each window holds no credit.
+    pub reserved_per_thread: u64,
     /// What the rest of the cluster counted, as added to the estimate (0 while the key is
     /// below the cluster's suspect threshold); `None` without a cluster.
     pub cluster: Option<u64>,
@@ -171,6 +180,7 @@ impl Policy {
                     network: source.masked(prefix),
                     estimate,
                     overcount_bound: counter.overcount_bound(now),
+                    reserved_per_thread: counter.reserved_per_thread(key.as_bytes(), cap, now),
                     cluster,
                     over,
                     retry_after: over.then(|| {
@@ -564,5 +574,67 @@ mod tests {
             seen[told..].iter().all(|&w| w == 0),
             "explain reported weight: {seen:?}"
         );
+    }
+
+    /// A policy whose one limit is large enough for a hot source to reserve (see
+    /// `Share::builder`): 100,000 per 10 s, counted at a /32.
+    const BIG: &str = "[sketch]\nmemory = \"1MiB\"\n[[rule]]\nname = \"big\"\n\
+                       limits = [{ rate = \"100000/10s\", ipv4_prefix = 32 }]\n";
+
+    /// The estimate never falls below the truth and exceeds it by at most the stated
+    /// overcount plus `threads` reservation shares: the bound `/explain` states.
+    fn within_the_stated_bound(limit: &LimitExplanation, truth: u64, threads: u64) {
+        let most = truth
+            .saturating_add(limit.overcount_bound)
+            .saturating_add(threads.saturating_mul(limit.reserved_per_thread));
+        assert!(
+            limit.estimate >= truth && limit.estimate <= most,
+            "truth {truth}, {limit:?}"
+        );
+    }
+
+    /// One thread: after every event the explained estimate of a hot source is within the
+    /// stated overcount plus one reservation share, and the share is needed (the source's
+    /// events were counted ahead past the stated overcount alone).
+    #[test]
+    fn a_hot_source_reads_within_the_overcount_and_one_reservation_share() {
+        let filter = Filter::new(Config::parse(BIG).expect("valid")).expect("fits");
+        let now = Tick::ZERO;
+        let mut ahead = false;
+        for truth in 1..=3_000 {
+            assert_eq!(tcp(&filter, "192.0.2.7", now), Verdict::Allow);
+            let why = filter
+                .policy()
+                .explain(source("192.0.2.7"), Transport::Tcp, now);
+            let limit = why.rules[0].limits[0];
+            within_the_stated_bound(&limit, truth, 1);
+            ahead |= limit.estimate > truth + limit.overcount_bound;
+        }
+        assert!(ahead, "the limit's sketch never counted ahead");
+    }
+
+    /// Threads sharing a hot source: the count after them all is within the stated overcount
+    /// plus one reservation share per thread.
+    #[test]
+    fn threads_sharing_a_hot_source_read_within_one_reservation_share_each() {
+        const THREADS: u64 = 4;
+        const EACH: u64 = 2_000;
+        let filter = Filter::new(Config::parse(BIG).expect("valid")).expect("fits");
+        let now = Tick::ZERO;
+        std::thread::scope(|scope| {
+            for _ in 0..THREADS {
+                scope.spawn(|| {
+                    for _ in 0..EACH {
+                        assert_eq!(tcp(&filter, "192.0.2.7", now), Verdict::Allow);
+                    }
+                });
+            }
+        });
+        let why = filter
+            .policy()
+            .explain(source("192.0.2.7"), Transport::Tcp, now);
+        let limit = why.rules[0].limits[0];
+        assert!(limit.reserved_per_thread > 0, "{limit:?}");
+        within_the_stated_bound(&limit, THREADS * EACH, THREADS);
     }
 }

@@ -164,6 +164,7 @@ fn limit_json(policy: &Policy, limit: &LimitExplanation) -> Value {
         "prefix": limit.prefix.len(),
         "estimate": limit.estimate,
         "overcount_bound": limit.overcount_bound,
+        "reserved_per_thread": limit.reserved_per_thread,
         "cluster": limit.cluster,
         "over": limit.over,
         "retry_after_ms": limit.retry_after.map(millis),
@@ -300,9 +301,15 @@ fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
             let cluster = limit
                 .cluster
                 .map_or(String::new(), |c| format!(" + {c} from the cluster"));
+            // Hot keys' events counted ahead by each counting thread (see the filter's
+            // `LimitExplanation::reserved_per_thread`): said only where there can be any.
+            let reserved = match limit.reserved_per_thread {
+                0 => String::new(),
+                r => format!(" + {r} per counting thread"),
+            };
             let _ = writeln!(
                 body,
-                "  limit {} {:<12} counted as {}/{}: estimate {}{} (overcount at most {}){} -> {}",
+                "  limit {} {:<12} counted as {}/{}: estimate {}{} (overcount at most {}{}){} -> {}",
                 limit.at.limit,
                 limit.limit.rate.to_string(),
                 limit.network,
@@ -310,6 +317,7 @@ fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
                 at_least(limit.capped),
                 limit.estimate,
                 limit.overcount_bound,
+                reserved,
                 cluster,
                 match limit.retry_after {
                     Some(retry) if limit.capped => format!(

@@ -1,7 +1,9 @@
 //! Loom models of the filter's policy swap, run through the real path (`Filter::reload`, the
 //! `Swap<T>` and reload lock of `filter/src/sync.rs`): a decide racing a reload sees one policy
 //! whole and its count survives the swap; two reloads at once (a SIGHUP and a POST /reload)
-//! run one after the other, so a count made between them is never dropped.
+//! run one after the other, so a count made between them is never dropped; and two threads
+//! deciding one hot source through its limit's reservations (a credit spent while another
+//! thread counts) never read it below its events nor above the bound `explain` states.
 
 #![cfg(loom)]
 
@@ -9,7 +11,7 @@ use std::net::Ipv4Addr;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate_filter::{Config, Event, Filter, Source, Transport, Verdict};
+use tollgate_filter::{Config, Event, Filter, LimitExplanation, Source, Transport, Verdict};
 use tollgate_loom::check;
 use tollgate_sketch::Tick;
 
@@ -82,5 +84,49 @@ fn two_reloads_at_once_keep_a_count_made_between_them() {
         let memory = filter.policy().config().memory;
         assert!(memory == 24 << 10 || memory == 32 << 10, "{memory}");
         assert_eq!(count(&filter), 1);
+    });
+}
+
+/// The explanation of the one limit of `filter`'s rule for the event's source.
+fn explained(filter: &Filter) -> LimitExplanation {
+    let why = filter
+        .policy()
+        .explain(event().source, event().transport, Tick::ZERO);
+    why.rules[0].limits[0]
+}
+
+/// Under loom the filter's limits reserve half a key's count (shift 1, see the filter's
+/// `budget` module): this source's second decision counts 2 and a credit of 1, and its third
+/// is answered from the credit while another thread decides the source twice. Every event
+/// is in the cells before its decision reads them, so the count ends at or above all five,
+/// and above them by at most the stated overcount plus one reservation share per thread.
+#[test]
+fn decide_decide_through_reservations_keeps_every_event() {
+    check(|| {
+        let filter = Arc::new(
+            Filter::new(
+                Config::parse(
+                    "[sketch]\nmemory = \"16KiB\"\n[[rule]]\nname = \"r\"\n\
+                     limits = [{ rate = \"100/10s\" }]\n",
+                )
+                .expect("valid"),
+            )
+            .expect("policy"),
+        );
+        for _ in 0..2 {
+            assert_eq!(filter.decide(&event(), Tick::ZERO).verdict, Verdict::Allow);
+        }
+        let other = Arc::clone(&filter);
+        let racer = thread::spawn(move || {
+            for _ in 0..2 {
+                let _ = other.decide(&event(), Tick::ZERO);
+            }
+        });
+        let _ = filter.decide(&event(), Tick::ZERO);
+        racer.join().expect("no panic");
+        let limit = explained(&filter);
+        let most = 5 + limit.overcount_bound + 2 * limit.reserved_per_thread;
+        assert!(limit.estimate >= 5, "lost an event: {limit:?}");
+        assert!(limit.estimate <= most, "above the stated bound: {limit:?}");
     });
 }
