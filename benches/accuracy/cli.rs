@@ -1,10 +1,10 @@
-//! Command-line arguments, parsed by hand: `[a|b|c|d|all] [--quick] [--csv FILE]`.
+//! Command-line arguments, parsed by hand: `[a|b|c|d|e|all] [--quick] [--csv FILE]`.
 
 use std::fmt;
 use std::path::PathBuf;
 
 /// Printed with every usage error.
-pub(crate) const USAGE: &str = "usage: accuracy [a|b|c|d|all] [--quick] [--csv FILE]";
+pub(crate) const USAGE: &str = "usage: accuracy [a|b|c|d|e|all] [--quick] [--csv FILE]";
 
 /// The workloads, by the letter that selects them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,14 +17,17 @@ pub(crate) enum Workload {
     Pulse,
     /// d: 100M distinct keys.
     Cardinality,
+    /// e: descriptor limits at 10M API keys.
+    Descriptors,
 }
 
 impl Workload {
-    const ALL: [Workload; 4] = [
+    const ALL: [Workload; 5] = [
         Workload::Skew,
         Workload::Flood,
         Workload::Pulse,
         Workload::Cardinality,
+        Workload::Descriptors,
     ];
 
     /// The letter that selects it on the command line.
@@ -34,6 +37,7 @@ impl Workload {
             Workload::Flood => "b",
             Workload::Pulse => "c",
             Workload::Cardinality => "d",
+            Workload::Descriptors => "e",
         }
     }
 }
@@ -140,10 +144,11 @@ mod tests {
                 Workload::Pulse,
                 Workload::Skew,
                 Workload::Flood,
-                Workload::Cardinality
+                Workload::Cardinality,
+                Workload::Descriptors
             ]
         );
-        assert!(parse(&args("e")).is_err());
+        assert!(parse(&args("f")).is_err());
         assert!(parse(&args("--csv")).is_err());
     }
 

@@ -1,8 +1,8 @@
 //! The accuracy tool: how often each limiter throttles what it should not, and lets through
-//! what it should throttle, on four workloads.
+//! what it should throttle, on five workloads.
 //!
 //! ```text
-//! cargo run --release -p tollgate-benches --bin accuracy -- [a|b|c|d|all] [--quick] [--csv FILE]
+//! cargo run --release -p tollgate-benches --bin accuracy -- [a|b|c|d|e|all] [--quick] [--csv FILE]
 //! ```
 //!
 //! Every limiter is judged by one rule ([`limiter`]): with a limit `L` per window `T`, an event
@@ -17,6 +17,9 @@
 //!   What the sliding estimate catches and a fixed window misses.
 //! - **d** ([`cardinality`]): 100M distinct keys into 8 MiB. Memory stays put, and the
 //!   overcount the sketch states holds.
+//! - **e** ([`descriptors`]): the rate-limit service's descriptor policy at 10M API keys in its
+//!   default 64 MiB. No request under its limits refused, and no key let through past its
+//!   limit in a sliding window (both checked against exact sliding counters).
 //!
 //! The peers are our sketch with its Bloom front, our sketch without it, and pingora-limits'
 //! `Rate`, simulated on the same clock ([`pingora`]), all at equal memory. `--quick` divides
@@ -29,6 +32,7 @@
 
 mod cardinality;
 mod cli;
+mod descriptors;
 mod flood;
 mod limiter;
 mod oracle;
@@ -72,6 +76,7 @@ fn run(args: &[String], options: &Options) -> Result<(), Box<dyn Error>> {
             Workload::Flood => flood::run(options.scale, &mut report)?,
             Workload::Pulse => pulse::run(&mut report)?,
             Workload::Cardinality => cardinality::run(options.scale, &mut report)?,
+            Workload::Descriptors => descriptors::run(options.scale, &mut report)?,
         }
     }
     if let Some(path) = &options.csv {
