@@ -72,6 +72,20 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+impl From<crate::rls::RlsError> for StartError {
+    /// The service's address is named as a listener's; its files' errors as the config's.
+    fn from(error: crate::rls::RlsError) -> StartError {
+        match error {
+            crate::rls::RlsError::Bind(address, error) => StartError::Bind {
+                listener: "rls".to_owned(),
+                address,
+                error,
+            },
+            other => StartError::Invalid(other.to_string()),
+        }
+    }
+}
+
 /// A proxy serving its listeners.
 #[derive(Debug)]
 pub struct Server {
@@ -200,7 +214,7 @@ impl Server {
                     for task in &server.tasks {
                         task.abort();
                     }
-                    return Err(err);
+                    return Err(err.into());
                 }
             }
         }

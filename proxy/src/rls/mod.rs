@@ -24,7 +24,6 @@ use tollgate_filter::{DescriptorConfig, DescriptorErrors, DescriptorPolicy, Requ
 use tollgate_sketch::{BuildError, Clock, MonotonicClock};
 
 use crate::config::RlsConfig;
-use crate::server::StartError;
 
 /// Why the descriptor files could not be made a policy.
 #[derive(Debug)]
@@ -35,6 +34,8 @@ pub enum RlsError {
     Invalid(DescriptorErrors),
     /// `[rls] memory` is too small for the sketches of the units the files use.
     Memory(BuildError),
+    /// `[rls] listen` could not be bound (at start; the server names it as a listener).
+    Bind(SocketAddr, std::io::Error),
 }
 
 impl std::fmt::Display for RlsError {
@@ -43,6 +44,7 @@ impl std::fmt::Display for RlsError {
             RlsError::Read(path, err) => write!(f, "{}: cannot read: {err}", path.display()),
             RlsError::Invalid(errors) => write!(f, "{errors}"),
             RlsError::Memory(err) => write!(f, "[rls] memory: {err}"),
+            RlsError::Bind(address, err) => write!(f, "[rls] cannot listen on {address}: {err}"),
         }
     }
 }
@@ -169,20 +171,16 @@ pub(crate) fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) ->
 /// state (for reloads).
 ///
 /// # Errors
-/// [`StartError::Invalid`] if the files cannot be read or checked (their errors located),
-/// [`StartError::Bind`] if the address cannot be bound.
+/// [`RlsError`] if the files cannot be read or checked (their errors located), or
+/// [`RlsError::Bind`] if the address cannot be bound.
 pub(crate) async fn start(
     config: &RlsConfig,
     dir: Option<&Path>,
     metrics: RlsMetrics,
     stopped: watch::Receiver<bool>,
-) -> Result<(JoinHandle<()>, SocketAddr, Arc<Rls>), StartError> {
-    let rls = Arc::new(Rls::new(config, dir).map_err(|e| StartError::Invalid(e.to_string()))?);
-    let bind_error = |error| StartError::Bind {
-        listener: "rls".to_owned(),
-        address: config.listen,
-        error,
-    };
+) -> Result<(JoinHandle<()>, SocketAddr, Arc<Rls>), RlsError> {
+    let rls = Arc::new(Rls::new(config, dir)?);
+    let bind_error = |error| RlsError::Bind(config.listen, error);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(bind_error)?;
