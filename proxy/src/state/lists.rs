@@ -22,26 +22,8 @@ pub(crate) struct SavedEntry {
 
 pub use crate::unix_time::unix_ms as unix_ms_now;
 
-/// The entries of `lists` in force at `now`, which is `unix_ms` on the system clock.
-///
-/// # Examples
-/// ```
-/// use std::time::Duration;
-/// use tollgate::state::lists::{restore, save};
-/// use tollgate_filter::{Cidr, ListKind, RuntimeLists};
-/// use tollgate_sketch::Tick;
-/// let before = RuntimeLists::default();
-/// let hour = Duration::from_secs(3600);
-/// before.add(Cidr::parse("192.0.2.0/24")?, ListKind::Deny, hour, "abuse".into(), Tick::ZERO)?;
-/// let saved = save(&before, Tick::ZERO, 1_700_000_000_000);
-/// assert_eq!(saved[0].expires_unix_ms, 1_700_003_600_000);
-/// // A new process, its clock started later, ten minutes on.
-/// let after = RuntimeLists::default();
-/// let ten_minutes_on = 1_700_000_600_000;
-/// assert_eq!(restore(&after, saved, Tick::ZERO, ten_minutes_on)?, 1);
-/// assert_eq!(after.entries(Tick::ZERO)[0].expires, Tick::ZERO + Duration::from_secs(3000));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
+/// The entries of `lists` in force at `now`, which is `unix_ms` on the system clock (see the
+/// test `an_entry_saved_and_restored_later_keeps_its_wall_clock_expiry`).
 #[must_use]
 pub(crate) fn save(lists: &RuntimeLists, now: Tick, unix_ms: u64) -> Vec<SavedEntry> {
     lists
@@ -91,6 +73,30 @@ mod tests {
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use super::*;
+
+    /// `save`, then `restore` in a later process whose monotonic clock started elsewhere.
+    #[test]
+    fn an_entry_saved_and_restored_later_keeps_its_wall_clock_expiry() {
+        let before = RuntimeLists::default();
+        let hour = Duration::from_secs(3600);
+        let cidr = Cidr::parse("192.0.2.0/24").unwrap();
+        before
+            .add(cidr, ListKind::Deny, hour, "abuse".into(), Tick::ZERO)
+            .unwrap();
+        let saved = save(&before, Tick::ZERO, 1_700_000_000_000);
+        assert_eq!(saved[0].expires_unix_ms, 1_700_003_600_000);
+        // A new process, its clock started later, ten minutes on.
+        let after = RuntimeLists::default();
+        let ten_minutes_on = 1_700_000_600_000;
+        assert_eq!(
+            restore(&after, saved, Tick::ZERO, ten_minutes_on).unwrap(),
+            1
+        );
+        assert_eq!(
+            after.entries(Tick::ZERO)[0].expires,
+            Tick::ZERO + Duration::from_secs(3000)
+        );
+    }
 
     #[test]
     fn entries_round_trip_through_unix_time_and_expired_ones_stay_out() {
