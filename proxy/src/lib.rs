@@ -13,6 +13,7 @@ pub mod config;
 pub(crate) mod gate;
 mod io;
 pub mod kernel;
+pub(crate) mod listener_metrics;
 pub mod listeners;
 pub mod metrics;
 pub(crate) mod reload;

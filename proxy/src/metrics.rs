@@ -1,6 +1,6 @@
 //! The proxy's metrics, in the Prometheus text format (prometheus-client writes it; names and
 //! help texts are ours): one registry under the `tollgate_` prefix that each part registers
-//! its own series into: the listeners' (`crate::listeners::metrics`) first, then the
+//! its own series into: the listeners' (`crate::listener_metrics`) first, then the
 //! process's own (reloads, sketches, lists, admin connections), then the state file's, the
 //! cluster's and the kernel fast path's, each in a sub-registry of its prefix.
 
@@ -16,7 +16,7 @@ use tollgate_sketch::{Stats, Tick};
 
 use crate::cluster::ClusterMetrics;
 use crate::kernel::KernelMetrics;
-use crate::listeners::ListenerSeries;
+use crate::listener_metrics::ListenerSeries;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabel {
@@ -389,8 +389,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::listeners::Refusal;
-    use crate::listeners::metrics::REFUSALS;
+    use crate::listener_metrics::{REFUSALS, Refusal};
 
     fn policy(rules: &[&str]) -> Arc<Policy> {
         let mut text = String::from("[sketch]\nmemory = \"1MiB\"\n");

@@ -27,6 +27,8 @@ pub use listener::Listener;
 pub(crate) use listener::{Protocol, SendProxy};
 pub(crate) use rls::{CallerBounds, RlsConfig};
 pub use secret::TokenSource;
+#[cfg(test)]
+pub(crate) use settings::MIN_CONNECTION_MEMORY;
 pub(crate) use settings::{Settings, StateFile};
 
 use std::fmt;

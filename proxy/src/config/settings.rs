@@ -9,7 +9,6 @@ use tollgate_filter::parse_size;
 use toml::Spanned;
 
 use super::{Errors, duration, quoted};
-use crate::gate::connections::MIN_CONNECTION_MEMORY;
 
 /// `[proxy]`: settings for the whole process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +102,12 @@ pub(super) fn state_file(raw: &RawSettings, errors: &mut Errors<'_>) -> Option<S
         }
     })
 }
+
+/// The least `[proxy] connection_memory` that holds the open-connection counts: 16 counters
+/// of 4 bytes in each of the gate's 4 rows (`gate::connections::CONNECTION_DEPTH`; its test
+/// checks that the counts build in exactly this and not in a byte less). Here, not there, so
+/// the config reads no module above it.
+pub(crate) const MIN_CONNECTION_MEMORY: usize = 16 * 4 * 4;
 
 /// `[proxy] connection_memory`: a size that holds the open-connection counts.
 fn connection_memory(text: &str) -> Result<usize, String> {

@@ -8,10 +8,6 @@ use tollgate_sketch::{BuildError, ConcurrencySketch};
 /// Rows of the open-connection count sketch.
 pub(crate) const CONNECTION_DEPTH: usize = 4;
 
-/// The least `[proxy] connection_memory` that holds the open-connection counts: 16 counters
-/// of 4 bytes per row (what `ConcurrencySketch::new` needs).
-pub(crate) const MIN_CONNECTION_MEMORY: usize = 16 * 4 * CONNECTION_DEPTH;
-
 /// The open-connection counts of every listener's sources.
 #[derive(Debug)]
 pub(crate) struct Connections {
@@ -61,6 +57,7 @@ impl Connections {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::MIN_CONNECTION_MEMORY;
 
     /// The least `[proxy] connection_memory` the config accepts is the least the
     /// open-connection counts can be built in: a smaller floor would let through a size the

@@ -18,7 +18,7 @@ use crate::gate::connections::Connections;
 use crate::gate::log_limit::LogLimit;
 use crate::gate::offenders::Offenders;
 use crate::kernel::Wake;
-use crate::listeners::{ListenerMetrics, Offence, Refusal};
+use crate::listener_metrics::{ListenerMetrics, Offence, Refusal};
 use crate::metrics::Metrics;
 
 /// How many sources the offender list keeps.

@@ -4,10 +4,11 @@
 //! relays or refuses (`tcp`); a UDP listener keeps a session per source and relays datagrams
 //! (`udp`). Both open their sockets the same way (`socket`), reach upstreams through a pool
 //! (`upstream`), speak PROXY protocol ([`proxy_protocol`]), and share the process's
-//! descriptors by one budget (`descriptors`). Their metrics are theirs (`metrics`).
+//! descriptors by one budget (`descriptors`). The series they count into are in
+//! `crate::listener_metrics`, below both them and the gate's door, which counts its verdicts
+//! into the same series.
 
 pub(crate) mod descriptors;
-pub(crate) mod metrics;
 pub mod proxy_protocol;
 mod serving;
 pub(crate) mod socket;
@@ -15,5 +16,4 @@ pub(crate) mod tcp;
 pub(crate) mod udp;
 pub(crate) mod upstream;
 
-pub(crate) use metrics::{ListenerMetrics, ListenerSeries, Offence, Refusal};
 pub(crate) use serving::{Running, Serving};

@@ -17,7 +17,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpStream;
 
 use crate::config::Listener;
-use crate::listeners::{ListenerMetrics, ListenerSeries};
+use crate::listener_metrics::{ListenerMetrics, ListenerSeries};
 
 /// A listener's upstream pool.
 #[derive(Debug)]

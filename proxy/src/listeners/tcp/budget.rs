@@ -27,7 +27,7 @@ use tollgate_filter::{LimitKey, Prefix, RuleId, Source};
 
 use crate::config::Listener;
 use crate::gate::Gate;
-use crate::listeners::Refusal;
+use crate::listener_metrics::Refusal;
 
 /// How a source is counted: per IPv4 address, per IPv6 /64.
 const SOURCE: (Prefix, Prefix) = (Prefix::V4(32), Prefix::V6(64));

@@ -18,10 +18,10 @@ use tollgate_filter::{Action, DenyReason, PrefixMap, Source, Transport, Verdict}
 
 use crate::config::{Listener, SendProxy};
 use crate::gate::{Decided, Gate};
+use crate::listener_metrics::{ListenerMetrics, Refusal};
 use crate::listeners::proxy_protocol::{self, Header, V2Transport};
 use crate::listeners::socket;
 use crate::listeners::upstream::Pool;
-use crate::listeners::{ListenerMetrics, Refusal};
 use actions::ReplyValues;
 use budget::{Budget, Ticket, Use};
 use opening::Opening;

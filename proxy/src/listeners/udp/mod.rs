@@ -36,9 +36,9 @@ use tollgate_filter::{Source, Transport, Verdict};
 
 use crate::config::{Listener, SendProxy};
 use crate::gate::Gate;
+use crate::listener_metrics::{ListenerMetrics, Refusal};
 use crate::listeners::proxy_protocol::{V2Transport, encode_v2};
 use crate::listeners::upstream::Pool;
-use crate::listeners::{ListenerMetrics, Refusal};
 use session::{HEADER_ROOM, Session};
 use table::SessionTable;
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use tollgate_filter::{Prefix, Source};
 
-use crate::listeners::Refusal;
+use crate::listener_metrics::Refusal;
 
 /// How many sessions a listener holds at most: per source, per prefix and in all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! The series every listener counts into, labelled by listener (and rule, reason or
+//! The series every listener counts into (the listeners' and the gate's door's vocabulary, so
+//! a module of its own below both), labelled by listener (and rule, reason or
 //! upstream), and each listener's own counters resolved from them once ([`ListenerMetrics`]),
 //! so the hot path is an atomic add. So are a rejection's: the per-rule counters are resolved
 //! once per listener and policy (a table by rule index, built at the first throttle under a new
