@@ -459,16 +459,9 @@ impl Held {
     }
 }
 
-/// Polls the metric `name` until it reads `value` (bounded: a guard against a hang).
+/// Polls the metric `name` until it reads `value` ([`support::eventually`]: bounded).
 async fn until_metric(proxy: &support::process::Proxy, name: &str, value: f64) {
-    let deadline = tokio::time::Instant::now() + support::BOUND;
-    while proxy.metric(name) != value {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} never read {value}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    support::eventually(|| proxy.metric(name) == value).await;
 }
 
 #[tokio::test]
