@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub(crate) mod admin_metrics;
 pub mod cli;
 pub mod cluster;
 pub mod config;

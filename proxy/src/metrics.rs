@@ -1,8 +1,9 @@
 //! The proxy's metrics, in the Prometheus text format (prometheus-client writes it; names and
 //! help texts are ours): one registry under the `tollgate_` prefix that each part registers
-//! its own series into: the listeners' (`crate::listener_metrics`) first, then the
-//! process's own (reloads, sketches, lists, admin connections), then the state file's, the
-//! cluster's and the kernel fast path's, each in a sub-registry of its prefix.
+//! its own series into: the listeners' (`crate::listener_metrics`) first, then the process's
+//! own (reloads, sketches, lists), then each part's in a sub-registry of its prefix: the admin
+//! endpoint's (`crate::admin_metrics`), the state file's, the cluster's and the kernel fast
+//! path's.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -14,6 +15,7 @@ use prometheus_client::registry::Registry;
 use tollgate_filter::{DurationText, ListStats, Policy};
 use tollgate_sketch::{Stats, Tick};
 
+use crate::admin_metrics::AdminMetrics;
 use crate::cluster::ClusterMetrics;
 use crate::kernel::KernelMetrics;
 use crate::listener_metrics::ListenerSeries;
@@ -60,14 +62,8 @@ pub struct Metrics {
     penalty_bound: Family<PenaltyLabel, Gauge>,
     /// Bytes held for per-source open-connection counts.
     pub(crate) connection_memory: Gauge,
-    /// Admin connections open now.
-    pub(crate) admin_connections: Gauge,
-    /// Admin connections reset at accept because `[admin] max_connections` were open, every
-    /// one being answered.
-    pub(crate) admin_refused: Counter,
-    /// Admin connections closed at the cap, before their request head was complete, to
-    /// make room for a newcomer.
-    pub(crate) admin_evicted: Counter,
+    /// The admin endpoint's connection counts.
+    pub(crate) admin: AdminMetrics,
     /// The process's open-file limit (soft RLIMIT_NOFILE, after raising it at start).
     pub(crate) open_files_limit: Gauge,
     list_entries: Family<ListLabel, Gauge>,
@@ -129,9 +125,7 @@ impl Metrics {
             penalty_events: Family::default(),
             penalty_bound: Family::default(),
             connection_memory: Gauge::default(),
-            admin_connections: Gauge::default(),
-            admin_refused: Counter::default(),
-            admin_evicted: Counter::default(),
+            admin: AdminMetrics::default(),
             open_files_limit: Gauge::default(),
             list_entries: Family::default(),
             list_added: Counter::default(),
@@ -206,22 +200,7 @@ impl Metrics {
             "Bytes held for per-source open-connection counts",
             metrics.connection_memory.clone(),
         );
-        r.register(
-            "admin_connections",
-            "Admin endpoint connections open now",
-            metrics.admin_connections.clone(),
-        );
-        r.register(
-            "admin_refused",
-            "Admin connections reset at accept: [admin] max_connections were open, all being answered",
-            metrics.admin_refused.clone(),
-        );
-        r.register(
-            "admin_evicted",
-            "Admin connections closed at [admin] max_connections, their request head \
-             incomplete, to make room for a newcomer",
-            metrics.admin_evicted.clone(),
-        );
+        metrics.admin.register(r);
         r.register(
             "open_files_limit",
             "The process's open-file limit (soft RLIMIT_NOFILE), raised to the hard limit at start",

@@ -186,11 +186,11 @@ pub(crate) async fn serve(
             Err(_) => {
                 if !waiting.evict_oldest() {
                     // Every open connection is being answered: they end soon by themselves.
-                    shared.metrics().admin_refused.inc();
+                    shared.metrics().admin.refused.inc();
                     socket::reset_on_close(&stream);
                     continue;
                 }
-                shared.metrics().admin_evicted.inc();
+                shared.metrics().admin.evicted.inc();
                 // The evicted connection's task closes it at its next poll and frees its
                 // slot; waiting for that keeps the descriptors within the cap. Bounded, in
                 // case it were ever slow: the newcomer is then reset as at a full cap.
@@ -203,7 +203,7 @@ pub(crate) async fn serve(
                 };
                 // `Err` inside: the semaphore was closed, which this function never does.
                 let Ok(Ok(slot)) = freed else {
-                    shared.metrics().admin_refused.inc();
+                    shared.metrics().admin.refused.inc();
                     socket::reset_on_close(&stream);
                     continue;
                 };
@@ -218,8 +218,8 @@ pub(crate) async fn serve(
             // Dropped last, after the stream is closed and the ticket taken out.
             let _slot = slot;
             let ticket = ticket;
-            shared.metrics().admin_connections.inc();
-            let metrics = shared.metrics().admin_connections.clone();
+            shared.metrics().admin.connections.inc();
+            let metrics = shared.metrics().admin.connections.clone();
             let state = ticket.connection();
             let service = hyper::service::service_fn(move |request| {
                 // hyper calls this once the whole request head is in: from here the
