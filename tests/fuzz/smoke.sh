@@ -46,20 +46,20 @@ export AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1  # core dumps may go to systemd-c
 export AFL_NO_AFFINITY=1                        # shared cores: do not insist on a free one
 export AFL_NO_STARTUP_CALIBRATION=1             # start at once: a smoke run is short
 
-failed=0
-for target in "${targets[@]}"; do
-  out=target/fuzz-smoke/$target
+# One target's run: its status line, then FAIL lines for anything it found; its exit status
+# says whether it passed.
+fuzz_one() {
+  local target=$1 out=target/fuzz-smoke/$1 dict=() kind found stats ok=0
   rm -rf "$out"
   mkdir -p "$out"
-  dict=()
   if [ -f "tests/fuzz/dict/$target.dict" ]; then
     dict=(-x "tests/fuzz/dict/$target.dict")
   fi
-  echo "==> fuzzing $target for ${seconds}s"
+  echo "==> fuzzed $target for ${seconds}s"
   # -t 2000: an input that takes 2 s is a hang (a normal one takes microseconds).
   "${isolate[@]}" cargo afl fuzz -V "$seconds" -t 2000 "${dict[@]}" \
     -i "tests/fuzz/corpus/$target" -o "$out" -- "target/afl/release/fuzz_$target" \
-    >"$out/afl.log" 2>&1 || { tail -20 "$out/afl.log"; failed=1; continue; }
+    >"$out/afl.log" 2>&1 || { tail -20 "$out/afl.log"; return 1; }
   stats=$out/default/fuzzer_stats
   grep -E '^(execs_done|execs_per_sec|corpus_count|edges_found|total_edges|saved_crashes|saved_hangs)' "$stats" \
     | tr -s ' ' | paste -sd' ' -
@@ -67,8 +67,33 @@ for target in "${targets[@]}"; do
     found=$(find "$out/default/$kind" -name 'id:*' 2>/dev/null | wc -l)
     if [ "$found" -gt 0 ]; then
       echo "FAIL: $target: $found input(s) in $out/default/$kind"
-      failed=1
+      ok=1
     fi
   done
+  return "$ok"
+}
+
+# As many targets at once as there are cores (FUZZ_JOBS overrides): each fuzzer is one
+# process on one core, so on CI's two cores the smoke run takes half the time. Each
+# target's lines are printed whole once it ends, so they do not interleave.
+jobs_at_once=${FUZZ_JOBS:-$(nproc)}
+mkdir -p target/fuzz-smoke
+failed=0
+running=0
+for target in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs_at_once" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  {
+    fuzz_one "$target" >"target/fuzz-smoke/$target.said" 2>&1 && status=0 || status=$?
+    cat "target/fuzz-smoke/$target.said"
+    exit "$status"
+  } &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
 done
 exit "$failed"
