@@ -176,6 +176,11 @@ impl RateSketch {
         // Read the counters before the front's swap, which on x86 waits for all earlier loads:
         // the misses then overlap instead of adding up, and the update starts from these words.
         let (located, words) = self.counters.locate_read::<D>(hash);
+        // The front's line too, now, as in `observe_located`: its load came after the branch
+        // on the cells' counts below, so its miss started only once theirs were in (perf: the
+        // register's load held 8% of an observe's samples at 2 MiB).
+        let register = self.front.register(hash);
+        Front::prefetch(register);
         let snapshot = CountMin::snapshot(&located, words);
         let read = self.counters.counts(&snapshot, at.index);
         let Some(event) = self.claim(hash, clamp(weight), read, at, self.reserve) else {
@@ -183,7 +188,6 @@ impl RateSketch {
             // tally), so only read them.
             return self.slide(at, read, self.front.presence(hash, at.index));
         };
-        let register = self.front.register(hash);
         let (counts, presence) = self.count(hash, register, snapshot, read, event, at);
         self.slide(at, counts, presence)
     }
