@@ -836,6 +836,38 @@ impl RateSketch {
         self.reserve.share(estimate, cap)
     }
 
+    /// The events of the key of `hash` that this thread's reservations (see
+    /// [`Builder::reserve_shift`]) have counted in the window `now` falls in and no observe
+    /// of this thread has spent yet: part of every estimate of the key now, and not (yet)
+    /// events. Taking it off an estimate read on this thread at `now` never reads below the
+    /// truth, for the cells hold every event counted plus every credit unspent on any thread;
+    /// for a capped count, only while the estimate is below the cap (at the cap, events may
+    /// have gone uncounted, and the estimate is the cap already). 0 with reservations off,
+    /// for a key this thread holds no credit for, and in any other window.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_sketch::{RateSketch, Tick};
+    /// let sketch = RateSketch::builder().reserve_shift(Some(8)).front_share(0.0).build()?;
+    /// let hash = sketch.hash(b"hot");
+    /// let mut estimate = 0;
+    /// for _ in 0..300 {
+    ///     estimate = sketch.observe_hashed(hash, 1, Tick::ZERO);
+    /// }
+    /// // Counted ahead: the estimate is above the 300 events, by this thread's credit.
+    /// assert!(estimate > 300);
+    /// assert_eq!(estimate - sketch.held_credit(hash, Tick::ZERO), 300);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    #[must_use]
+    pub fn held_credit(&self, hash: KeyHash, now: Tick) -> u64 {
+        if !self.reserve.is_on() {
+            return 0;
+        }
+        let window = self.windows.position(now).index;
+        u64::from(crate::reserve::held(self.id, hash, window))
+    }
+
     /// The overcount bound alone (see [`Stats::overcount_bound`]); cheap enough to poll.
     #[must_use]
     pub fn overcount_bound(&self, now: Tick) -> u64 {
