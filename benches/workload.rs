@@ -84,6 +84,12 @@ pub(crate) fn frame_filter() -> tollgate_filter::Filter {
     tollgate_filter::Filter::new(config).expect("policy")
 }
 
+/// [`frame_filter`] with its limits' reservations off (`Filter::without_reservations`).
+pub(crate) fn frame_filter_without_reservations() -> tollgate_filter::Filter {
+    let config = tollgate_filter::Config::parse(FRAME_POLICY).expect("valid policy");
+    tollgate_filter::Filter::without_reservations(config).expect("policy")
+}
+
 /// Whether to time on-CPU time instead of wall time (`TOLLGATE_BENCH_CLOCK=cpu`): on a
 /// machine shared with other work, wall time counts the time the scheduler gave to others.
 pub(crate) fn cpu_clock() -> bool {

@@ -17,7 +17,10 @@
 //! - Frames: a capture of `--frames` synthetic frames (2 M) from Zipf(1.1) sources over 4 M
 //!   ids (`workload::synthetic_frame`), one slice per thread, through one `Filter` under the
 //!   frames bench's policy (`workload::FRAME_POLICY`: two limits a frame, 64 MiB), decided
-//!   `FRAME_BATCH` frames at a time.
+//!   `FRAME_BATCH` frames at a time: `filter` as `Filter::new` builds it (its limits reserve),
+//!   and with `--reserve-shift` holding `none`, `filter-off` (`Filter::without_reservations`,
+//!   the same policy with no reservations) in the same run. The filter's shift is its own
+//!   (the sketch's default); any other shift given runs the one `filter`.
 //!
 //! # Contenders, per memory size (`--memory`), in the same process and run
 //! `tollgate`: `observe(key, 1, now)`; `capped`: `observe_capped(key, 1, 101, now)` (a limit of
@@ -156,17 +159,40 @@ fn rounds<T: Sync>(
     }
 }
 
-/// The frame path: threads sharing one `Filter`, into `tables`.
+/// The frame path: threads sharing one `Filter`, into `tables`; one filter per kind of
+/// `reserves` (`filter` where any shift is asked for, `filter-off` for `none`: the same
+/// policy built by `Filter::without_reservations`), in the same run.
 fn frame_path(
     capture: &Capture,
     threads: &[usize],
+    reserves: &[Reserve],
     rounds_of: usize,
     clock: &MonotonicClock,
     tables: &mut Vec<Table>,
 ) {
     let all = capture.frames();
-    let filter: Vec<Box<dyn Contender<&[u8]>>> = vec![Box::new(Frames(workload::frame_filter()))];
-    filter[0].pass(&all[..all.len().min(WARM_UP)], clock);
+    let mut filter: Vec<Box<dyn Contender<&[u8]>>> = Vec::new();
+    if reserves
+        .iter()
+        .any(|reserve| reserve.is_some_and(|shift| shift != 0))
+    {
+        filter.push(Box::new(Frames {
+            name: "filter",
+            filter: workload::frame_filter(),
+        }));
+    }
+    if reserves
+        .iter()
+        .any(|reserve| matches!(reserve, None | Some(0)))
+    {
+        filter.push(Box::new(Frames {
+            name: "filter-off",
+            filter: workload::frame_filter_without_reservations(),
+        }));
+    }
+    for contender in &filter {
+        contender.pass(&all[..all.len().min(WARM_UP)], clock);
+    }
     let mut table = Table::new("frames: M frames/s through one shared Filter".to_owned());
     for &n in threads {
         let slices: Vec<&[&[u8]]> = streams::slices(&all, n).collect();
@@ -251,7 +277,14 @@ fn main() {
     }
 
     if runs("frames") {
-        frame_path(&capture, &threads, rounds_of, &clock, &mut tables);
+        frame_path(
+            &capture,
+            &threads,
+            &reserves,
+            rounds_of,
+            &clock,
+            &mut tables,
+        );
     }
 
     if let Some(path) = &options.csv {

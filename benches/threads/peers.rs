@@ -139,11 +139,15 @@ pub(crate) fn key_contenders(
 
 /// A shared [`Filter`] deciding frames `FRAME_BATCH` at a time (`decide_frames`, one tick a
 /// batch), each batch's decisions read and dropped before the next (a receive loop's buffer).
-pub(crate) struct Frames(pub(crate) Filter);
+pub(crate) struct Frames {
+    /// Its column: `filter`, or `filter-off` for one without reservations.
+    pub(crate) name: &'static str,
+    pub(crate) filter: Filter,
+}
 
 impl<'a> Contender<&'a [u8]> for Frames {
     fn name(&self) -> &str {
-        "filter"
+        self.name
     }
 
     fn pass(&self, frames: &[&'a [u8]], clock: &MonotonicClock) {
@@ -151,7 +155,8 @@ impl<'a> Contender<&'a [u8]> for Frames {
         let mut allowed = 0usize;
         for batch in frames.chunks(FRAME_BATCH) {
             decisions.clear();
-            self.0.decide_frames(batch, clock.now(), &mut decisions);
+            self.filter
+                .decide_frames(batch, clock.now(), &mut decisions);
             allowed += decisions
                 .iter()
                 .filter(|d| d.verdict == Verdict::Allow)

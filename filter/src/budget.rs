@@ -46,8 +46,8 @@ pub(crate) struct Share {
     /// Whether its sketch counts hot keys ahead (`tollgate_sketch::Builder::reserve_shift`,
     /// the sketch's default shift): the policy's limits do, whose stated bound carries the
     /// share (`LimitExplanation::reserved_per_thread`); penalties never (see
-    /// [`Share::builder`]), nor the rate-limit service's descriptors, whose `remaining` and
-    /// stated bound do not carry it.
+    /// [`Share::builder`]). The rate-limit service's descriptors do, their answers taking
+    /// the deciding thread's own unspent credit off (see `RateSketch::held_credit`).
     pub(crate) reserves: bool,
 }
 

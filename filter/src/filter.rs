@@ -64,6 +64,29 @@ impl Filter {
         })
     }
 
+    /// A filter enforcing `config` whose limits never count ahead: [`Filter::new`] with the
+    /// reservations off (see `tollgate_sketch::Builder::reserve_shift`), so every event of a
+    /// hot source writes its cells. For comparing the two in one process (the threads
+    /// benchmark's frames table); [`Filter::new`] is the one to run.
+    ///
+    /// # Errors
+    /// As [`Filter::new`].
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_filter::{Config, Filter};
+    /// let config = Config::parse("[[rule]]\nname = \"all\"\nlimits = [{ rate = \"1000/1s\" }]\n")?;
+    /// let filter = Filter::without_reservations(config)?;
+    /// # let _ = filter;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn without_reservations(config: Config) -> Result<Filter, PolicyError> {
+        Ok(Filter {
+            policy: Swap::new(Arc::new(Policy::compile_reserving(config, None, false)?)),
+            reloading: Mutex::new(()),
+        })
+    }
+
     /// A filter enforcing `policy` (one built by [`Policy::restore`], say).
     #[must_use]
     pub fn from_policy(policy: Policy) -> Filter {

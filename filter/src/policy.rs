@@ -266,7 +266,24 @@ impl Policy {
         config: Config,
         previous: Option<(&Policy, Tick)>,
     ) -> Result<Policy, PolicyError> {
-        let shares = budget::shares(config.memory, &config.periods, &config.rules);
+        Policy::compile_reserving(config, previous, true)
+    }
+
+    /// [`Policy::compile`] with the limits' reservations (see `budget::Share::builder`) on,
+    /// or off for every sketch when `reserves` is false.
+    pub(crate) fn compile_reserving(
+        config: Config,
+        previous: Option<(&Policy, Tick)>,
+        reserves: bool,
+    ) -> Result<Policy, PolicyError> {
+        let shares: Vec<budget::Share> =
+            budget::shares(config.memory, &config.periods, &config.rules)
+                .into_iter()
+                .map(|share| budget::Share {
+                    reserves: share.reserves && reserves,
+                    ..share
+                })
+                .collect();
         let counters = shares
             .iter()
             .map(|&share| {

@@ -200,6 +200,23 @@ pub(crate) fn hold(entry: u8, sketch: u64, hash: KeyHash, window: u64, credit: u
     });
 }
 
+/// This thread's unspent credit for the key of `hash` in `window` of sketch `sketch` (0 if
+/// its set holds none), taking nothing: events the key's cells already hold that no observe
+/// of this thread has answered yet.
+#[inline]
+pub(crate) fn held(sketch: u64, hash: KeyHash, window: u64) -> u32 {
+    TABLE.with(|table| {
+        let first = set(hash);
+        table[first..first + WAYS]
+            .iter()
+            .map(Cell::get)
+            .find(|entry| {
+                entry.sketch == sketch && entry.hash == hash.as_u64() && entry.window == window
+            })
+            .map_or(0, |entry| entry.credit)
+    })
+}
+
 /// How many events to reserve on top of an update, by the rule in the module docs: set per
 /// sketch at build, bounded per observe by its cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

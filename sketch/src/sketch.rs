@@ -176,6 +176,11 @@ impl RateSketch {
         // Read the counters before the front's swap, which on x86 waits for all earlier loads:
         // the misses then overlap instead of adding up, and the update starts from these words.
         let (located, words) = self.counters.locate_read::<D>(hash);
+        // The front's line too, now, as in `observe_located`: its load came after the branch
+        // on the cells' counts below, so its miss started only once theirs were in (perf: the
+        // register's load held 8% of an observe's samples at 2 MiB).
+        let register = self.front.register(hash);
+        Front::prefetch(register);
         let snapshot = CountMin::snapshot(&located, words);
         let read = self.counters.counts(&snapshot, at.index);
         let Some(event) = self.claim(hash, clamp(weight), read, at, self.reserve) else {
@@ -183,7 +188,6 @@ impl RateSketch {
             // tally), so only read them.
             return self.slide(at, read, self.front.presence(hash, at.index));
         };
-        let register = self.front.register(hash);
         let (counts, presence) = self.count(hash, register, snapshot, read, event, at);
         self.slide(at, counts, presence)
     }
@@ -830,6 +834,38 @@ impl RateSketch {
     #[must_use]
     pub fn reserved_per_thread(&self, estimate: u64, cap: u64) -> u64 {
         self.reserve.share(estimate, cap)
+    }
+
+    /// The events of the key of `hash` that this thread's reservations (see
+    /// [`Builder::reserve_shift`]) have counted in the window `now` falls in and no observe
+    /// of this thread has spent yet: part of every estimate of the key now, and not (yet)
+    /// events. Taking it off an estimate read on this thread at `now` never reads below the
+    /// truth, for the cells hold every event counted plus every credit unspent on any thread;
+    /// for a capped count, only while the estimate is below the cap (at the cap, events may
+    /// have gone uncounted, and the estimate is the cap already). 0 with reservations off,
+    /// for a key this thread holds no credit for, and in any other window.
+    ///
+    /// # Examples
+    /// ```
+    /// use tollgate_sketch::{RateSketch, Tick};
+    /// let sketch = RateSketch::builder().reserve_shift(Some(8)).front_share(0.0).build()?;
+    /// let hash = sketch.hash(b"hot");
+    /// let mut estimate = 0;
+    /// for _ in 0..300 {
+    ///     estimate = sketch.observe_hashed(hash, 1, Tick::ZERO);
+    /// }
+    /// // Counted ahead: the estimate is above the 300 events, by this thread's credit.
+    /// assert!(estimate > 300);
+    /// assert_eq!(estimate - sketch.held_credit(hash, Tick::ZERO), 300);
+    /// # Ok::<(), tollgate_sketch::BuildError>(())
+    /// ```
+    #[must_use]
+    pub fn held_credit(&self, hash: KeyHash, now: Tick) -> u64 {
+        if !self.reserve.is_on() {
+            return 0;
+        }
+        let window = self.windows.position(now).index;
+        u64::from(crate::reserve::held(self.id, hash, window))
     }
 
     /// The overcount bound alone (see [`Stats::overcount_bound`]); cheap enough to poll.

@@ -309,6 +309,32 @@ fn a_refused_request_counts_nothing() {
     assert_eq!(p.decide(&r, T0).unwrap().code, Code::Ok);
 }
 
+/// Reservations: a hot key's sketch counts ahead of its requests (a few at a time, kept as
+/// this thread's credit), and the answers take this thread's credit off, so one thread's
+/// `limit_remaining` stays exactly the reference's while the sketch holds more.
+#[test]
+fn one_thread_answers_exactly_while_its_sketch_counts_ahead() {
+    let p = policy(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n",
+    );
+    let r = request("d", &[&[("k", "v")]]);
+    let mut ahead = 0;
+    for n in 1..=1000 {
+        let status = p.decide(&r, T0).unwrap().statuses.remove(0);
+        assert_eq!(status.code, Code::Ok, "request {n}");
+        assert_eq!(status.limit_remaining, 1000 - n, "request {n}");
+        // Room for one more request now, until the last.
+        let room = status.duration_until_reset == Some(Duration::ZERO);
+        assert_eq!(room, n < 1000, "request {n}: {status:?}");
+        let (counted, held, _) = p.counted_of(&r, T0);
+        assert_eq!(counted - held, u64::from(n), "request {n}");
+        ahead += u32::from(held > 0);
+    }
+    assert!(ahead > 100, "the sketch counted ahead {ahead} times only");
+    let status = p.decide(&r, T0).unwrap().statuses.remove(0);
+    assert_eq!((status.code, status.limit_remaining), (Code::OverLimit, 0));
+}
+
 /// The window formula on exact counts: `count` events per window index.
 fn formula(counts: &std::collections::BTreeMap<u64, u64>, t: u64, period: u64) -> u64 {
     let k = t / period;
@@ -330,15 +356,20 @@ proptest! {
     /// of the same weight has room.
     #[test]
     fn a_key_is_never_let_through_more_than_its_limit_per_window(
-        limit in 0u32..20,
-        steps in prop::collection::vec((0u64..400, 0u64..4), 1..200),
+        // Small limits with gaps up to 400 ms, and limits whose keys reserve (a cap past
+        // 2^8 + 1) with gaps up to 10 ms, so that a second's requests reach a count of 2^8.
+        (limit, most_gap) in prop_oneof![
+            (0u32..20).prop_map(|limit| (limit, 400u64)),
+            (300u32..500).prop_map(|limit| (limit, 10u64)),
+        ],
+        steps in prop::collection::vec((0u64..400, 0u64..4), 1..400),
     ) {
         let p = policy(&format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: second, requests_per_unit: {limit}}}\n"));
         let clock = ManualClock::new(T0);
         let period = 1_000_000_000u64;
         let mut through = std::collections::BTreeMap::<u64, u64>::new();
         for (gap_ms, addend) in steps {
-            clock.advance(Duration::from_millis(gap_ms));
+            clock.advance(Duration::from_millis(gap_ms % most_gap));
             let now = clock.now();
             let mut r = request("d", &[&[("k", "v")]]);
             r.hits_addend = addend;

@@ -12,6 +12,7 @@ use super::matcher::{Matcher, RuleIndex};
 use super::request::{Descriptor, Request};
 use crate::budget::{Counts, Share};
 use crate::counter::Counter;
+use crate::fade::Halves;
 use crate::key::RuleId;
 use crate::policy::cap;
 
@@ -164,8 +165,8 @@ impl DescriptorPolicy {
                     window: unit.duration(),
                     bytes,
                     named: false,
-                    // Not yet: `remaining` and the stated bound do not carry the reservations' share.
-                    reserves: false,
+                    // `count` takes this thread's own credit off what it answers.
+                    reserves: true,
                 };
                 Counter::succeed(share, previous)
             })
@@ -199,7 +200,11 @@ impl DescriptorPolicy {
 
     /// The stated overcount of the estimates of `unit`'s rules at `now` (see
     /// `RateSketch::overcount_bound`): a key with less headroom than this may be refused
-    /// early; 0 where no rule uses `unit`.
+    /// early; 0 where no rule uses `unit`. With `P` threads deciding one key, the other
+    /// threads' unspent reservations may add up to `(P - 1) * ceil(estimate / 256)` on top
+    /// (`RateSketch::reserved_per_thread`; the deciding thread's own are taken off).
+    /// The estimate answered is never below the truth: `limit_remaining` is never above what
+    /// is truly left.
     #[must_use]
     pub fn overcount_bound(&self, unit: Unit, now: Tick) -> u64 {
         let at = self.units.iter().position(|u| *u == unit);
@@ -287,13 +292,26 @@ impl DescriptorPolicy {
         Ok(Response { code, statuses })
     }
 
-    /// The estimate of the first descriptor's key at `now`, counting nothing (0 without a
-    /// limited rule).
+    /// The estimate of the first descriptor's key at `now` as [`DescriptorPolicy::decide`]
+    /// answers from it, counting nothing: this thread's unspent credit taken off below the
+    /// cap (0 without a limited rule).
     #[cfg(test)]
     pub(crate) fn estimate_of(&self, request: &Request, now: Tick) -> u64 {
+        let (counted, held, cap) = self.counted_of(request, now);
+        if counted < cap {
+            counted.saturating_sub(held)
+        } else {
+            counted
+        }
+    }
+
+    /// The sketch's estimate of the first descriptor's key at `now`, counting nothing, with
+    /// this thread's unspent credit of it and its cap ((0, 0, 0) without a limited rule).
+    #[cfg(test)]
+    pub(crate) fn counted_of(&self, request: &Request, now: Tick) -> (u64, u64, u64) {
         let descriptor = &request.descriptors[0];
         let Some(index) = self.matcher.find(&request.domain, descriptor) else {
-            return 0;
+            return (0, 0, 0);
         };
         let rule = &self.matcher.rules()[index];
         let DescriptorLimit::PerUnit {
@@ -301,11 +319,16 @@ impl DescriptorPolicy {
             unit,
         } = rule.limit
         else {
-            return 0;
+            return (0, 0, 0);
         };
         let at = self.units.iter().position(|u| *u == unit).unwrap();
         let key = key(rule.id, descriptor);
-        self.counters[at].estimate_capped(&key, cap(u64::from(requests_per_unit)), now)
+        let counter = &self.counters[at];
+        let cap = cap(u64::from(requests_per_unit));
+        let held = counter
+            .sketch()
+            .held_credit(counter.sketch().hash(&key), now);
+        (counter.estimate_capped(&key, cap, now), held, cap)
     }
 
     /// Counts `weight` for the descriptor's key under `rule`: whether it is over, what is left
@@ -329,10 +352,23 @@ impl DescriptorPolicy {
         let key = key(rule, descriptor);
         let limit = u64::from(limit);
         let cap = cap(limit);
-        let estimate = counter.observe_capped(&key, weight, cap, now);
+        let hash = counter.sketch().hash(&key);
+        let counted = counter.observe_hashed_capped(&key, hash, weight, cap, now);
+        // A hot key's sketch counts ahead (reservations): this thread's unspent credit is in
+        // `counted` but is no request yet, so it is taken off, and one thread's answers stay
+        // exact as the reference's. Never below the truth (`RateSketch::held_credit`): the
+        // cells hold every request plus every thread's unspent credit; at the cap requests
+        // may have gone uncounted, so nothing is taken off there. Other threads' credits stay
+        // in: `limit_remaining` is at most what is truly left.
+        let held = if counted < cap {
+            counter.sketch().held_credit(hash, now)
+        } else {
+            0
+        };
+        let estimate = counted.saturating_sub(held);
         let over = estimate > limit;
         let remaining = u32::try_from(limit.saturating_sub(estimate)).unwrap_or(u32::MAX);
-        let reset = back_under(counter, &key, limit.saturating_sub(weight), cap, now);
+        let reset = back_under(counter, &key, held, limit.saturating_sub(weight), cap, now);
         (over, remaining, reset)
     }
 }
@@ -356,9 +392,36 @@ fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
 
 /// How long until `key`'s estimate in `counter` is at most `target` if it sends nothing
 /// more: the one computation `/explain`, Retry-After, `delay` and the kernel hold use
-/// ([`crate::Halves::back_under`]): exact below the cap, never early at it.
-fn back_under(counter: &Counter, key: &[u8], target: u64, cap: u64, now: Tick) -> Duration {
-    counter
-        .halves(key, cap, now)
-        .back_under(target, counter.sketch().window(), now)
+/// ([`crate::Halves::back_under`]): exact below the cap, never early at it. `held`, this
+/// thread's unspent credit of the key in the current window (0 at the cap, see
+/// [`DescriptorPolicy::count`]), is no request and is taken off the current half, but only
+/// for a time within the current window: from the next one on, this thread's answers no
+/// longer take it off (it was counted in this window, and a credit answers its own window
+/// only), so the credit's events fade out with the window as requests' do.
+fn back_under(
+    counter: &Counter,
+    key: &[u8],
+    held: u64,
+    target: u64,
+    cap: u64,
+    now: Tick,
+) -> Duration {
+    let window = counter.sketch().window();
+    let counted = counter.halves(key, cap, now);
+    if held == 0 || counted.current == Halves::UNKNOWN {
+        return counted.back_under(target, window, now);
+    }
+    let requests = Halves {
+        current: counted.current.saturating_sub(held),
+        ..counted
+    };
+    let sooner = requests.back_under(target, window, now);
+    let per = window.as_nanos().max(1);
+    let now = u128::from(now.as_nanos());
+    let end = (now / per + 1) * per;
+    if now + sooner.as_nanos() < end {
+        sooner
+    } else {
+        counted.back_under(target, window, Tick::from_nanos(now as u64))
+    }
 }

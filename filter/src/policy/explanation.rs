@@ -613,6 +613,24 @@ mod tests {
         assert!(ahead, "the limit's sketch never counted ahead");
     }
 
+    /// [`Filter::without_reservations`]: the same hot source is never counted ahead, and its
+    /// explanation states no reservation share.
+    #[test]
+    fn a_filter_without_reservations_never_counts_ahead() {
+        let filter =
+            Filter::without_reservations(Config::parse(BIG).expect("valid")).expect("fits");
+        let now = Tick::ZERO;
+        for truth in 1..=3_000 {
+            assert_eq!(tcp(&filter, "192.0.2.7", now), Verdict::Allow);
+            let why = filter
+                .policy()
+                .explain(source("192.0.2.7"), Transport::Tcp, now);
+            let limit = why.rules[0].limits[0];
+            assert_eq!(limit.reserved_per_thread, 0, "{limit:?}");
+            within_the_stated_bound(&limit, truth, 0);
+        }
+    }
+
     /// Threads sharing a hot source: the count after them all is within the stated overcount
     /// plus one reservation share per thread.
     #[test]
