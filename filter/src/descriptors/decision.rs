@@ -103,12 +103,12 @@ pub struct Response {
 /// limits use, sharing the memory evenly.
 #[derive(Debug)]
 pub struct DescriptorPolicy {
-    matcher: Matcher,
+    pub(super) matcher: Matcher,
     /// The units in use, shortest first.
-    units: Vec<Unit>,
+    pub(super) units: Vec<Unit>,
     /// The counter of each unit of `units`, in the same order.
-    counters: Vec<Counter>,
-    bounds: Bounds,
+    pub(super) counters: Vec<Counter>,
+    pub(super) bounds: Bounds,
 }
 
 impl DescriptorPolicy {
@@ -340,7 +340,7 @@ impl DescriptorPolicy {
 /// The sketch key of a descriptor under a rule: a tag, the rule's id, and a 128-bit hash of
 /// the request's values, each length-prefixed (the path fixes the keys). Fixed size: any
 /// number and length of values costs one hash pass and no allocation.
-fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
+pub(super) fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
     let mut hasher = Xxh3Default::new();
     for entry in &descriptor.entries {
         hasher.update(&(entry.value.len() as u64).to_le_bytes());
@@ -357,7 +357,13 @@ fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
 /// How long until `key`'s estimate in `counter` is at most `target` if it sends nothing
 /// more: the one computation `/explain`, Retry-After, `delay` and the kernel hold use
 /// ([`crate::Halves::back_under`]): exact below the cap, never early at it.
-fn back_under(counter: &Counter, key: &[u8], target: u64, cap: u64, now: Tick) -> Duration {
+pub(super) fn back_under(
+    counter: &Counter,
+    key: &[u8],
+    target: u64,
+    cap: u64,
+    now: Tick,
+) -> Duration {
     counter
         .halves(key, cap, now)
         .back_under(target, counter.sketch().window(), now)
