@@ -54,10 +54,11 @@ mod verdict;
 
 pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX_LIMIT};
 pub use descriptors::{
-    Bounds, Code, CurrentLimit, Descriptor, DescriptorConfig, DescriptorErrors, DescriptorLimit,
-    DescriptorPolicy, DescriptorRule, Domain, Entry, FileError, MAX_DESCRIPTORS, MAX_DOMAIN_BYTES,
-    MAX_ENTRIES, MAX_KEY_BYTES, MAX_REQUEST_BYTES, MAX_VALUE_BYTES, MatchedRule, Matcher, Outcome,
-    RateLimit, Refusal, Request, Response, RuleIndex, Status, Unit, ValueMatch,
+    Bounds, Code, CurrentLimit, Descriptor, DescriptorConfig, DescriptorErrors,
+    DescriptorExplanation, DescriptorLimit, DescriptorPolicy, DescriptorRule, Domain, Entry,
+    FileError, MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES, MAX_KEY_BYTES, MAX_REQUEST_BYTES,
+    MAX_VALUE_BYTES, MatchedRule, Matcher, Outcome, RateLimit, Refusal, Request,
+    RequestExplanation, Response, RuleIndex, Status, Unit, ValueMatch,
 };
 pub use fade::Halves;
 pub use filter::Filter;

@@ -104,12 +104,12 @@ pub struct Response {
 /// limits use, sharing the memory evenly.
 #[derive(Debug)]
 pub struct DescriptorPolicy {
-    matcher: Matcher,
+    pub(super) matcher: Matcher,
     /// The units in use, shortest first.
-    units: Vec<Unit>,
+    pub(super) units: Vec<Unit>,
     /// The counter of each unit of `units`, in the same order.
-    counters: Vec<Counter>,
-    bounds: Bounds,
+    pub(super) counters: Vec<Counter>,
+    pub(super) bounds: Bounds,
 }
 
 impl DescriptorPolicy {
@@ -376,7 +376,7 @@ impl DescriptorPolicy {
 /// The sketch key of a descriptor under a rule: a tag, the rule's id, and a 128-bit hash of
 /// the request's values, each length-prefixed (the path fixes the keys). Fixed size: any
 /// number and length of values costs one hash pass and no allocation.
-fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
+pub(super) fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
     let mut hasher = Xxh3Default::new();
     for entry in &descriptor.entries {
         hasher.update(&(entry.value.len() as u64).to_le_bytes());
@@ -398,7 +398,7 @@ fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
 /// for a time within the current window: from the next one on, this thread's answers no
 /// longer take it off (it was counted in this window, and a credit answers its own window
 /// only), so the credit's events fade out with the window as requests' do.
-fn back_under(
+pub(super) fn back_under(
     counter: &Counter,
     key: &[u8],
     held: u64,

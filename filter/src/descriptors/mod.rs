@@ -55,6 +55,7 @@
 mod bounds;
 mod config;
 mod decision;
+mod explain;
 mod matcher;
 mod request;
 
@@ -70,5 +71,6 @@ pub use config::{
     RateLimit, Unit, ValueMatch,
 };
 pub use decision::{Code, CurrentLimit, DescriptorPolicy, Outcome, Response, Status};
+pub use explain::{DescriptorExplanation, RequestExplanation};
 pub use matcher::{MatchedRule, Matcher, RuleIndex};
 pub use request::{Descriptor, Entry, Request};

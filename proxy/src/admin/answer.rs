@@ -83,8 +83,22 @@ pub(crate) fn query<B>(request: &Request<B>, name: &str) -> Option<String> {
     })
 }
 
+/// Every raw value of query parameter `name`, in order, its escapes not yet decoded (for a
+/// value whose parts are split before decoding, as `/explain`'s descriptors are).
+pub(crate) fn query_raw_all<'r, B>(request: &'r Request<B>, name: &str) -> Vec<&'r str> {
+    let Some(query) = request.uri().query() else {
+        return Vec::new();
+    };
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+        .collect()
+}
+
 /// `%XX` escapes decoded; `None` for a bad escape or bytes that are not UTF-8.
-fn decode(value: &str) -> Option<String> {
+pub(crate) fn decode(value: &str) -> Option<String> {
     let mut bytes = Vec::with_capacity(value.len());
     let mut rest = value.as_bytes();
     while let Some((&byte, tail)) = rest.split_first() {

@@ -7,6 +7,9 @@
 //! - `GET /explain?source=ADDRESS[&transport=tcp|udp]`: why a source gets its verdict: the
 //!   list entry, rules, limits, keys, estimates with their overcount bounds, penalties
 //!   (counting nothing);
+//! - `GET /explain?domain=DOMAIN&descriptor=KEY:VALUE,KEY:VALUE`: the rate-limit service's
+//!   rule for a descriptor, its limit, the key's estimate with its overcount bound, shadow
+//!   mode and the answer `ShouldRateLimit` would give (counting nothing; see `descriptors.rs`);
 //! - `GET /lists`, `POST /lists/allow|deny`, `DELETE /lists/allow|deny?cidr=`: the run-time
 //!   allow/deny entries: at most 10,000, each for at most 7 days, applied at once, kept
 //!   across reloads;
@@ -59,6 +62,7 @@ use crate::listeners::socket;
 use crate::shared::Shared;
 
 mod answer;
+mod descriptors;
 mod explain;
 mod kernel;
 mod lists;
@@ -66,7 +70,7 @@ mod reports;
 mod status;
 mod waiting;
 
-use answer::{Answer, Format, query, text};
+use answer::{Answer, Format, query, query_raw_all, text};
 use waiting::Waiting;
 
 /// The admin's bearer token, as read at start.
@@ -302,6 +306,21 @@ where
         (&Method::GET, "/estimate") => {
             reports::estimate(shared, format, query(&request, "source").as_deref())
         }
+        (&Method::GET, "/explain") if query(&request, "domain").is_some() => {
+            if query(&request, "source").is_some() {
+                return format.refuse(
+                    StatusCode::BAD_REQUEST,
+                    "ask about a source or about a domain's descriptors, not both",
+                );
+            }
+            descriptors::explain(
+                shared,
+                format,
+                query(&request, "domain").as_deref().unwrap_or_default(),
+                &query_raw_all(&request, "descriptor"),
+                query(&request, "hits_addend").as_deref(),
+            )
+        }
         (&Method::GET, "/explain") => explain::explain(
             shared,
             format,
@@ -322,7 +341,9 @@ where
         (&Method::GET, "/" | "/index.txt") => text(
             StatusCode::OK,
             "GET /metrics\nGET /top?n=20\nGET /estimate?source=ADDRESS\n\
-             GET /explain?source=ADDRESS[&transport=tcp|udp]\nGET /lists\n\
+             GET /explain?source=ADDRESS[&transport=tcp|udp]\n\
+             GET /explain?domain=DOMAIN&descriptor=KEY:VALUE,KEY:VALUE[&hits_addend=N]\n\
+             GET /lists\n\
              POST /lists/allow, POST /lists/deny  {\"cidr\": ..., \"ttl\": ..., \"reason\": ...}\n\
              DELETE /lists/allow?cidr=NETWORK, DELETE /lists/deny?cidr=NETWORK\n\
              POST /reload\n\

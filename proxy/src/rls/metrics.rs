@@ -274,14 +274,16 @@ impl RlsMetrics {
     }
 }
 
-fn code_label(code: Code) -> &'static str {
+/// `ok` or `over_limit`, as the metrics and the admin's `/explain` name a code.
+pub(crate) fn code_label(code: Code) -> &'static str {
     match code {
         Code::Ok => "ok",
         Code::OverLimit => "over_limit",
     }
 }
 
-fn outcome_label(outcome: Outcome) -> &'static str {
+/// What a descriptor landed on, as the metrics and the admin's `/explain` name it.
+pub(crate) fn outcome_label(outcome: Outcome) -> &'static str {
     match outcome {
         Outcome::UnknownDomain => "unknown_domain",
         Outcome::NoRule => "no_rule",

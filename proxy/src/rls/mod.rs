@@ -11,7 +11,7 @@ mod metrics;
 pub mod proto;
 mod service;
 
-pub(crate) use metrics::RlsMetrics;
+pub(crate) use metrics::{RlsMetrics, code_label, outcome_label};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,10 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tollgate_filter::{DescriptorConfig, DescriptorErrors, DescriptorPolicy, Request, Response};
+use tollgate_filter::{
+    DescriptorConfig, DescriptorErrors, DescriptorPolicy, Refusal, Request, RequestExplanation,
+    Response,
+};
 use tollgate_sketch::{BuildError, Clock, MonotonicClock};
 
 use crate::config::RlsConfig;
@@ -135,14 +138,19 @@ impl Rls {
         self.policy.store(Arc::new(prepared.0));
     }
 
-    /// Decides `request` now (see [`DescriptorPolicy::decide`]), with the policy that decided.
-    fn decide(
+    /// What deciding `request` now would answer, counting nothing (see
+    /// [`DescriptorPolicy::explain`]), with the policy that read it.
+    pub(crate) fn explain(
         &self,
         request: &Request,
-    ) -> (
-        Arc<DescriptorPolicy>,
-        Result<Response, tollgate_filter::Refusal>,
-    ) {
+    ) -> (Arc<DescriptorPolicy>, Result<RequestExplanation, Refusal>) {
+        let policy = self.policy.load_full();
+        let explained = policy.explain(request, self.clock.now());
+        (policy, explained)
+    }
+
+    /// Decides `request` now (see [`DescriptorPolicy::decide`]), with the policy that decided.
+    fn decide(&self, request: &Request) -> (Arc<DescriptorPolicy>, Result<Response, Refusal>) {
         let policy = self.policy.load_full();
         let decided = policy.decide(request, self.clock.now());
         (policy, decided)

@@ -32,6 +32,7 @@ mod readme;
 mod replay;
 mod restart;
 mod rls;
+mod rls_explain;
 mod signals;
 mod tcp;
 mod udp;
