@@ -722,3 +722,92 @@ fn a_veth_peer_gets_exactly_the_limit_through() {
         drop(program);
     }
 }
+
+/// A sender for the throughput measurement: every run redirects its frame out of the
+/// interface of index `IFINDEX` (set with -D), so `BPF_PROG_TEST_RUN` in live-frames mode
+/// sends one frame per repeat into a veth, whose peer runs the program at its driver.
+const SENDER: &str = r#"
+#define SEC(name) __attribute__((section(name), used))
+static long (*bpf_redirect)(unsigned int ifindex, unsigned long long flags) = (void *)23;
+SEC("xdp") int send(void *ctx) { return bpf_redirect(IFINDEX, 0); }
+char LICENSE[] SEC("license") = "GPL";
+"#;
+
+/// Throughput through a veth on one vCPU: not a test (it asserts only that every frame sent
+/// was counted), run by hand (benches/README.md):
+/// `cargo test -p tollgate --lib xdp::tests::veth_throughput -- --ignored --nocapture`.
+///
+/// tg1 -> tg0 in a namespace of its own; the program attached natively on tg0 with a /32
+/// limit of 1,000 (so nearly every frame is dropped); a sender program run by
+/// `BPF_PROG_TEST_RUN` in live-frames mode (batches of 64) redirects 10,000,000 copies of one
+/// UDP frame out of tg1. The sender and tg0's NAPI run on the calling CPU. Frames per second
+/// are the program's counters (passed + dropped, exact, read from its map) over the wall time
+/// of the run; 5 rounds.
+#[test]
+#[ignore = "a measurement, run by hand (benches/README.md)"]
+fn veth_throughput() {
+    if std::env::var_os(INSIDE).is_none() {
+        in_namespace("veth_throughput");
+        return;
+    }
+    use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp};
+    const FRAMES: u32 = 10_000_000;
+    sh(
+        "ip link set lo up && ip link add tg0 type veth peer name tg1 \
+        && ip link set tg0 up && ip link set tg1 up",
+    );
+    // `ip -o link show tg1` begins with the index: "7: tg1@tg0: ..." (this namespace's /sys
+    // is not remounted, so its files name the outer namespace's links).
+    let shown = Command::new("ip")
+        .args(["-o", "link", "show", "tg1"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let ifindex = shown.split(':').next().unwrap().to_owned();
+    let dir = std::env::temp_dir().join(format!("tollgate-xdp-veth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("sender.c");
+    std::fs::write(&source, SENDER).unwrap();
+    let object = dir.join("sender.o");
+    sh(&format!(
+        "${{TOLLGATE_CLANG:-clang}} -target bpf -O2 -DIFINDEX={} -c {} -o {}",
+        ifindex.trim(),
+        source.display(),
+        object.display()
+    ));
+    let bytes = std::fs::read(&object).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut sender = aya::Ebpf::load(&bytes).unwrap();
+    let send: &mut Xdp = sender.program_mut("send").unwrap().try_into().unwrap();
+    send.load().unwrap();
+    let frame = ethernet(false, 0x0800, &ipv4(SRC4, UDP, &[], 0, &udp()));
+    let mut rates = Vec::new();
+    for round in 0..5 {
+        let mut program = load(64);
+        program.set_limit(Level::V4Host, 1000).unwrap();
+        program.attach("tg0", true).unwrap();
+        let started = std::time::Instant::now();
+        send.test_run(TestRunOptions {
+            data_in: Some(&frame),
+            repeat: FRAMES,
+            attrs: TestRunAttrs::new().xdp_live_frames(64),
+            ..TestRunOptions::new()
+        })
+        .unwrap();
+        let elapsed = started.elapsed();
+        let counters = program.counters().unwrap();
+        let counted = counters.passed + counters.dropped;
+        let rate = counted as f64 / elapsed.as_secs_f64();
+        println!(
+            "round {round}: {counted} frames counted of {FRAMES} sent ({} passed, {} dropped) in {elapsed:?}: {:.2} M frames/s",
+            counters.passed,
+            counters.dropped,
+            rate / 1e6
+        );
+        assert_eq!(counters.passed, 1000);
+        rates.push(rate);
+        drop(program);
+    }
+    rates.sort_by(f64::total_cmp);
+    println!("median: {:.2} M frames/s", rates[2] / 1e6);
+}
