@@ -115,11 +115,41 @@ static __attribute__((always_inline)) u64 step(u64 h)
 	return ((h ^ (h >> 29)) * MIX) | 1;
 }
 
-/* Cell `row` of a key's hash in `slice`: the index into the `cells` map. */
-static __attribute__((always_inline)) u32 cell_index(u64 h, u64 stride, u32 row, u32 slice, u64 width)
+/* Lemire's multiply-shift: the high 64 bits of g * n, n below 2^32, in two multiplies
+ * (mul_hi's four less the two whose factor, n's high half, is 0). Exact: g * n = hi * n *
+ * 2^32 + lo * n, and flooring by 2^32 twice floors by 2^64. */
+static __attribute__((always_inline)) u64 reduce(u64 g, u64 n)
+{
+	return ((g >> 32) * n + (((g & 0xffffffff) * n) >> 32)) >> 32;
+}
+
+/* Blocks: a key's cells, every row in every slice, lie in one block of BLOCK_CELLS cells,
+ * COLUMNS columns of each (slice, row) pair, 510 of 512 cells used. The map's cells are u32
+ * values, which an array map lays 8 bytes apart (CELL_BYTES): a block is one page of 4 KiB,
+ * so counting a level touches one page. On a random source each page is a TLB miss, and on
+ * a virtual machine a miss walks two page tables: pages, not cache lines, set the cost. */
+#define CELL_BYTES 8
+#define COLUMNS 85
+#define BLOCK_CELLS 512
+/* ceil(width / COLUMNS) without a division: (width + COLUMNS - 1) * BLOCKS_MAGIC >>
+ * BLOCKS_SHIFT, BLOCKS_MAGIC = ceil(2^38 / 85), exact while the sum is below 2^32 (the
+ * rounding error 21 * x stays below 2^38). */
+#define BLOCKS_MAGIC 0xC0C0C0C1ULL
+#define BLOCKS_SHIFT 38
+static __attribute__((always_inline)) u64 blocks_of(u64 width)
+{
+	return ((width + COLUMNS - 1) * BLOCKS_MAGIC) >> BLOCKS_SHIFT;
+}
+
+/* Cell `row` of a key's hash in `slice`: the index into the `cells` map. The block comes
+ * from h's high bits, each row's column from the low 32 bits of its double hash. */
+static __attribute__((always_inline)) u32 cell_index(u64 h, u64 stride, u32 row, u32 slice,
+						     u64 blocks)
 {
 	u64 g = h + (u64)row * stride;
-	return (u32)(((u64)slice * DEPTH + row) * width + mul_hi(g, width));
+	u64 column = ((g & 0xffffffff) * COLUMNS) >> 32;
+	return (u32)(reduce(h, blocks) * BLOCK_CELLS + ((u64)slice * DEPTH + row) * COLUMNS +
+		     column);
 }
 
 /* ceil(previous * remaining / window): the previous window's part still inside the sliding

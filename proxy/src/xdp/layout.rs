@@ -4,12 +4,19 @@
 //! through `BPF_PROG_TEST_RUN` and finds the same cells raised in the kernel's map.
 //!
 //! ```text
-//! cells map (BPF_F_MMAPABLE array of u32), SLICES x DEPTH rows of `width` cells:
-//!   index = (slice * DEPTH + row) * width + reduce(h + row * step(h), width)
-//!   slice 0: row 0 | row 1      window k counts in slice k % 3 and reads slice (k - 1) % 3;
-//!   slice 1: row 0 | row 1      user space clears slice (k + 1) % 3 during window k, so the
-//!   slice 2: row 0 | row 1      kernel never clears and never races a clear
+//! cells map (BPF_F_MMAPABLE array of u32, 8 bytes apart), blocks of 512 cells (one page):
+//!   index = block * 512 + (slice * DEPTH + row) * COLUMNS + column
+//!   block = reduce(h, blocks)             (h's high bits)
+//!   column = low 32 bits of (h + row * step(h)), reduced to 0..COLUMNS
+//!   block b: slice 0 row 0 | slice 0 row 1 | slice 1 row 0 | ... | slice 2 row 1 | 2 unused
+//!   window k counts in slice k % 3 and reads slice (k - 1) % 3; user space clears slice
+//!   (k + 1) % 3 during window k (`slice_cells`), so the kernel never clears and never races
+//!   a clear
 //! ```
+//!
+//! A key's cells in every row and slice lie in one block, one page: counting a level touches
+//! one page. On a random source each page touched is a TLB miss, which on this virtual
+//! machine costs about as much as the cache miss (`xdp::tests::cost`, benches/README.md).
 //!
 //! A key is an address masked to a level's prefix (4 bytes for IPv4, 16 for IPv6), hashed by
 //! xxh3 with the sketch's seed xored with the prefix length (one address at two levels makes
@@ -32,8 +39,12 @@ pub(crate) const SLICES: u32 = 3;
 pub(crate) const TICK_SHIFT: u32 = 10;
 /// The longest window in ticks: counts (below 2^32) times remainders stay in 64 bits.
 pub(crate) const MAX_WINDOW: u64 = 1 << 32;
-/// Bytes per cell.
-pub(crate) const CELL_BYTES: u64 = 4;
+/// Bytes a cell takes in the map: a u32 value, which the kernel's array map lays 8 bytes apart.
+pub(crate) const CELL_BYTES: u64 = 8;
+/// Columns of each (slice, row) pair in a block.
+pub(crate) const COLUMNS: u32 = 85;
+/// Cells per block: one page of 4 KiB (`SLICES * DEPTH * COLUMNS` = 510 of them used).
+pub(crate) const BLOCK_CELLS: u32 = 512;
 
 /// Golden-ratio multiplier of the second hash (tollgate-sketch's `MIX`).
 const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -121,18 +132,25 @@ fn step(h: u64) -> u64 {
     (h ^ (h >> 29)).wrapping_mul(MIX) | 1
 }
 
-/// Maps a uniform 64-bit value onto `0..width` (Lemire's multiply-shift).
-fn reduce(value: u64, width: u32) -> u64 {
+/// Maps a uniform 64-bit value onto `0..n` (Lemire's multiply-shift).
+fn reduce(value: u64, n: u32) -> u64 {
     // The high half of a product with a 32-bit factor is below that factor: it fits.
-    ((u128::from(value) * u128::from(width)) >> 64) as u64
+    ((u128::from(value) * u128::from(n)) >> 64) as u64
+}
+
+/// Blocks of a sketch `width` columns wide: whole blocks, at least one.
+pub(crate) fn blocks(width: u32) -> u32 {
+    width.div_ceil(COLUMNS).max(1)
 }
 
 /// The index in the `cells` map of `row`'s cell for hash `h` in `slice`.
 pub(crate) fn cell(h: u64, row: u32, slice: u32, width: u32) -> u32 {
     let g = h.wrapping_add(u64::from(row).wrapping_mul(step(h)));
-    let index = (u64::from(slice) * u64::from(DEPTH) + u64::from(row)) * u64::from(width)
-        + reduce(g, width);
-    // Below SLICES * DEPTH * width, which `Geometry` keeps within u32.
+    let column = ((g & 0xffff_ffff) * u64::from(COLUMNS)) >> 32;
+    let index = reduce(h, blocks(width)) * u64::from(BLOCK_CELLS)
+        + (u64::from(slice) * u64::from(DEPTH) + u64::from(row)) * u64::from(COLUMNS)
+        + column;
+    // Below `Geometry::entries`, which `Geometry` keeps within u32.
     u32::try_from(index).unwrap_or(u32::MAX)
 }
 
@@ -141,27 +159,37 @@ pub(crate) fn cells(h: u64, slice: u32, width: u32) -> [u32; DEPTH as usize] {
     std::array::from_fn(|row| cell(h, row as u32, slice, width))
 }
 
+/// Every cell of `slice` in a sketch `width` columns wide, in the map's order: a run of
+/// `DEPTH * COLUMNS` cells per block. What user space clears.
+pub(crate) fn slice_cells(slice: u32, width: u32) -> impl Iterator<Item = u32> {
+    let run = DEPTH * COLUMNS;
+    (0..blocks(width)).flat_map(move |block| {
+        let first = block * BLOCK_CELLS + slice * run;
+        first..first + run
+    })
+}
+
 /// How many cells a memory budget buys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
-    /// Cells per row.
+    /// Columns per row (the layout rounds it up to whole blocks).
     pub(crate) width: u32,
 }
 
 impl Geometry {
-    /// The widest rows `bytes` holds (at least one cell per row).
+    /// The widest rows `bytes` holds: whole blocks, at least one.
     pub(crate) fn of_memory(bytes: u64) -> Geometry {
-        let per_column = CELL_BYTES * u64::from(DEPTH) * u64::from(SLICES);
-        let most = u64::from(u32::MAX) / (u64::from(DEPTH) * u64::from(SLICES));
-        let width = (bytes / per_column).clamp(1, most);
+        let block_bytes = CELL_BYTES * u64::from(BLOCK_CELLS);
+        let most = u64::from(u32::MAX) / u64::from(BLOCK_CELLS);
+        let blocks = (bytes / block_bytes).clamp(1, most);
         Geometry {
-            width: u32::try_from(width).unwrap_or(u32::MAX),
+            width: u32::try_from(blocks * u64::from(COLUMNS)).unwrap_or(u32::MAX),
         }
     }
 
     /// Entries of the `cells` map.
     pub(crate) fn entries(self) -> u32 {
-        self.width * DEPTH * SLICES
+        blocks(self.width) * BLOCK_CELLS
     }
 }
 
@@ -250,7 +278,8 @@ pub(crate) struct Golden {
 
 /// The golden vectors' seed.
 pub(crate) const GOLDEN_SEED: u64 = 0x0123_4567_89ab_cdef;
-/// The golden vectors' width: not a power of two, so the reduction is a multiply-shift.
+/// The golden vectors' width: not a multiple of [`COLUMNS`] (rounded up to 12 blocks), and 12
+/// is no power of two, so the block's reduction is a multiply-shift.
 pub(crate) const GOLDEN_WIDTH: u32 = 1000;
 
 /// Hash and cells of a few keys at every level of their family, computed once with
@@ -260,61 +289,61 @@ pub(crate) const GOLDEN: [Golden; 10] = [
         addr: "192.0.2.1",
         level: Level::V4Host,
         hash: 0x4a8e010db739279d,
-        cells: [291, 1645],
+        cells: [1596, 1683],
     },
     Golden {
         addr: "192.0.2.1",
         level: Level::V4Net24,
         hash: 0xee2751e3a58ad53a,
-        cells: [930, 1199],
+        cells: [5686, 5795],
     },
     Golden {
         addr: "10.1.2.3",
         level: Level::V4Host,
         hash: 0x1c6da1858e91ae1d,
-        cells: [111, 1408],
+        cells: [559, 608],
     },
     Golden {
         addr: "10.1.2.3",
         level: Level::V4Net24,
         hash: 0x9532f0b67e0cdddb,
-        cells: [582, 1210],
+        cells: [3113, 3205],
     },
     Golden {
         addr: "2001:db8:1:2:3:4:5:6",
         level: Level::V6Host,
         hash: 0x81dc475f78c66995,
-        cells: [507, 1218],
+        cells: [3112, 3194],
     },
     Golden {
         addr: "2001:db8:1:2:3:4:5:6",
         level: Level::V6Net64,
         hash: 0xe4f809f758adf6c1,
-        cells: [894, 1715],
+        cells: [5149, 5254],
     },
     Golden {
         addr: "2001:db8:1:2:3:4:5:6",
         level: Level::V6Net48,
         hash: 0xb7340056ea5f9d86,
-        cells: [715, 1331],
+        cells: [4173, 4261],
     },
     Golden {
         addr: "2001:db8:ffff:eeee::1",
         level: Level::V6Host,
         hash: 0x23161030eab3043c,
-        cells: [137, 1863],
+        cells: [589, 673],
     },
     Golden {
         addr: "2001:db8:ffff:eeee::1",
         level: Level::V6Net64,
         hash: 0xa8e79d446419d1ad,
-        cells: [659, 1905],
+        cells: [3617, 3751],
     },
     Golden {
         addr: "2001:db8:ffff:eeee::1",
         level: Level::V6Net48,
         hash: 0xef57771d08fd3b59,
-        cells: [934, 1928],
+        cells: [5634, 5754],
     },
 ];
 
@@ -396,24 +425,80 @@ mod tests {
     #[test]
     fn geometry_fills_the_budget() {
         let geometry = Geometry::of_memory(8 << 20);
-        assert_eq!(geometry.width, 349_525);
-        assert!(u64::from(geometry.entries()) * CELL_BYTES <= 8 << 20);
-        assert_eq!(Geometry::of_memory(0).width, 1);
-        // The last slice's last row ends at the map's last entry.
-        let last = (0..10_000u64)
+        // 2,048 blocks of one page.
+        assert_eq!(geometry.width, 2048 * COLUMNS);
+        assert_eq!(u64::from(geometry.entries()) * CELL_BYTES, 8 << 20);
+        assert_eq!(Geometry::of_memory(0).entries(), BLOCK_CELLS);
+        assert_eq!(Geometry { width: 1 }.entries(), BLOCK_CELLS);
+        assert_eq!(Geometry { width: 86 }.entries(), 2 * BLOCK_CELLS);
+        assert_eq!(SLICES * DEPTH * COLUMNS, 510);
+        // The last slice's last row reaches into the last block, short of its unused cells.
+        let last = (0..100_000u64)
             .map(|h| cell(h.wrapping_mul(MIX), DEPTH - 1, SLICES - 1, geometry.width))
-            .max();
-        assert!(last < Some(geometry.entries()) && last > Some(geometry.entries() - 1000));
+            .max()
+            .unwrap();
+        assert!(last <= geometry.entries() - 3 && last >= geometry.entries() - BLOCK_CELLS);
     }
 
-    /// A `#define NAME 0x...ULL` of layout.h.
+    #[test]
+    fn a_keys_cells_share_one_page() {
+        let width = Geometry::of_memory(8 << 20).width;
+        let mut x = 1u64;
+        for _ in 0..1000 {
+            x = x.wrapping_mul(MIX).wrapping_add(1);
+            let cells: Vec<u32> = (0..SLICES)
+                .flat_map(|slice| cells(x, slice, width))
+                .collect();
+            let page = |index: u32| u64::from(index) * CELL_BYTES / 4096;
+            assert!(
+                cells.iter().all(|&c| page(c) == page(cells[0])),
+                "{cells:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn slices_partition_the_used_cells() {
+        let width = 200;
+        let mut seen = vec![None; Geometry { width }.entries() as usize];
+        for slice in 0..SLICES {
+            for index in slice_cells(slice, width) {
+                assert_eq!(seen[index as usize], None, "cell {index}");
+                seen[index as usize] = Some(slice);
+            }
+        }
+        // Every cell a key can hit belongs to the slice it was hit in.
+        let mut x = 7u64;
+        for _ in 0..10_000 {
+            x = x.wrapping_mul(MIX).wrapping_add(3);
+            for slice in 0..SLICES {
+                for index in cells(x, slice, width) {
+                    assert_eq!(seen[index as usize], Some(slice));
+                }
+            }
+        }
+        // Two unused cells per block.
+        assert_eq!(
+            seen.iter().filter(|s| s.is_none()).count() as u32,
+            blocks(width) * (BLOCK_CELLS - SLICES * DEPTH * COLUMNS)
+        );
+    }
+
+    /// A `#define NAME 0x...ULL` (or a decimal) of layout.h.
     fn constant(header: &str, name: &str) -> u64 {
         let line = header
             .lines()
             .find(|line| line.starts_with(&format!("#define {name} ")))
             .unwrap_or_else(|| panic!("layout.h lacks {name}"));
-        let hex = line.split_whitespace().nth(2).unwrap();
-        u64::from_str_radix(hex.trim_start_matches("0x").trim_end_matches("ULL"), 16).unwrap()
+        let value = line
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_end_matches("ULL");
+        match value.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+            None => value.parse().unwrap(),
+        }
     }
 
     #[test]
@@ -424,6 +509,9 @@ mod tests {
             ("SLICES", u64::from(SLICES)),
             ("TICK_SHIFT", u64::from(TICK_SHIFT)),
             ("LEVELS", Level::ALL.len() as u64),
+            ("CELL_BYTES", CELL_BYTES),
+            ("COLUMNS", u64::from(COLUMNS)),
+            ("BLOCK_CELLS", u64::from(BLOCK_CELLS)),
             ("LEVEL_V4_32", u64::from(Level::V4Host.index())),
             ("LEVEL_V4_24", u64::from(Level::V4Net24.index())),
             ("LEVEL_V6_128", u64::from(Level::V6Host.index())),
@@ -434,6 +522,34 @@ mod tests {
             assert!(
                 header.lines().any(|l| l.trim_end() == line),
                 "layout.h lacks `{line}`"
+            );
+        }
+    }
+
+    #[test]
+    fn layout_h_counts_blocks_without_dividing() {
+        // layout.h's blocks_of, with its constants, against a division, on every width the
+        // geometry can make and around each multiple of COLUMNS.
+        let header = include_str!("../../bpf/layout.h");
+        let magic = constant(header, "BLOCKS_MAGIC");
+        let shift = constant(header, "BLOCKS_SHIFT");
+        let blocks_of = |width: u64| ((width + u64::from(COLUMNS) - 1) * magic) >> shift;
+        let most = u64::from(u32::MAX / BLOCK_CELLS) * u64::from(COLUMNS);
+        let widths = (1..100_000u64)
+            .chain(
+                (1..=u64::from(u32::MAX / BLOCK_CELLS))
+                    .step_by(97)
+                    .flat_map(|b| {
+                        let w = b * u64::from(COLUMNS);
+                        [w - 1, w, w + 1]
+                    }),
+            )
+            .chain([most, u64::from(u32::MAX) - u64::from(COLUMNS)]);
+        for width in widths {
+            assert_eq!(
+                blocks_of(width),
+                width.div_ceil(u64::from(COLUMNS)),
+                "width {width}"
             );
         }
     }
