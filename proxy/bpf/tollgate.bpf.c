@@ -60,10 +60,17 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, LEVELS);
+	__uint(max_entries, BANKS * LEVELS);
 	__type(key, u32);
 	__type(value, struct rule);
 } rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PORT_WORDS);
+	__type(key, u32);
+	__type(value, u32);
+} skipped_ports SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -100,11 +107,13 @@ static __attribute__((always_inline)) int count(u32 which)
 	return which == COUNTER_DROPPED ? XDP_DROP : XDP_PASS;
 }
 
-/* Where the window stands: the current and previous slices and the ticks left. */
+/* Where the window stands: the current and previous slices and the ticks left; and the
+ * first rule of the bank in force. */
 struct position {
 	u32 current;
 	u32 previous;
 	u64 remaining;
+	u32 rules;
 };
 
 /* Counts one attempt of a key of hash `h` and says whether its sliding estimate is over
@@ -132,10 +141,11 @@ static __attribute__((always_inline)) int over(u64 h, u32 limit, const struct co
 	return now + share(before, at->remaining, cfg->window) > limit;
 }
 
-/* The limit of `level`, 0 when the level is not counted. */
-static __attribute__((always_inline)) u32 limit_of(u32 level)
+/* The limit of `level` in the bank in force, 0 when the level is not counted. */
+static __attribute__((always_inline)) u32 limit_of(const struct position *at, u32 level)
 {
-	struct rule *rule = bpf_map_lookup_elem(&rules, &level);
+	u32 index = at->rules + level;
+	struct rule *rule = bpf_map_lookup_elem(&rules, &index);
 	return rule ? rule->limit : 0;
 }
 
@@ -143,10 +153,10 @@ static __attribute__((always_inline)) int decide_v4(u32 addr, const struct confi
 						    const struct position *at)
 {
 	int drop = 0;
-	u32 limit = limit_of(LEVEL_V4_32);
+	u32 limit = limit_of(at, LEVEL_V4_32);
 	if (limit)
 		drop |= over(xxh3_4(addr, level_seed(cfg->seed, 32)), limit, cfg, at);
-	limit = limit_of(LEVEL_V4_24);
+	limit = limit_of(at, LEVEL_V4_24);
 	/* The address as read from the packet: its first three bytes are the low 24 bits. */
 	if (limit)
 		drop |= over(xxh3_4(addr & 0x00ffffff, level_seed(cfg->seed, 24)), limit, cfg, at);
@@ -157,13 +167,13 @@ static __attribute__((always_inline)) int decide_v6(u64 lo, u64 hi, const struct
 						    const struct position *at)
 {
 	int drop = 0;
-	u32 limit = limit_of(LEVEL_V6_128);
+	u32 limit = limit_of(at, LEVEL_V6_128);
 	if (limit)
 		drop |= over(xxh3_16(lo, hi, level_seed(cfg->seed, 128)), limit, cfg, at);
-	limit = limit_of(LEVEL_V6_64);
+	limit = limit_of(at, LEVEL_V6_64);
 	if (limit)
 		drop |= over(xxh3_16(lo, 0, level_seed(cfg->seed, 64)), limit, cfg, at);
-	limit = limit_of(LEVEL_V6_48);
+	limit = limit_of(at, LEVEL_V6_48);
 	/* Bytes 0..6 of the address are the low 48 bits of the first word as read. */
 	if (limit)
 		drop |= over(xxh3_16(lo & 0x0000ffffffffffffULL, 0, level_seed(cfg->seed, 48)), limit,
@@ -171,18 +181,28 @@ static __attribute__((always_inline)) int decide_v6(u64 lo, u64 hi, const struct
 	return count(drop ? COUNTER_DROPPED : COUNTER_PASSED);
 }
 
-/* Whether the transport header at `l4` (protocol `proto`) starts an attempt: 1 yes, 0 no,
- * -1 cut short. */
+/* Whether the destination port (at the same offset in TCP and UDP, bounds checked by the
+ * caller) is counted: its bit in `skipped_ports` is clear. */
+static __attribute__((always_inline)) int guarded(void *l4)
+{
+	u16 port = be16(*(u16 *)(l4 + 2));
+	u32 word = port >> 5;
+	u32 *bits = bpf_map_lookup_elem(&skipped_ports, &word);
+	return !(bits && ((*bits >> (port & 31)) & 1));
+}
+
+/* Whether the transport header at `l4` (protocol `proto`) starts an attempt to a counted
+ * port: 1 yes, 0 no, -1 cut short. */
 static __attribute__((always_inline)) int attempt(void *l4, void *end, u8 proto)
 {
 	if (proto == IPPROTO_UDP)
-		return l4 + 8 <= end ? 1 : -1;
+		return l4 + 8 <= end ? guarded(l4) : -1;
 	if (proto != IPPROTO_TCP)
 		return 0;
 	if (l4 + 20 > end)
 		return -1;
 	u8 flags = *(u8 *)(l4 + 13);
-	return (flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+	return (flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN && guarded(l4);
 }
 
 SEC("xdp")
@@ -213,6 +233,8 @@ int tollgate(struct xdp_md *ctx)
 		.current = index % SLICES,
 		.previous = (index + SLICES - 1) % SLICES,
 		.remaining = cfg->window - (tick - index * cfg->window),
+		/* Read once: a reload flips it while frames are decided. */
+		.rules = (u32)(*(volatile u64 *)&cfg->bank & 1) * LEVELS,
 	};
 
 	if (type == ETH_P_IP) {

@@ -65,6 +65,7 @@ mod lists;
 mod reports;
 mod status;
 mod waiting;
+mod xdp;
 
 use answer::{Answer, Format, query, text};
 use waiting::Waiting;
@@ -291,6 +292,7 @@ where
             let lists = shared.filter().lists();
             lists.sweep(now);
             shared.metrics().set_lists(&lists.stats());
+            xdp::refresh_metrics(shared);
             text(StatusCode::OK, shared.metrics().render(&policy, now))
         }
         (&Method::GET, "/top") => {
