@@ -110,6 +110,8 @@ struct RawConfig {
     _cluster: Option<IgnoredAny>,
     #[serde(default, rename = "kernel")]
     _kernel: Option<IgnoredAny>,
+    #[serde(default, rename = "xdp")]
+    _xdp: Option<IgnoredAny>,
     #[serde(default, rename = "rls")]
     _rls: Option<IgnoredAny>,
 }

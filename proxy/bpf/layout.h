@@ -41,9 +41,18 @@ struct config {
 	u64 window;     /* the window length in ticks, 1..2^32 */
 	u64 width;      /* cells per row, 1..2^32 */
 	u64 fixed_tick; /* when non-zero, the time in ticks (tests); otherwise the coarse clock */
+	u64 bank;       /* the bank of `rules` in force: 0 or 1 (read once per frame) */
 };
 
-/* One rule per level: `limit` attempts per sliding window; 0 leaves the level uncounted. */
+/* Banks of rules: a reload writes the bank not in force, then flips `config.bank`, so a frame
+ * reads one policy's rules whole. */
+#define BANKS 2
+/* Ports whose attempts are counted: a bitmap of words of 32 bits, a set bit leaving the port
+ * out (all clear, as the loader makes it: every port counted). */
+#define PORT_WORDS 2048
+
+/* One rule per level and bank: `limit` attempts per sliding window; 0 leaves the level
+ * uncounted. */
 struct rule {
 	u32 limit;
 	u32 reserved;

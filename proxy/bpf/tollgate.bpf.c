@@ -60,10 +60,17 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, LEVELS);
+	__uint(max_entries, BANKS * LEVELS);
 	__type(key, u32);
 	__type(value, struct rule);
 } rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PORT_WORDS);
+	__type(key, u32);
+	__type(value, u32);
+} skipped_ports SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -106,12 +113,13 @@ static __attribute__((always_inline)) int count(u32 which)
 }
 
 /* Where the window stands: the current and previous slices and the ticks left; and the
- * sketch's blocks. */
+ * sketch's blocks and the first rule of the bank in force. */
 struct position {
 	u32 current;
 	u32 previous;
 	u64 remaining;
 	u64 blocks;
+	u32 rules;
 };
 
 /* A key's cells in the current and the previous slice, one per row. */
@@ -169,10 +177,11 @@ static __attribute__((always_inline)) int over(const struct slots *slots, u32 li
 	return now + share(before, at->remaining, cfg->window) > limit;
 }
 
-/* The limit of `level`, 0 when the level is not counted. */
-static __attribute__((always_inline)) u32 limit_of(u32 level)
+/* The limit of `level` in the bank in force, 0 when the level is not counted. */
+static __attribute__((always_inline)) u32 limit_of(const struct position *at, u32 level)
 {
-	struct rule *rule = bpf_map_lookup_elem(&rules, &level);
+	u32 index = at->rules + level;
+	struct rule *rule = bpf_map_lookup_elem(&rules, &index);
 	return rule ? rule->limit : 0;
 }
 
@@ -180,8 +189,8 @@ static __attribute__((always_inline)) int decide_v4(u32 addr, const struct confi
 						    const struct position *at)
 {
 	struct slots host, net;
-	u32 host_limit = limit_of(LEVEL_V4_32);
-	u32 net_limit = limit_of(LEVEL_V4_24);
+	u32 host_limit = limit_of(at, LEVEL_V4_32);
+	u32 net_limit = limit_of(at, LEVEL_V4_24);
 	if (host_limit && !locate(xxh3_4(addr, level_seed(cfg->seed, 32)), at, &host))
 		return XDP_PASS;
 	/* The address as read from the packet: its first three bytes are the low 24 bits. */
@@ -200,9 +209,9 @@ static __attribute__((always_inline)) int decide_v6(u64 lo, u64 hi, const struct
 						    const struct position *at)
 {
 	struct slots host, net64, net48;
-	u32 host_limit = limit_of(LEVEL_V6_128);
-	u32 net64_limit = limit_of(LEVEL_V6_64);
-	u32 net48_limit = limit_of(LEVEL_V6_48);
+	u32 host_limit = limit_of(at, LEVEL_V6_128);
+	u32 net64_limit = limit_of(at, LEVEL_V6_64);
+	u32 net48_limit = limit_of(at, LEVEL_V6_48);
 	if (host_limit && !locate(xxh3_16(lo, hi, level_seed(cfg->seed, 128)), at, &host))
 		return XDP_PASS;
 	if (net64_limit && !locate(xxh3_16(lo, 0, level_seed(cfg->seed, 64)), at, &net64))
@@ -221,18 +230,28 @@ static __attribute__((always_inline)) int decide_v6(u64 lo, u64 hi, const struct
 	return count(drop ? COUNTER_DROPPED : COUNTER_PASSED);
 }
 
-/* Whether the transport header at `l4` (protocol `proto`) starts an attempt: 1 yes, 0 no,
- * -1 cut short. */
+/* Whether the destination port (at the same offset in TCP and UDP, bounds checked by the
+ * caller) is counted: its bit in `skipped_ports` is clear. */
+static __attribute__((always_inline)) int guarded(void *l4)
+{
+	u16 port = be16(*(u16 *)(l4 + 2));
+	u32 word = port >> 5;
+	u32 *bits = bpf_map_lookup_elem(&skipped_ports, &word);
+	return !(bits && ((*bits >> (port & 31)) & 1));
+}
+
+/* Whether the transport header at `l4` (protocol `proto`) starts an attempt to a counted
+ * port: 1 yes, 0 no, -1 cut short. */
 static __attribute__((always_inline)) int attempt(void *l4, void *end, u8 proto)
 {
 	if (proto == IPPROTO_UDP)
-		return l4 + 8 <= end ? 1 : -1;
+		return l4 + 8 <= end ? guarded(l4) : -1;
 	if (proto != IPPROTO_TCP)
 		return 0;
 	if (l4 + 20 > end)
 		return -1;
 	u8 flags = *(u8 *)(l4 + 13);
-	return (flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+	return (flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN && guarded(l4);
 }
 
 SEC("xdp")
@@ -264,6 +283,8 @@ int tollgate(struct xdp_md *ctx)
 		.previous = (index + SLICES - 1) % SLICES,
 		.remaining = cfg->window - (tick - index * cfg->window),
 		.blocks = blocks_of(cfg->width),
+		/* Read once: a reload flips it while frames are decided. */
+		.rules = (u32)(*(volatile u64 *)&cfg->bank & 1) * LEVELS,
 	};
 
 	if (type == ETH_P_IP) {

@@ -86,6 +86,11 @@ pub struct Metrics {
     pub(crate) rls: crate::rls::RlsMetrics,
     rls_registry: Registry,
     rls_exported: AtomicBool,
+    /// The XDP mode's metrics, in their own registry, rendered once exported (see
+    /// [`Metrics::export_xdp`]).
+    pub(crate) xdp: std::sync::Arc<crate::xdp::XdpMetrics>,
+    xdp_registry: Registry,
+    xdp_exported: AtomicBool,
 }
 
 impl Default for Metrics {
@@ -139,6 +144,9 @@ impl Metrics {
             rls: crate::rls::RlsMetrics::default(),
             rls_registry: Registry::default(),
             rls_exported: AtomicBool::new(false),
+            xdp: std::sync::Arc::default(),
+            xdp_registry: Registry::default(),
+            xdp_exported: AtomicBool::new(false),
         };
         let r = &mut registry;
         metrics.listeners.register(r);
@@ -236,10 +244,13 @@ impl Metrics {
         metrics.kernel.register(&mut kernel_registry);
         let mut rls_registry = Registry::with_prefix("tollgate");
         metrics.rls.register(&mut rls_registry);
+        let mut xdp_registry = Registry::with_prefix("tollgate");
+        metrics.xdp.register(&mut xdp_registry);
         Metrics {
             registry,
             kernel_registry,
             rls_registry,
+            xdp_registry,
             ..metrics
         }
     }
@@ -249,6 +260,12 @@ impl Metrics {
     pub(crate) fn export_kernel(&self) {
         // Relaxed: a flag read at each render, ordering nothing else.
         self.kernel_exported.store(true, Ordering::Relaxed);
+    }
+
+    /// Exports the XDP mode's metrics from the next render on (its program was attached).
+    pub(crate) fn export_xdp(&self) {
+        // Relaxed: as `export_kernel`.
+        self.xdp_exported.store(true, Ordering::Relaxed);
     }
 
     /// Exports the rate-limit service's metrics from the next render on (it started).
@@ -349,6 +366,7 @@ impl Metrics {
         let more = [
             (&self.kernel_exported, &self.kernel_registry),
             (&self.rls_exported, &self.rls_registry),
+            (&self.xdp_exported, &self.xdp_registry),
         ];
         for (exported, registry) in more {
             if exported.load(Ordering::Relaxed) {

@@ -71,6 +71,9 @@ pub struct Reloader {
     /// The rate-limit service (`[rls]`), set by the server that started it: a reload
     /// re-reads its files.
     rls: OnceLock<Arc<crate::rls::Rls>>,
+    /// The XDP program (`[xdp]`), set by the server that attached it: a reload swaps its
+    /// kernel rules.
+    xdp: OnceLock<Arc<crate::xdp::Attachment>>,
 }
 
 impl Reloader {
@@ -84,6 +87,7 @@ impl Reloader {
             kernel: watch::Sender::new(config.kernel.clone()),
             kernel_setup: OnceLock::new(),
             rls: OnceLock::new(),
+            xdp: OnceLock::new(),
             loaded: Mutex::new(config),
         }
     }
@@ -105,6 +109,12 @@ impl Reloader {
     #[must_use]
     pub(crate) fn rls(&self) -> &OnceLock<Arc<crate::rls::Rls>> {
         &self.rls
+    }
+
+    /// The XDP program the server attached (`[xdp]`); set once, by that server.
+    #[must_use]
+    pub(crate) fn xdp(&self) -> &OnceLock<Arc<crate::xdp::Attachment>> {
+        &self.xdp
     }
 
     /// Re-reads the config file and swaps in its policy, keeping the counters of unchanged
@@ -192,16 +202,30 @@ impl Reloader {
             }
             return Err(ReloadError::Kernel(kernel.table.clone(), err));
         }
+        // The kernel's rules follow the policy, swapped whole (the program's other settings,
+        // `[xdp]`, need a restart).
+        if let Some(xdp) = self.xdp.get() {
+            match xdp.reload(&config.policy) {
+                Ok(rules) => {
+                    tracing::info!(limits = %rules.describe(), "XDP mode: kernel rules swapped")
+                }
+                Err(err) => {
+                    xdp.metrics().errors.inc();
+                    tracing::error!(%err, "XDP mode: the kernel keeps its rules from before the reload");
+                }
+            }
+        }
         if loaded.listeners != config.listeners
             || loaded.admin != config.admin
+            || loaded.xdp != config.xdp
             || loaded.settings != config.settings
             || loaded.cluster != config.cluster
             || loaded.state != config.state
             || crate::rls::needs_restart(loaded.rls.as_ref(), config.rls.as_ref())
         {
             tracing::warn!(
-                "listener, admin, [proxy] (state_file too), [cluster] or [rls] (listen and bounds) \
-                 settings changed: they take effect on restart; the policy is reloaded now"
+                "listener, admin, [proxy] (state_file too), [cluster], [xdp] or [rls] (listen and \
+                 bounds) settings changed: they take effect on restart; the policy is reloaded now"
             );
         }
         if loaded.kernel != config.kernel {

@@ -35,6 +35,8 @@ pub enum StartError {
     Token(String),
     /// `[kernel] required = true` and the kernel fast path could not be set up.
     Kernel(crate::kernel::NftError),
+    /// `[xdp] required = true` and the XDP program could not be loaded or attached.
+    Xdp(String),
     /// A listener could not be bound.
     Bind {
         /// The listener (or "admin").
@@ -57,6 +59,11 @@ impl std::fmt::Display for StartError {
                 f,
                 "[kernel] required = true, and the kernel fast path cannot be set up: {err} \
                  (it needs nft and CAP_NET_ADMIN)"
+            ),
+            StartError::Xdp(err) => write!(
+                f,
+                "[xdp] required = true, and the XDP mode cannot start: {err} (it needs \
+                 CAP_NET_ADMIN and CAP_BPF, and the program built in: clang at build time)"
             ),
             StartError::Bind {
                 listener,
@@ -117,6 +124,7 @@ impl Server {
         };
         let drain = config.settings.drain;
         let kernel = config.kernel.clone();
+        let xdp = config.xdp.clone().map(|x| (x, config.policy.clone()));
         let rls = config.rls.clone();
         let dir = path.as_deref().and_then(Path::parent).map(Path::to_owned);
         let shared = Arc::new(shared_state(config, path).map_err(StartError::State)?);
@@ -218,7 +226,10 @@ impl Server {
                 }
             }
         }
-        if let Err(err) = server.start_kernel(kernel, &stopped) {
+        if let Err(err) = server
+            .start_xdp(xdp, &stopped)
+            .and_then(|()| server.start_kernel(kernel, &stopped))
+        {
             for task in &server.tasks {
                 task.abort();
             }
@@ -243,6 +254,77 @@ impl Server {
             )));
         }
         Ok(server)
+    }
+
+    /// Loads the XDP program with the policy's kernel rules, guards the bound listeners'
+    /// ports (and `[xdp] ports`), attaches it to each interface and starts its rotation;
+    /// without the program, the permission or an interface, says so in one line and goes on
+    /// without it unless `required`.
+    fn start_xdp(
+        &mut self,
+        config: Option<(crate::config::XdpConfig, tollgate_filter::Config)>,
+        stopped: &watch::Receiver<bool>,
+    ) -> Result<(), StartError> {
+        let Some((config, policy)) = config else {
+            return Ok(());
+        };
+        let tcp = self
+            .tcp
+            .iter()
+            .map(|(f, a)| (f.config.name.clone(), a.port()));
+        let udp = self
+            .udp
+            .iter()
+            .map(|(f, a)| (f.config.name.clone(), a.port()));
+        let ports = config.guarded_ports(&tcp.chain(udp).collect::<Vec<_>>());
+        let metrics = Arc::clone(&self.shared.metrics().xdp);
+        self.shared.metrics().export_xdp();
+        match crate::xdp::Attachment::start(&config, &policy, ports, Arc::clone(&metrics)) {
+            Ok(attachment) => {
+                tracing::info!("{}", attachment.describe());
+                if attachment.rules().counted() == 0 {
+                    tracing::warn!(
+                        "XDP mode: no limit fits the kernel (a rule for every source and both \
+                         protocols, counting events, at /32, /24, /128, /64 or /48 over the \
+                         kernel's window): it counts nothing"
+                    );
+                }
+                if !policy.allow.is_empty() {
+                    tracing::warn!(
+                        "XDP mode: the kernel does not read [lists]: allowed sources are                          limited at the driver too"
+                    );
+                }
+                metrics.active.set(1);
+                let attachment = Arc::new(attachment);
+                self.tasks.push(tokio::spawn(crate::xdp::rotate(
+                    Arc::clone(&attachment),
+                    stopped.clone(),
+                )));
+                // Set once: a server is started once per shared state.
+                let _ = self.shared.reloader().xdp().set(attachment);
+                Ok(())
+            }
+            Err(err) if config.required => {
+                metrics.errors.inc();
+                Err(StartError::Xdp(err.to_string()))
+            }
+            Err(crate::xdp::XdpError::Missing) => {
+                metrics.errors.inc();
+                tracing::error!(
+                    "{}; running without it ([xdp] required = false)",
+                    crate::xdp::XdpError::Missing
+                );
+                Ok(())
+            }
+            Err(err) => {
+                metrics.errors.inc();
+                tracing::error!(
+                    "XDP mode unavailable ({err}): running without it, every attempt is \
+                     counted by the proxy ([xdp] required = false)"
+                );
+                Ok(())
+            }
+        }
     }
 
     /// Sets up the kernel fast path for the bound listeners and starts its updater; without
@@ -369,6 +451,14 @@ impl Server {
         if state::save_bounded(&self.shared, true).await {
             if let Some(saver) = self.shared.saver() {
                 tracing::info!(path = %saver.path().display(), "state saved");
+            }
+        }
+        if let Some(xdp) = self.shared.reloader().xdp().get() {
+            match xdp.detach() {
+                Ok(interfaces) => {
+                    tracing::info!("XDP mode: detached from {}", interfaces.join(", "))
+                }
+                Err(err) => tracing::warn!(%err, "XDP mode: cannot detach"),
             }
         }
         let current = Arc::clone(&self.kernel);

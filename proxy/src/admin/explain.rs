@@ -58,6 +58,7 @@ pub(crate) fn explain(
                 value["list"]["node"] = json!(node);
             }
             value["kernel"] = kernel::held(shared, addr);
+            value["xdp"] = super::xdp::explain_json(shared, addr);
             json(StatusCode::OK, &value)
         }
         Format::Text => {
@@ -66,6 +67,7 @@ pub(crate) fn explain(
                 let _ = writeln!(body, "node     the list entry was added on node {node}");
             }
             body.push_str(&kernel::estimate_line(shared, addr));
+            body.push_str(&super::xdp::explain_lines(shared, addr));
             text(StatusCode::OK, body)
         }
     }

@@ -69,6 +69,7 @@ mod lists;
 mod reports;
 mod status;
 mod waiting;
+mod xdp;
 
 use answer::{Answer, Format, query, query_raw_all, text};
 use waiting::Waiting;
@@ -295,6 +296,7 @@ where
             let lists = shared.filter().lists();
             lists.sweep(now);
             shared.metrics().set_lists(&lists.stats());
+            xdp::refresh_metrics(shared);
             text(StatusCode::OK, shared.metrics().render(&policy, now))
         }
         (&Method::GET, "/top") => {

@@ -1,5 +1,5 @@
 //! The proxy's part of the config file: `[proxy]`, `[admin]`, `[[listener]]`, `[cluster]`,
-//! `[kernel]` and `[rls]`, read from the
+//! `[kernel]`, `[xdp]` and `[rls]`, read from the
 //! same file as the policy (`[sketch]`, `[lists]`, `[[rule]]`, read by `tollgate-filter`). One
 //! file describes one deployment; both halves are checked before anything runs, and every error
 //! is located by line and column.
@@ -17,6 +17,7 @@ mod secret;
 mod settings;
 #[cfg(test)]
 mod testing;
+mod xdp;
 
 pub(crate) use admin::Admin;
 pub use cluster::{
@@ -30,6 +31,7 @@ pub use secret::TokenSource;
 #[cfg(test)]
 pub(crate) use settings::MIN_CONNECTION_MEMORY;
 pub(crate) use settings::{Settings, StateFile};
+pub(crate) use xdp::{XdpConfig, XdpMode};
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -45,6 +47,7 @@ use kernel::RawKernel;
 use listener::RawListener;
 use rls::RawRls;
 use settings::RawSettings;
+use xdp::RawXdp;
 
 /// Everything one config file says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +64,8 @@ pub struct ProxyConfig {
     /// The kernel fast path (`[kernel]`); `None` without the section: nothing is asked of
     /// the kernel.
     pub kernel: Option<KernelConfig>,
+    /// The XDP mode (`[xdp]`); `None` without the section: no program is loaded.
+    pub(crate) xdp: Option<XdpConfig>,
     /// The rate-limit service Envoy calls (`[rls]`); `None` without the section: no gRPC
     /// server.
     pub(crate) rls: Option<RlsConfig>,
@@ -80,6 +85,7 @@ struct RawFile {
     listener: Vec<RawListener>,
     cluster: Option<RawCluster>,
     kernel: Option<RawKernel>,
+    xdp: Option<Spanned<RawXdp>>,
     rls: Option<Spanned<RawRls>>,
     // The policy's sections: checked by `Config::parse`.
     #[serde(default, rename = "sketch")]
@@ -166,6 +172,10 @@ impl ProxyConfig {
             .kernel
             .as_ref()
             .and_then(|k| kernel::kernel(k, &mut errors));
+        let xdp = raw
+            .xdp
+            .as_ref()
+            .and_then(|x| xdp::xdp(x, &listeners, &mut errors));
         let rls = raw.rls.as_ref().and_then(|r| rls::rls(r, &mut errors));
         let own = errors.0.into_errors();
         match policy {
@@ -175,6 +185,7 @@ impl ProxyConfig {
                 listeners,
                 cluster,
                 kernel,
+                xdp,
                 rls,
                 state,
                 policy,
@@ -231,6 +242,9 @@ impl fmt::Display for ProxyConfig {
         if let Some(k) = &self.kernel {
             k.write(f)?;
         }
+        if let Some(x) = &self.xdp {
+            x.write(f)?;
+        }
         if let Some(r) = &self.rls {
             r.write(f)?;
         }
@@ -258,7 +272,9 @@ mod tests {
              {CLUSTER}node = \"n\"\nthreshold = 0.5\nuser = \"u\"\npassword_env = \"P\"\n\
              sentinels = [\"127.0.0.3:26379\"]\nmaster = \"m\"\ntls = true\nca_file = \"/ca\"\n\
              client_cert = \"/c\"\nclient_key = \"/k\"\ntls_server_name = \"redis.test\"\n\
-             [kernel]\naction = \"reset\"\nfactor = 2.5\nrequired = true\n",
+             [kernel]\naction = \"reset\"\nfactor = 2.5\nrequired = true\n\
+             [xdp]\ninterfaces = [\"eth0\"]\nmode = \"generic\"\nlisteners = [\"u\"]\n\
+             ports = [53]\nwindow = \"10s\"\nrequired = true\n",
             listener(""),
             listener("").replace("\"l\"", "\"u\"")
         );
@@ -271,6 +287,7 @@ mod tests {
             "protocol = \"udp\"",
             "action = \"reset\"",
             "on_failure = \"local\"",
+            "mode = \"generic\"",
         ] {
             assert!(printed.contains(line), "{line} not in\n{printed}");
         }

@@ -45,6 +45,11 @@ pub(crate) const CELL_BYTES: u64 = 8;
 pub(crate) const COLUMNS: u32 = 85;
 /// Cells per block: one page of 4 KiB (`SLICES * DEPTH * COLUMNS` = 510 of them used).
 pub(crate) const BLOCK_CELLS: u32 = 512;
+/// Banks of the `rules` map: a reload writes the one not in force, then flips
+/// [`Config::bank`].
+pub(crate) const BANKS: u32 = 2;
+/// Words of 32 bits in the `skipped_ports` bitmap (one bit per port).
+pub(crate) const PORT_WORDS: u32 = 2048;
 
 /// Golden-ratio multiplier of the second hash (tollgate-sketch's `MIX`).
 const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -78,6 +83,17 @@ impl Level {
     /// The level's index in the `rules` map.
     pub(crate) fn index(self) -> u32 {
         self as u32
+    }
+
+    /// The level as the logs and answers write it: `/32`, `/64`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Level::V4Host => "/32",
+            Level::V4Net24 => "/24",
+            Level::V6Host => "/128",
+            Level::V6Net64 => "/64",
+            Level::V6Net48 => "/48",
+        }
     }
 
     /// The prefix length.
@@ -236,6 +252,9 @@ pub(crate) fn estimate(current: u64, previous: u64, at: Position, window: u64) -
     current + share(previous, at.remaining, window)
 }
 
+/// Bytes of the `config` map's value.
+pub(crate) const CONFIG_BYTES: usize = 40;
+
 /// The `config` map's value (`struct config` in layout.h).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Config {
@@ -247,17 +266,20 @@ pub(crate) struct Config {
     pub(crate) width: u32,
     /// When non-zero, the time in ticks the program uses instead of its clock (tests).
     pub(crate) fixed_tick: u64,
+    /// The bank of the `rules` map in force (0 or 1).
+    pub(crate) bank: u32,
 }
 
 impl Config {
     /// The value's bytes, as the program reads them.
-    pub(crate) fn to_bytes(self) -> [u8; 32] {
-        let mut out = [0; 32];
+    pub(crate) fn to_bytes(self) -> [u8; CONFIG_BYTES] {
+        let mut out = [0; CONFIG_BYTES];
         let words = [
             self.seed,
             self.window,
             u64::from(self.width),
             self.fixed_tick,
+            u64::from(self.bank),
         ];
         for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
             chunk.copy_from_slice(&word.to_le_bytes());
@@ -268,6 +290,7 @@ impl Config {
 
 /// One golden vector: an address, a level, its hash and cells in slice 0, under
 /// [`GOLDEN_SEED`] and [`GOLDEN_WIDTH`].
+#[cfg(test)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Golden {
     pub(crate) addr: &'static str,
@@ -277,13 +300,16 @@ pub(crate) struct Golden {
 }
 
 /// The golden vectors' seed.
+#[cfg(test)]
 pub(crate) const GOLDEN_SEED: u64 = 0x0123_4567_89ab_cdef;
 /// The golden vectors' width: not a multiple of [`COLUMNS`] (rounded up to 12 blocks), and 12
 /// is no power of two, so the block's reduction is a multiply-shift.
+#[cfg(test)]
 pub(crate) const GOLDEN_WIDTH: u32 = 1000;
 
 /// Hash and cells of a few keys at every level of their family, computed once with
 /// xxhash-rust and written down: the C side must find the same.
+#[cfg(test)]
 pub(crate) const GOLDEN: [Golden; 10] = [
     Golden {
         addr: "192.0.2.1",
@@ -512,6 +538,8 @@ mod tests {
             ("CELL_BYTES", CELL_BYTES),
             ("COLUMNS", u64::from(COLUMNS)),
             ("BLOCK_CELLS", u64::from(BLOCK_CELLS)),
+            ("BANKS", u64::from(BANKS)),
+            ("PORT_WORDS", u64::from(PORT_WORDS)),
             ("LEVEL_V4_32", u64::from(Level::V4Host.index())),
             ("LEVEL_V4_24", u64::from(Level::V4Net24.index())),
             ("LEVEL_V6_128", u64::from(Level::V6Host.index())),

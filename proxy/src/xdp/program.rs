@@ -1,14 +1,20 @@
-//! The compiled XDP program, loaded through aya: its maps configured, its verdicts and cells
-//! read back. Attaching to an interface comes with the `[xdp]` section.
+//! The compiled XDP program, loaded through aya: its maps configured, attached to interfaces,
+//! its verdicts, cells and counters read back. Every map access is one of aya's safe
+//! lookups or updates (a `bpf()` syscall each): the workspace forbids `unsafe`, so the
+//! `BPF_F_MMAPABLE` cells are not mapped into the proxy's memory.
 
 use std::fmt;
+#[cfg(test)]
 use std::time::Duration;
 
 use aya::maps::{Array, MapData, MapError, PerCpuArray};
-use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::programs::xdp::XdpLinkId;
+use aya::programs::{ProgramError, Xdp, XdpMode};
+#[cfg(test)]
+use aya::programs::{TestRun, TestRunOptions};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
-use super::layout::{self, Config, Level};
+use super::layout::{self, BANKS, CONFIG_BYTES, Config, Level, PORT_WORDS};
 
 /// The object `build.rs` compiled, or `None` when it found no clang.
 #[cfg(tollgate_xdp)]
@@ -52,6 +58,7 @@ pub(crate) struct Counters {
 }
 
 /// What the program did with a frame.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// `XDP_PASS`.
@@ -62,6 +69,7 @@ pub(crate) enum Verdict {
     Other(u32),
 }
 
+#[cfg(test)]
 impl Verdict {
     fn of(value: u32) -> Verdict {
         match value {
@@ -121,9 +129,14 @@ impl From<MapError> for XdpError {
 pub(crate) struct Program {
     ebpf: Ebpf,
     cells: Array<MapData, u32>,
-    config: Array<MapData, [u8; 32]>,
+    config: Array<MapData, [u8; CONFIG_BYTES]>,
+    /// What `config` holds now.
+    current: Config,
     rules: Array<MapData, [u32; 2]>,
+    skipped_ports: Array<MapData, u32>,
     counters: PerCpuArray<MapData, u64>,
+    /// The interfaces attached to, with their links.
+    links: Vec<(String, XdpLinkId)>,
 }
 
 impl fmt::Debug for Program {
@@ -166,8 +179,11 @@ impl Program {
         let mut program = Program {
             cells: take(&mut ebpf, "cells")?,
             config: take(&mut ebpf, "config")?,
+            current: config,
             rules: take(&mut ebpf, "rules")?,
+            skipped_ports: take(&mut ebpf, "skipped_ports")?,
             counters: take(&mut ebpf, "counters")?,
+            links: Vec::new(),
             ebpf,
         };
         program.configure(config)?;
@@ -179,22 +195,84 @@ impl Program {
     /// # Errors
     /// The kernel's refusal of the map update.
     pub(crate) fn configure(&mut self, config: Config) -> Result<(), XdpError> {
-        Ok(self.config.set(0, config.to_bytes(), 0)?)
+        self.config.set(0, config.to_bytes(), 0)?;
+        self.current = config;
+        Ok(())
     }
 
-    /// Sets `level`'s limit (attempts per sliding window); 0 stops counting at that level.
+    /// The config in force.
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> Config {
+        self.current
+    }
+
+    /// Sets `level`'s limit (attempts per sliding window) in the bank in force; 0 stops
+    /// counting at that level.
     ///
     /// # Errors
     /// The kernel's refusal of the map update.
+    #[cfg(test)]
     pub(crate) fn set_limit(&mut self, level: Level, limit: u32) -> Result<(), XdpError> {
-        Ok(self.rules.set(level.index(), [limit, 0], 0)?)
+        let index = self.current.bank * Level::ALL.len() as u32 + level.index();
+        Ok(self.rules.set(index, [limit, 0], 0)?)
+    }
+
+    /// Replaces every level's limit at once (indexed as [`Level::ALL`]): they are written
+    /// whole into the bank not in force, then `config.bank` is flipped. The program reads
+    /// the bank once per frame, so a frame is decided by the old rules or the new ones,
+    /// never a mix. The bank written here was last in force one swap ago: a frame still
+    /// reading it would have to have been decided for as long as the time between two
+    /// reloads (a frame takes well under a microsecond).
+    ///
+    /// # Errors
+    /// The kernel's refusal of a map update; the rules in force are then unchanged.
+    pub(crate) fn swap_limits(&mut self, limits: [u32; Level::ALL.len()]) -> Result<(), XdpError> {
+        let bank = (self.current.bank + 1) % BANKS;
+        for (level, limit) in Level::ALL.iter().zip(limits) {
+            let index = bank * Level::ALL.len() as u32 + level.index();
+            self.rules.set(index, [limit, 0], 0)?;
+        }
+        self.configure(Config {
+            bank,
+            ..self.current
+        })
+    }
+
+    /// The limit of `level` in force.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the lookup.
+    #[cfg(test)]
+    pub(crate) fn limit(&self, level: Level) -> Result<u32, XdpError> {
+        let index = self.current.bank * Level::ALL.len() as u32 + level.index();
+        Ok(self.rules.get(&index, 0)?[0])
+    }
+
+    /// Counts attempts to `ports` only (every port when `None`; the loader's map counts
+    /// every port until this is called).
+    ///
+    /// # Errors
+    /// The kernel's refusal of a map update.
+    pub(crate) fn guard_ports(&mut self, ports: Option<&[u16]>) -> Result<(), XdpError> {
+        let mut skipped = vec![if ports.is_some() { u32::MAX } else { 0 }; PORT_WORDS as usize];
+        for &port in ports.unwrap_or_default() {
+            skipped[usize::from(port >> 5)] &= !(1 << (port & 31));
+        }
+        for (word, bits) in (0..PORT_WORDS).zip(skipped) {
+            self.skipped_ports.set(word, bits, 0)?;
+        }
+        Ok(())
     }
 
     /// Attaches the program to `interface`, natively (in the driver) or generically (in the
-    /// stack, for drivers without XDP); it stays attached until the program is dropped.
+    /// stack, for drivers without XDP); it stays attached until [`Program::detach`] or the
+    /// program is dropped. The attachment is a BPF link held by this process (kernels from
+    /// 5.9 on): when the process ends, crashed or not, the kernel closes it and the program
+    /// leaves the interface, so nothing blocks the next start.
     ///
     /// # Errors
-    /// An unknown interface, or the kernel's refusal (a driver without native XDP).
+    /// An unknown interface, or the kernel's refusal (a driver without native XDP, another
+    /// program attached there already).
     pub(crate) fn attach(&mut self, interface: &str, native: bool) -> Result<(), XdpError> {
         let xdp: &mut Xdp = self
             .ebpf
@@ -206,10 +284,40 @@ impl Program {
         } else {
             XdpMode::Skb
         };
-        xdp.attach(interface, mode)?;
+        let link = xdp.attach(interface, mode)?;
+        self.links.push((interface.to_owned(), link));
         Ok(())
     }
 
+    /// Detaches the program from every interface it was attached to; the names of those
+    /// detached.
+    ///
+    /// # Errors
+    /// The first refusal; the program is detached from the others all the same (and from
+    /// that one when it is dropped).
+    pub(crate) fn detach(&mut self) -> Result<Vec<String>, XdpError> {
+        let xdp: &mut Xdp = self
+            .ebpf
+            .program_mut(NAME)
+            .ok_or(XdpError::Program(ProgramError::NotLoaded))?
+            .try_into()?;
+        let mut detached = Vec::new();
+        let mut first = None;
+        for (interface, link) in self.links.drain(..) {
+            match xdp.detach(link) {
+                Ok(()) => detached.push(interface),
+                Err(err) => {
+                    first.get_or_insert(err);
+                }
+            }
+        }
+        match first {
+            Some(err) => Err(err.into()),
+            None => Ok(detached),
+        }
+    }
+
+    #[cfg(test)]
     fn xdp(&self) -> Result<&Xdp, XdpError> {
         let program = self
             .ebpf
@@ -222,6 +330,7 @@ impl Program {
     ///
     /// # Errors
     /// The kernel's refusal of the run (a frame shorter than an Ethernet header, for one).
+    #[cfg(test)]
     pub(crate) fn run(&self, frame: &[u8]) -> Result<Verdict, XdpError> {
         Ok(self.run_repeated(frame, 1)?.0)
     }
@@ -231,6 +340,7 @@ impl Program {
     ///
     /// # Errors
     /// As [`Program::run`].
+    #[cfg(test)]
     pub(crate) fn run_repeated(
         &self,
         frame: &[u8],

