@@ -367,3 +367,35 @@ fn a_credit_vs_the_next_window() {
         );
     });
 }
+
+/// `held_credit` taken off an estimate (as the rate-limit service answers) never reads below
+/// the truth: one thread holds a credit and spends it while another reserves and spends its
+/// own. The cells hold every event plus every thread's unspent credit, so each thread's
+/// answer less its own credit is at least every event that happened before it.
+#[test]
+fn an_estimate_less_its_threads_credit_keeps_every_event() {
+    check(|| {
+        let sketch = Arc::new(reserving());
+        let now = Tick::from_nanos(10);
+        let hash = sketch.hash(KEY);
+        let _ = sketch.observe_hashed(hash, 1, now);
+        let second = sketch.observe_hashed(hash, 1, now);
+        assert!(second - sketch.held_credit(hash, now) >= 2);
+        let other = Arc::clone(&sketch);
+        let racer = thread::spawn(move || {
+            // This thread's 1 and 2, after the first thread's 2.
+            (1..=2).all(|own| {
+                let read = other.observe_hashed(hash, 1, now);
+                read - other.held_credit(hash, now) >= 2 + own
+            })
+        });
+        let mine = sketch.observe_hashed(hash, 1, now) - sketch.held_credit(hash, now);
+        assert!(
+            racer.join().expect("no panic"),
+            "the racer read below the truth"
+        );
+        assert!(mine >= 3, "read {mine} below its own 3 events");
+        let last = sketch.estimate_hashed(hash, now) - sketch.held_credit(hash, now);
+        assert!(last >= 5, "read {last} after all 5 events");
+    });
+}
