@@ -110,15 +110,9 @@ impl Policy {
     /// As [`Policy::save`], one sketch at a time: each is copied out when the iterator reaches
     /// it, so a writer that encodes and drops each holds one sketch's copy at a time.
     pub fn saved_sketches(&self, now: Tick) -> impl Iterator<Item = SavedSketch> + '_ {
-        self.counters().iter().flat_map(move |counter| {
-            let share = counter.share();
-            let retired = counter
-                .retired()
-                .iter()
-                .filter(move |r| now < r.until)
-                .map(move |r| save(share, &r.sketch, Some(r.until), now));
-            std::iter::once_with(move || save(share, counter.sketch(), None, now)).chain(retired)
-        })
+        self.counters()
+            .iter()
+            .flat_map(move |counter| saved_counter(counter, now))
     }
 
     /// The policy for `config` holding the counts of `saved` (from [`Policy::save`], possibly
@@ -170,6 +164,21 @@ fn read_at(counts: Counts, window: Duration, now: Tick) -> Tick {
     }
 }
 
+/// `counter`'s sketch and the retired ones it still reads at `now`, saved, each copied out
+/// when the iterator reaches it.
+pub(crate) fn saved_counter(
+    counter: &Counter,
+    now: Tick,
+) -> impl Iterator<Item = SavedSketch> + '_ {
+    let share = counter.share();
+    let retired = counter
+        .retired()
+        .iter()
+        .filter(move |r| now < r.until)
+        .map(move |r| save(share, &r.sketch, Some(r.until), now));
+    std::iter::once_with(move || save(share, counter.sketch(), None, now)).chain(retired)
+}
+
 /// `sketch` of `share` saved at `now`: its previous and current windows that saw any event.
 fn save(share: Share, sketch: &RateSketch, until: Option<Tick>, now: Tick) -> SavedSketch {
     let current = sketch.window_index(read_at(share.counts, share.window, now));
@@ -197,7 +206,7 @@ fn save(share: Share, sketch: &RateSketch, until: Option<Tick>, now: Tick) -> Sa
 }
 
 /// The counter for `share` holding what `saved` has for it.
-fn restore(
+pub(crate) fn restore(
     share: Share,
     saved: &[SavedSketch],
     now: Tick,

@@ -211,7 +211,13 @@ impl Server {
         }
         if let Some(config) = &rls {
             let metrics = shared.metrics().rls.clone();
-            match crate::rls::start(config, dir.as_deref(), metrics, stopped.clone()).await {
+            // Taken once, here: the service starts once per process.
+            let warm = shared
+                .take_rls_start()
+                .unwrap_or_else(|| (tollgate_sketch::MonotonicClock::new(), Vec::new()));
+            let started =
+                crate::rls::start(config, dir.as_deref(), metrics, stopped.clone(), warm).await;
+            match started {
                 Ok((task, address, rls)) => {
                     shared.metrics().export_rls();
                     let _ = shared.reloader().rls().set(rls);

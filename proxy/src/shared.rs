@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_filter::{Filter, ListError, Policy, Remote};
-use tollgate_sketch::Tick;
+use tollgate_filter::{DescriptorPolicy, Filter, ListError, Policy, Remote, SavedSketch};
+use tollgate_sketch::{MonotonicClock, Tick};
 
 use crate::cluster::Cluster;
 use crate::config::ProxyConfig;
@@ -38,6 +38,9 @@ pub struct Shared {
     kernel_view: crate::kernel::View,
     /// The listeners serving now, as bound (the admin's status page shows them).
     running: Serving,
+    /// The filter's clock and the rate-limit service's saved sketches, until the server
+    /// starts the service (`[rls]`) with them: one clock, so one tick in the state file.
+    rls_start: std::sync::Mutex<Option<(MonotonicClock, Vec<SavedSketch>)>>,
 }
 
 impl Shared {
@@ -89,6 +92,7 @@ impl Shared {
             state: saver,
             kernel_view: crate::kernel::View::new(),
             running: Serving::default(),
+            rls_start: std::sync::Mutex::new(Some((clock, warm.descriptors))),
         };
         if let Some((path, saved)) = restoring {
             match shared.restore_lists(saved) {
@@ -108,6 +112,15 @@ impl Shared {
     #[must_use]
     pub fn gate(&self) -> &Arc<Gate> {
         &self.gate
+    }
+
+    /// The filter's clock and the rate-limit service's sketches from the state file, for
+    /// the service's start; `None` after the first call.
+    pub(crate) fn take_rls_start(&self) -> Option<(MonotonicClock, Vec<SavedSketch>)> {
+        self.rls_start
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// The config's lifecycle (reload, apply, the `[kernel]` section in force).
@@ -207,6 +220,10 @@ impl Saving for Shared {
 
     fn saved_lists(&self) -> Vec<SavedEntry> {
         Shared::saved_lists(self)
+    }
+
+    fn descriptors(&self) -> Option<Arc<DescriptorPolicy>> {
+        self.reloader.rls().get().map(|rls| rls.policy())
     }
 
     fn metrics(&self) -> &StateMetrics {

@@ -58,6 +58,7 @@ mod decision;
 mod explain;
 mod matcher;
 mod request;
+mod saved;
 
 #[cfg(test)]
 mod conformance;

@@ -26,6 +26,8 @@ use tollgate_filter::{
 };
 use tollgate_sketch::{BuildError, Clock, MonotonicClock};
 
+use tollgate_filter::SavedSketch;
+
 use crate::config::RlsConfig;
 
 /// Why the descriptor files could not be made a policy.
@@ -91,19 +93,47 @@ pub(crate) struct Rls {
 pub(crate) struct Prepared(DescriptorPolicy);
 
 impl Rls {
-    /// The service of `config`, its files read now (relative ones from `dir`, see [`load`]).
+    /// The service of `config`, its files read now (relative ones from `dir`, see [`load`]),
+    /// counting on `clock` (the filter's: the state file holds one tick) from the counts of
+    /// `saved` (the state file's, see [`DescriptorPolicy::restore`]; none on a cold start).
     ///
     /// # Errors
     /// [`RlsError`] if the files cannot be read or checked, or the memory is too small.
-    pub(crate) fn new(config: &RlsConfig, dir: Option<&Path>) -> Result<Rls, RlsError> {
+    pub(crate) fn new(
+        config: &RlsConfig,
+        dir: Option<&Path>,
+        clock: MonotonicClock,
+        saved: &[SavedSketch],
+    ) -> Result<Rls, RlsError> {
         let descriptors = load(config, dir)?;
-        let policy =
+        let mut policy =
             DescriptorPolicy::new(&descriptors, config.memory, None).map_err(RlsError::Memory)?;
+        if !saved.is_empty() {
+            let (restored, report) = policy
+                .restore(saved, clock.now())
+                .map_err(RlsError::Memory)?;
+            tracing::info!(
+                windows = report.windows,
+                retired = report.retired,
+                stale = report.stale,
+                "descriptor counts restored from the state file"
+            );
+            for dropped in &report.dropped {
+                tracing::warn!("state file: {dropped}; not restored");
+            }
+            policy = restored;
+        }
         Ok(Rls {
             policy: ArcSwap::from_pointee(policy),
-            clock: MonotonicClock::new(),
+            clock,
             dir: dir.map(Path::to_owned),
         })
+    }
+
+    /// The policy in force (for a save of its counts).
+    #[must_use]
+    pub(crate) fn policy(&self) -> Arc<DescriptorPolicy> {
+        self.policy.load_full()
     }
 
     /// How many descriptor rules (nodes with a `rate_limit`) the files in force configure.
@@ -174,7 +204,8 @@ pub(crate) fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) ->
     fixed(old) != fixed(new)
 }
 
-/// Builds the service of `config` (relative file paths read from `dir`), binds its address
+/// Builds the service of `config` (relative file paths read from `dir`) on `clock` from the
+/// counts of `saved` (see [`Rls::new`]), binds its address
 /// and serves it until `stopped` says stop: the task, the bound address and the service's
 /// state (for reloads).
 ///
@@ -186,8 +217,9 @@ pub(crate) async fn start(
     dir: Option<&Path>,
     metrics: RlsMetrics,
     stopped: watch::Receiver<bool>,
+    (clock, saved): (MonotonicClock, Vec<SavedSketch>),
 ) -> Result<(JoinHandle<()>, SocketAddr, Arc<Rls>), RlsError> {
-    let rls = Arc::new(Rls::new(config, dir)?);
+    let rls = Arc::new(Rls::new(config, dir, clock, &saved)?);
     let bind_error = |error| RlsError::Bind(config.listen, error);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

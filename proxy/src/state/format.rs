@@ -5,7 +5,7 @@
 //! ```text
 //! header (32 bytes)
 //!   0  magic          8   "TGSTATE\0"
-//!   8  version        u32 1 (FORMAT_VERSION)
+//!   8  version        u32 1, or 2 with the descriptor section (FORMAT_VERSION)
 //!   12 reserved       u32 0
 //!   16 body length    u64 bytes after the header, exactly
 //!   24 checksum       u64 xxh3-64 of the body
@@ -13,7 +13,8 @@
 //!   saved at          u64 Unix time in milliseconds (wall clock) when the save began
 //!   tick              u64 the proxy's tick then, in nanoseconds (below 2^62)
 //!   section*          u32 tag, u32 section version, u64 length, then `length` bytes:
-//!                     tag 1 (sketches, version 1), then tag 2 (run-time lists, version 1)
+//!                     tag 1 (sketches, version 1), then tag 2 (run-time lists, version 1),
+//!                     then in a version 2 file only, tag 3 (descriptor sketches, version 1)
 //! sketches v1
 //!   count             u32
 //!   per sketch        u8 kind (0 limits, 1 penalties, 2 penalties read shifted),
@@ -28,7 +29,14 @@
 //!   per entry         u8 action (0 allow, 1 deny), u8 family (4 or 6), 4 or 16 address
 //!                     bytes, u8 prefix length, u64 expiry (Unix ms), u16 reason length,
 //!                     reason (UTF-8)
+//! descriptor sketches v1 (the rate-limit service's, `[rls]`; same tick)
+//!   count             u32
+//!   per sketch        as in the sketches section (kind 0: one per unit, its window)
 //! ```
+//!
+//! A proxy without `[rls]` writes version 1, which every build since the first reads; one
+//! with it writes version 2. This build reads both (a version 1 file has no descriptor
+//! counts).
 //!
 //! The encoding is canonical: [`decode`] accepts exactly the bytes [`encode`] makes of some
 //! state, so `encode(decode(bytes)) == bytes` (the fuzz target checks it). Every length is
@@ -46,8 +54,9 @@ use xxhash_rust::xxh3::xxh3_64;
 
 /// The first 8 bytes of every state file.
 pub(crate) const MAGIC: [u8; 8] = *b"TGSTATE\0";
-/// The format version this build reads and writes.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The newest format version this build reads and writes (2: with the descriptor section);
+/// it reads and writes 1 too (see the module docs).
+pub(crate) const FORMAT_VERSION: u32 = 2;
 /// The header's length.
 pub const HEADER_LEN: usize = 32;
 /// The latest tick a file may hold (about 146 years): a clock resumed from it cannot reach
@@ -58,6 +67,8 @@ const SKETCHES: u32 = 1;
 const SKETCHES_VERSION: u32 = 1;
 const LISTS: u32 = 2;
 const LISTS_VERSION: u32 = 1;
+const DESCRIPTORS: u32 = 3;
+const DESCRIPTORS_VERSION: u32 = 1;
 
 /// Everything a state file holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +82,9 @@ pub struct State {
     pub sketches: Vec<SavedSketch>,
     /// Allow and deny entries added at run time.
     pub lists: Vec<ListEntry>,
+    /// The rate-limit service's sketches (`[rls]`), at the same tick; `None` in a version 1
+    /// file (a proxy without `[rls]` writes one).
+    pub descriptors: Option<Vec<SavedSketch>>,
 }
 
 /// One allow or deny entry added at run time (not from the config file).
@@ -147,7 +161,7 @@ impl fmt::Display for FormatError {
             ),
             FormatError::Version { found } => write!(
                 f,
-                "format version {found}; this build reads version {FORMAT_VERSION}"
+                "format version {found}; this build reads versions 1 to {FORMAT_VERSION}"
             ),
             FormatError::Reserved { found } => {
                 write!(f, "header word at offset 12 is {found}, not 0")
@@ -176,6 +190,7 @@ pub fn encode(state: &State) -> Vec<u8> {
         state.tick,
         &state.sketches,
         &state.lists,
+        state.descriptors.as_deref(),
         0,
     )
 }
@@ -190,11 +205,12 @@ pub(crate) fn encode_parts<S: Borrow<SavedSketch>>(
     tick: Tick,
     sketches: impl IntoIterator<Item = S>,
     lists: &[ListEntry],
+    descriptors: Option<&[SavedSketch]>,
     capacity: usize,
 ) -> Vec<u8> {
     let mut file = Vec::with_capacity(capacity);
     file.extend_from_slice(&MAGIC);
-    put_u32(&mut file, FORMAT_VERSION);
+    put_u32(&mut file, if descriptors.is_some() { 2 } else { 1 });
     put_u32(&mut file, 0);
     // Body length and checksum, filled in below.
     put_u64(&mut file, 0);
@@ -217,6 +233,14 @@ pub(crate) fn encode_parts<S: Borrow<SavedSketch>>(
             entry_bytes(out, entry);
         }
     });
+    if let Some(descriptors) = descriptors {
+        section(&mut file, DESCRIPTORS, DESCRIPTORS_VERSION, |out| {
+            put_u32(out, len_u32(descriptors.len()));
+            for sketch in descriptors {
+                sketch_bytes(out, sketch);
+            }
+        });
+    }
     let body_len = (file.len() - HEADER_LEN) as u64;
     let checksum = xxh3_64(&file[HEADER_LEN..]);
     file[16..24].copy_from_slice(&body_len.to_le_bytes());
@@ -241,7 +265,7 @@ pub fn decode(bytes: &[u8]) -> Result<State, FormatError> {
         return Err(FormatError::Magic { found: magic });
     }
     let version = header.u32("version")?;
-    if version != FORMAT_VERSION {
+    if !(1..=FORMAT_VERSION).contains(&version) {
         return Err(FormatError::Version { found: version });
     }
     let reserved = header.u32("reserved")?;
@@ -285,12 +309,25 @@ pub fn decode(bytes: &[u8]) -> Result<State, FormatError> {
         entries.push(lists.entry()?);
     }
     lists.end("run-time lists")?;
+    let descriptors = if version >= 2 {
+        let mut section = r.section(DESCRIPTORS, DESCRIPTORS_VERSION, "descriptor sketches")?;
+        let count = section.u32("descriptor sketch count")?;
+        let mut saved = Vec::new();
+        for _ in 0..count {
+            saved.push(section.sketch()?);
+        }
+        section.end("descriptor sketches")?;
+        Some(saved)
+    } else {
+        None
+    };
     r.end("body")?;
     Ok(State {
         saved_at_unix_ms,
         tick: Tick::from_nanos(tick),
         sketches: saved,
         lists: entries,
+        descriptors,
     })
 }
 
@@ -656,6 +693,7 @@ mod tests {
                     reason: "partner ✓".into(),
                 },
             ],
+            descriptors: None,
         }
     }
 
@@ -702,18 +740,69 @@ mod tests {
         );
         assert_eq!(refuse(&good[..20]), FormatError::Short { len: 20 });
         let mut version = good.clone();
-        version[8] = 2;
-        assert_eq!(refuse(&version), FormatError::Version { found: 2 });
+        version[8] = 3;
+        assert_eq!(refuse(&version), FormatError::Version { found: 3 });
         assert_eq!(
             refuse(&version).to_string(),
-            "format version 2; this build reads version 1"
+            "format version 3; this build reads versions 1 to 2"
         );
+        // A version 1 file claiming to be 2 lacks the descriptor section.
+        let mut claimed = good.clone();
+        claimed[8] = 2;
+        assert!(matches!(refuse(&claimed), FormatError::Invalid { .. }));
         let foreign = b"# not a state file, a config: [proxy]\n";
         assert!(matches!(refuse(foreign), FormatError::Magic { .. }));
         assert!(
             refuse(foreign)
                 .to_string()
                 .starts_with("not a Tollgate state file (it starts \"# not a \"")
+        );
+    }
+
+    /// The rate-limit service's sketches: a descriptor policy's, one key counted.
+    fn descriptor_sketches() -> Vec<SavedSketch> {
+        let text = "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
+        let config = tollgate_filter::DescriptorConfig::parse(&[("api.yaml", text)]).unwrap();
+        let policy = tollgate_filter::DescriptorPolicy::new(&config, 64 << 10, None).unwrap();
+        let request = tollgate_filter::Request {
+            domain: "api".into(),
+            descriptors: vec![tollgate_filter::Descriptor::of(&[("api_key", "k")])],
+            hits_addend: 3,
+        };
+        let now = Tick::from_nanos(75_000_000_000);
+        let _ = policy.decide(&request, now);
+        policy.save(now)
+    }
+
+    #[test]
+    fn descriptor_counts_make_a_version_2_file_and_a_version_1_file_still_reads() {
+        let old = state();
+        let v1 = encode(&old);
+        assert_eq!(v1[8], 1, "without [rls], version 1 as before");
+        assert_eq!(decode(&v1).unwrap().descriptors, None);
+        let new = State {
+            descriptors: Some(descriptor_sketches()),
+            ..old
+        };
+        let v2 = encode(&new);
+        assert_eq!(v2[8], 2);
+        assert_eq!(new.descriptors.as_ref().map(Vec::len), Some(1));
+        assert_eq!(decode(&v2), Ok(new.clone()));
+        // Version 1's bytes are version 2's up to the descriptor section.
+        assert_eq!(v1[12..16], v2[12..16]);
+        assert_eq!(v1[HEADER_LEN..], v2[HEADER_LEN..v1.len()]);
+        // A version 2 file's descriptor section damaged past the checksum is refused by name.
+        let bytes = resealed(&new, |body| {
+            let at = v1.len() - HEADER_LEN;
+            body[at] = 9;
+        });
+        assert!(
+            decode(&bytes)
+                .unwrap_err()
+                .to_string()
+                .contains("section tag 9, expected 3 (descriptor sketches)"),
+            "{:?}",
+            decode(&bytes)
         );
     }
 

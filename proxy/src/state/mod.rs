@@ -7,7 +7,10 @@
 //!   penalties included (they are marks in sketches of their own), and the sketches a reload
 //!   retired but still reads. Then the run-time allow/deny entries, `(cidr, allow|deny, expiry
 //!   in Unix ms, reason)`, in a section of their own, put back at start (those expired by
-//!   then are left out) through [`crate::state::lists`].
+//!   then are left out) through [`crate::state::lists`]. With `[rls]`, the rate-limit
+//!   service's sketches too, in a section of their own (format version 2), put back into its
+//!   policy at start ([`tollgate_filter::DescriptorPolicy::restore`], the same migration as
+//!   the address sketches'), so a key over its limit stays refused across a restart.
 //! - **Time.** The file holds the proxy's tick and the wall-clock time of the save. A restart
 //!   resumes the clock at the saved tick plus the wall-clock time since (zero if the wall
 //!   clock went back), so every window ages by the time the proxy was down: a restart after
@@ -43,7 +46,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tollgate_filter::{ListKind, Policy, PolicyError, Restored};
+use tollgate_filter::{DescriptorPolicy, ListKind, Policy, PolicyError, Restored, SavedSketch};
 use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
 pub use format::{FormatError, ListEntry, State, decode, encode};
@@ -63,6 +66,8 @@ pub(crate) trait Saving: Send + Sync + 'static {
     fn policy(&self) -> Arc<Policy>;
     /// The run-time list entries in force now.
     fn saved_lists(&self) -> Vec<SavedEntry>;
+    /// The rate-limit service's policy (`[rls]`), counted on the same clock; `None` without it.
+    fn descriptors(&self) -> Option<Arc<DescriptorPolicy>>;
     /// The state file's metrics.
     fn metrics(&self) -> &StateMetrics;
 }
@@ -236,7 +241,8 @@ impl Saver {
             .map(ListEntry::from)
             .collect();
         let policy = shared.policy();
-        let mut sketches = 0;
+        let descriptors = shared.descriptors().map(|d| d.save(tick));
+        let mut sketches = descriptors.as_ref().map_or(0, Vec::len);
         // Each sketch's copy is encoded and dropped before the next is made; the buffer is
         // sized for the whole policy (the file is at most that, plus a little).
         let bytes = format::encode_parts(
@@ -244,6 +250,7 @@ impl Saver {
             tick,
             policy.saved_sketches(tick).inspect(|_| sketches += 1),
             &lists,
+            descriptors.as_deref(),
             policy.memory_bytes() + (64 << 10),
         );
         file::write_atomic(&self.path, &bytes)
@@ -267,6 +274,8 @@ pub(crate) struct WarmStart {
     pub(crate) policy: Policy,
     /// The saved run-time list entries and the file's path.
     pub(crate) lists: Option<(PathBuf, Vec<SavedEntry>)>,
+    /// The rate-limit service's saved sketches, for its policy at start (on `clock`).
+    pub(crate) descriptors: Vec<SavedSketch>,
 }
 
 /// Reads `config`'s state file, if it names one, into a [`WarmStart`]; counts the windows
@@ -280,8 +289,10 @@ pub(crate) fn warm_start(
 ) -> Result<WarmStart, PolicyError> {
     // A state file that reads resumes the saved ticks: its windows age by the time the
     // proxy was down. Anything wrong with it is logged and the start is cold.
-    let resumed = config.state.as_ref().and_then(|file| {
-        match load(&file.path, config.policy.memory, unix_ms()) {
+    let mut resumed = config.state.as_ref().and_then(|file| {
+        // The descriptor sketches are at most `[rls] memory` (retired ones included, twice).
+        let memory = config.policy.memory + config.rls.as_ref().map_or(0, |rls| rls.memory);
+        match load(&file.path, memory, unix_ms()) {
             Ok(Some(resumed)) => Some(resumed),
             Ok(None) => {
                 tracing::info!(
@@ -311,6 +322,10 @@ pub(crate) fn warm_start(
         }
         _ => Policy::compile(config.policy.clone(), None)?,
     };
+    let descriptors = resumed
+        .as_mut()
+        .and_then(|resumed| resumed.state.descriptors.take())
+        .unwrap_or_default();
     // The run-time list entries go back once the proxy's state is built (see
     // `Shared::restore_lists`).
     let restoring = match (resumed, &config.state) {
@@ -329,6 +344,7 @@ pub(crate) fn warm_start(
         clock,
         policy,
         lists: restoring,
+        descriptors,
     })
 }
 
@@ -534,6 +550,7 @@ mod tests {
             tick,
             sketches: policy.save(tick),
             lists: Vec::new(),
+            descriptors: None,
         };
         file::write_atomic(path, &encode(&state)).unwrap();
     }

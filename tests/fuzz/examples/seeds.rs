@@ -133,13 +133,15 @@ fn saved_sketch(kind: SavedKind, keys: u32, retired: bool) -> SavedSketch {
     }
 }
 
-/// Small state files: empty, limits with list entries, penalties and a retired sketch.
+/// Small state files: empty, limits with list entries, penalties and a retired sketch, and
+/// descriptor sketches (version 2).
 fn states() -> Vec<(&'static str, State)> {
     let state = |sketches, lists| State {
         saved_at_unix_ms: 1_795_000_000_000,
         tick: Tick::from_nanos(85_000_000_000),
         sketches,
         lists,
+        descriptors: None,
     };
     let entry = |cidr: &str, deny, reason: &str| ListEntry {
         cidr: Cidr::parse(cidr).expect("a CIDR"),
@@ -169,6 +171,14 @@ fn states() -> Vec<(&'static str, State)> {
                 ],
                 Vec::new(),
             ),
+        ),
+        (
+            // Format version 2: the rate-limit service's sketches in their own section.
+            "descriptors",
+            State {
+                descriptors: Some(vec![saved_sketch(SavedKind::Limits, 4, false)]),
+                ..state(Vec::new(), Vec::new())
+            },
         ),
     ]
 }

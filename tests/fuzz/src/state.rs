@@ -30,6 +30,7 @@ pub fn sealed(body: &[u8]) -> Vec<u8> {
         tick: tollgate_sketch::Tick::ZERO,
         sketches: Vec::new(),
         lists: Vec::new(),
+        descriptors: None,
     });
     bytes.truncate(HEADER_LEN);
     bytes[16..24].copy_from_slice(&(body.len() as u64).to_le_bytes());
@@ -43,7 +44,7 @@ pub fn sealed(body: &[u8]) -> Vec<u8> {
 /// # Panics
 /// When an invariant breaks: a decode panics, a state that decodes does not encode back to
 /// exactly the bytes it came from (the format is canonical), or restoring it into a policy
-/// (and deciding there) panics.
+/// (and deciding there) panics, the rate-limit service's descriptor policy too.
 pub fn check(data: &[u8]) {
     for bytes in [data.to_vec(), sealed(data)] {
         let Ok(state) = decode(&bytes) else {
@@ -59,5 +60,29 @@ pub fn check(data: &[u8]) {
             bytes: 60,
         };
         let _ = policy.decide(&event, state.tick);
+        // The rate-limit service's sketches (a version 2 file) go back into its policy.
+        if let Some(saved) = &state.descriptors {
+            let Ok((descriptors, _)) = descriptor_policy().restore(saved, state.tick) else {
+                continue;
+            };
+            let request = tollgate_filter::Request {
+                domain: "api".into(),
+                descriptors: vec![tollgate_filter::Descriptor::of(&[("api_key", "k")])],
+                hits_addend: 1,
+            };
+            let _ = descriptors.decide(&request, state.tick);
+        }
     }
+}
+
+/// A small descriptor policy of a per-second limit (the seeds' unit), fresh for each input.
+fn descriptor_policy() -> tollgate_filter::DescriptorPolicy {
+    static CONFIG: OnceLock<tollgate_filter::DescriptorConfig> = OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        let text = "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+        tollgate_filter::DescriptorConfig::parse(&[("api.yaml", text)])
+            .expect("the harness's descriptor file parses")
+    });
+    tollgate_filter::DescriptorPolicy::new(config, 64 << 10, None)
+        .expect("64 KiB holds one unit's sketch")
 }
