@@ -254,6 +254,18 @@ impl Attachment {
         self.program().detach()
     }
 
+    /// The program, for tests that read and write its cells.
+    #[cfg(test)]
+    pub(crate) fn with_program<T>(&self, f: impl FnOnce(&mut Program) -> T) -> T {
+        f(&mut self.program())
+    }
+
+    /// The window's length in ticks and the sketch's width.
+    #[cfg(test)]
+    pub(crate) fn shape(&self) -> (u64, u32) {
+        (self.window, self.width)
+    }
+
     /// The XDP mode's metrics.
     pub(crate) fn metrics(&self) -> &XdpMetrics {
         &self.metrics

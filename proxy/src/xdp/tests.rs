@@ -907,3 +907,55 @@ fn rules_swap_whole_and_only_guarded_ports_count() {
     program.guard_ports(None).unwrap();
     assert_eq!(runs(&program, &datagram, 1), [Verdict::Drop]);
 }
+
+#[test]
+#[ignore = "needs root and clang (CI installs clang)"]
+fn the_rotation_clears_the_slice_after_next_and_nothing_else() {
+    use super::attachment::{Attachment, kernel_tick};
+    use super::metrics::Cleared;
+    let config = crate::config::XdpConfig {
+        interfaces: Vec::new(),
+        mode: crate::config::XdpMode::Native,
+        listeners: None,
+        ports: Vec::new(),
+        memory: 64 << 10,
+        window: Some(std::time::Duration::from_secs(60)),
+        required: false,
+    };
+    let policy =
+        tollgate_filter::Config::parse("[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/1m\" }]")
+            .unwrap();
+    let attachment =
+        Attachment::start(&config, &policy, vec![53], std::sync::Arc::default()).unwrap();
+    let (window, width) = attachment.shape();
+    let cells = layout::SLICES * layout::DEPTH * width;
+    let fill = |value: u32| {
+        attachment.with_program(|program| {
+            for index in 0..cells {
+                program.set_cell(index, value).unwrap();
+            }
+        });
+    };
+    let per_slice =
+        |slice: u32| -> Vec<u32> { attachment.with_program(|p| self::slice(p, width, slice)) };
+    // A window ten ahead: its deadline is far, the whole slice is cleared.
+    let now = layout::position(kernel_tick(), window).index;
+    for index in now + 10..now + 13 {
+        fill(7);
+        assert_eq!(attachment.clear_for(index).unwrap(), Cleared::Done);
+        let cleared = layout::slice_to_clear(index);
+        for slice in 0..layout::SLICES {
+            let expected = if slice == cleared { 0 } else { 7 };
+            assert!(
+                per_slice(slice).iter().all(|&c| c == expected),
+                "window {index}, slice {slice}"
+            );
+        }
+    }
+    // A window long past: less than a quarter of it is left (none), nothing is cleared.
+    fill(7);
+    assert_eq!(attachment.clear_for(now - 10).unwrap(), Cleared::Stopped);
+    for slice in 0..layout::SLICES {
+        assert!(per_slice(slice).iter().all(|&c| c == 7), "slice {slice}");
+    }
+}
