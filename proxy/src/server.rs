@@ -203,7 +203,9 @@ impl Server {
         }
         if let Some(config) = &rls {
             let metrics = shared.metrics().rls.clone();
-            match crate::rls::start(config, dir.as_deref(), metrics, stopped.clone()).await {
+            let cluster = shared.cluster();
+            match crate::rls::start(config, dir.as_deref(), metrics, stopped.clone(), cluster).await
+            {
                 Ok((task, address, rls)) => {
                     shared.metrics().export_rls();
                     let _ = shared.reloader().rls().set(rls);

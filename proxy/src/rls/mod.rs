@@ -20,9 +20,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tollgate_filter::{DescriptorConfig, DescriptorErrors, DescriptorPolicy, Request, Response};
+use tollgate_filter::{
+    DescriptorConfig, DescriptorErrors, DescriptorPolicy, Remote, Request, Response,
+};
 use tollgate_sketch::{BuildError, Clock, MonotonicClock};
 
+use crate::cluster::Cluster;
 use crate::config::RlsConfig;
 
 /// Why the descriptor files could not be made a policy.
@@ -88,17 +91,30 @@ pub(crate) struct Rls {
 pub(crate) struct Prepared(DescriptorPolicy);
 
 impl Rls {
-    /// The service of `config`, its files read now (relative ones from `dir`, see [`load`]).
+    /// The service of `config`, its files read now (relative ones from `dir`, see [`load`]);
+    /// in `cluster`, if given, its descriptors' counts are shared as the addresses' are (on
+    /// its clock, and kept across reloads).
     ///
     /// # Errors
     /// [`RlsError`] if the files cannot be read or checked, or the memory is too small.
-    pub(crate) fn new(config: &RlsConfig, dir: Option<&Path>) -> Result<Rls, RlsError> {
+    pub(crate) fn new(
+        config: &RlsConfig,
+        dir: Option<&Path>,
+        cluster: Option<&Arc<Cluster>>,
+    ) -> Result<Rls, RlsError> {
         let descriptors = load(config, dir)?;
         let policy =
             DescriptorPolicy::new(&descriptors, config.memory, None).map_err(RlsError::Memory)?;
+        let (policy, clock) = match cluster {
+            Some(cluster) => (
+                policy.with_remote(Arc::clone(cluster) as Arc<dyn Remote>),
+                cluster.clock(),
+            ),
+            None => (policy, MonotonicClock::new()),
+        };
         Ok(Rls {
             policy: ArcSwap::from_pointee(policy),
-            clock: MonotonicClock::new(),
+            clock,
             dir: dir.map(Path::to_owned),
         })
     }
@@ -166,7 +182,8 @@ pub(crate) fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) ->
     fixed(old) != fixed(new)
 }
 
-/// Builds the service of `config` (relative file paths read from `dir`), binds its address
+/// Builds the service of `config` (relative file paths read from `dir`, counts shared through
+/// `cluster` if given), binds its address
 /// and serves it until `stopped` says stop: the task, the bound address and the service's
 /// state (for reloads).
 ///
@@ -178,8 +195,9 @@ pub(crate) async fn start(
     dir: Option<&Path>,
     metrics: RlsMetrics,
     stopped: watch::Receiver<bool>,
+    cluster: Option<&Arc<Cluster>>,
 ) -> Result<(JoinHandle<()>, SocketAddr, Arc<Rls>), RlsError> {
-    let rls = Arc::new(Rls::new(config, dir)?);
+    let rls = Arc::new(Rls::new(config, dir, cluster)?);
     let bind_error = |error| RlsError::Bind(config.listen, error);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -36,7 +36,7 @@ pub fn check(path: &Path, out: &mut dyn Write) -> std::io::Result<ExitCode> {
     };
     // `[rls]`'s descriptor files, each error at the YAML's own FILE:LINE:COL.
     let domains = match &config.rls {
-        Some(section) => match crate::rls::Rls::new(section, path.parent()) {
+        Some(section) => match crate::rls::Rls::new(section, path.parent(), None) {
             Ok(rls) => Some((rls.rules(), rls.memory_bytes())),
             Err(err) => {
                 writeln!(out, "{err}")?;
