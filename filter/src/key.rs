@@ -116,6 +116,8 @@ enum Kind {
     Penalty = 3,
     /// The second key of each penalty mark (see the `penalty` module).
     PenaltyTwin = 4,
+    /// A descriptor of the rate-limit service under one rule, as a cluster shares it.
+    Descriptor = 5,
 }
 
 /// A sketch key: what it counts (a plain scope, a limit or a penalty), the rule, the period,
@@ -219,6 +221,20 @@ impl LimitKey {
         }
     }
 
+    /// The key a cluster shares a descriptor's count by: the rule's identity, the unit's
+    /// length and the 128-bit hash of the descriptor's values (see `descriptors`), under a
+    /// kind of its own, so that it never equals an address's key.
+    pub(crate) fn descriptor(rule: RuleId, per: Duration, values: [u8; 16]) -> LimitKey {
+        let mut bytes = [0; Self::LEN];
+        bytes[0] = Kind::Descriptor as u8;
+        bytes[1..9].copy_from_slice(&rule.0.to_le_bytes());
+        let nanos = u64::try_from(per.as_nanos()).unwrap_or(u64::MAX);
+        bytes[9..17].copy_from_slice(&nanos.to_le_bytes());
+        // Family and prefix length 0: no address kind writes 0 there.
+        bytes[19..35].copy_from_slice(&values);
+        LimitKey { bytes }
+    }
+
     /// The same key under the kind that hashes it apart: a penalty key's twin.
     pub(crate) fn twin(mut self) -> LimitKey {
         self.bytes[0] = Kind::PenaltyTwin as u8;
@@ -301,6 +317,9 @@ mod tests {
             LimitKey::penalty(rule, Duration::from_secs(1), zero4, Prefix::V4(0)),
             LimitKey::limit(rule, Duration::from_secs(1), zero6, Prefix::V6(0)),
             LimitKey::penalty(rule, Duration::from_secs(1), zero6, Prefix::V6(0)),
+            LimitKey::descriptor(rule, Duration::ZERO, [0; 16]),
+            LimitKey::descriptor(rule, Duration::from_secs(1), [0; 16]),
+            LimitKey::descriptor(rule, Duration::from_secs(1), [1; 16]),
         ];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {

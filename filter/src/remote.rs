@@ -239,6 +239,48 @@ mod tests {
     }
 
     #[test]
+    fn a_descriptor_key_is_reported_from_the_threshold_and_the_rest_counts_against_its_limit() {
+        use crate::{Code, Descriptor, DescriptorConfig, DescriptorPolicy, Request};
+        let remote = Arc::new(Fixed {
+            rest: 5,
+            ..Fixed::default()
+        });
+        let text = "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 10}\n";
+        let config = DescriptorConfig::parse(&[("api.yaml", text)]).expect("valid");
+        let policy = DescriptorPolicy::new(&config, 1 << 20, None)
+            .expect("fits")
+            .with_remote(Arc::clone(&remote) as Arc<dyn Remote>);
+        // A reload keeps the remote.
+        let policy =
+            DescriptorPolicy::new(&config, 1 << 20, Some((&policy, Tick::ZERO))).expect("fits");
+        let request = Request {
+            domain: "api".into(),
+            descriptors: vec![Descriptor::of(&[("api_key", "k1")])],
+            hits_addend: 0,
+        };
+        let decide = || policy.decide(&request, Tick::ZERO).expect("valid");
+        for _ in 0..4 {
+            assert_eq!(decide().code, Code::Ok);
+        }
+        assert!(
+            remote.seen.lock().unwrap().is_empty(),
+            "below half the limit"
+        );
+        // 5 here and 5 elsewhere is still 10; 6 and 5 is over.
+        let at_ten = decide();
+        assert_eq!(
+            (at_ten.code, at_ten.statuses[0].limit_remaining),
+            (Code::Ok, 0)
+        );
+        let over = decide();
+        assert_eq!(over.code, Code::OverLimit);
+        assert!(over.statuses[0].duration_until_reset > Some(Duration::ZERO));
+        let minute = Duration::from_secs(60);
+        let seen = remote.seen.lock().unwrap().clone();
+        assert_eq!(seen, [(4, 1, minute), (5, 1, minute)]);
+    }
+
+    #[test]
     fn a_predicted_rest_throttles_but_never_starts_a_penalty() {
         let remote = Arc::new(Fixed {
             ahead: 100,

@@ -215,8 +215,16 @@ impl Server {
             let warm = shared
                 .take_rls_start()
                 .unwrap_or_else(|| (tollgate_sketch::MonotonicClock::new(), Vec::new()));
-            let started =
-                crate::rls::start(config, dir.as_deref(), metrics, stopped.clone(), warm).await;
+            let cluster = shared.cluster();
+            let started = crate::rls::start(
+                config,
+                dir.as_deref(),
+                metrics,
+                stopped.clone(),
+                warm,
+                cluster,
+            )
+            .await;
             match started {
                 Ok((task, address, rls)) => {
                     shared.metrics().export_rls();

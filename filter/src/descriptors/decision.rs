@@ -1,6 +1,7 @@
 //! Counting and deciding: each limited descriptor's key counted in the sketch of its unit,
 //! and the answer per descriptor and overall.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_sketch::{BuildError, Tick};
@@ -13,8 +14,9 @@ use super::request::{Descriptor, Request};
 use crate::budget::{Counts, Share};
 use crate::counter::Counter;
 use crate::fade::Halves;
-use crate::key::RuleId;
+use crate::key::{LimitKey, RuleId};
 use crate::policy::cap;
+use crate::remote::{Before, Remote, Rest, Suspect};
 
 /// A response code, as Envoy's `RateLimitResponse.Code` (its `UNKNOWN` is never answered).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -110,13 +112,17 @@ pub struct DescriptorPolicy {
     /// The counter of each unit of `units`, in the same order.
     pub(super) counters: Vec<Counter>,
     pub(super) bounds: Bounds,
+    /// The rest of a cluster, if this service is part of one (see
+    /// [`DescriptorPolicy::with_remote`]).
+    remote: Option<Arc<dyn Remote>>,
 }
 
 impl DescriptorPolicy {
     /// The policy of `config` with `memory` bytes of sketches and the default [`Bounds`].
     /// With `previous` (a reload at that tick), a unit whose share is unchanged counts on in
     /// the same sketch, so every rule whose path is unchanged keeps its counts, whatever its
-    /// limit; a changed share retires the old sketch as the address policy does.
+    /// limit; a changed share retires the old sketch as the address policy does. So is
+    /// `previous`'s remote (see [`DescriptorPolicy::with_remote`]).
     ///
     /// # Errors
     /// The sketch's [`BuildError`] if a unit's share of `memory` is too small.
@@ -155,6 +161,7 @@ impl DescriptorPolicy {
         units.sort_unstable();
         units.dedup();
         let bytes = memory / units.len().max(1);
+        let remote = previous.and_then(|(policy, _)| policy.remote.clone());
         // `Counter::succeed` finds the predecessor of the same window among these.
         let previous = previous.map(|(policy, now)| (policy.counters.as_slice(), now));
         let counters = units
@@ -176,6 +183,7 @@ impl DescriptorPolicy {
             units,
             counters,
             bounds: Bounds::default(),
+            remote,
         })
     }
 
@@ -183,6 +191,19 @@ impl DescriptorPolicy {
     #[must_use]
     pub fn with_bounds(mut self, bounds: Bounds) -> DescriptorPolicy {
         self.bounds = bounds;
+        self
+    }
+
+    /// This policy, adding what `remote` reports the rest of a cluster counted to every
+    /// descriptor key whose local estimate reaches `remote.threshold()` of its limit, and
+    /// reporting those keys' requests to it, as [`crate::Policy::with_remote`] does for
+    /// addresses. The key it shares is the rule's identity, the unit and the hash of the
+    /// values (a kind of [`LimitKey`] no address key equals), with shape 0: nodes share a
+    /// descriptor's count when their rule has the same path, whatever its limit, as a reload
+    /// keeps it.
+    #[must_use]
+    pub fn with_remote(mut self, remote: Arc<dyn Remote>) -> DescriptorPolicy {
+        self.remote = Some(remote);
         self
     }
 
@@ -365,12 +386,62 @@ impl DescriptorPolicy {
         } else {
             0
         };
-        let estimate = counted.saturating_sub(held);
+        let local = counted.saturating_sub(held);
+        let rest = match &self.remote {
+            Some(remote) => rest(
+                &**remote, counter, rule, unit, &key, limit, local, weight, now,
+            ),
+            None => Rest::default(),
+        };
+        let others = rest.counted.saturating_add(rest.ahead);
+        let estimate = local.saturating_add(others);
         let over = estimate > limit;
         let remaining = u32::try_from(limit.saturating_sub(estimate)).unwrap_or(u32::MAX);
-        let reset = back_under(counter, &key, held, limit.saturating_sub(weight), cap, now);
+        let reset = back_under(
+            counter,
+            &key,
+            held,
+            others,
+            limit.saturating_sub(weight),
+            cap,
+            now,
+        );
         (over, remaining, reset)
     }
+}
+
+/// The rest of the cluster's count for the descriptor `key` (local estimate `local`, of which
+/// `weight` from this request) under a limit of `limit` per `unit`, when the key is a suspect
+/// (its local estimate at `remote.threshold()` of the limit); nothing otherwise. Out of line,
+/// as the address policy's: a service outside a cluster pays one branch.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
+fn rest(
+    remote: &dyn Remote,
+    counter: &Counter,
+    rule: RuleId,
+    unit: Unit,
+    key: &[u8; 25],
+    limit: u64,
+    local: u64,
+    weight: u64,
+    now: Tick,
+) -> Rest {
+    if (local as f64) < remote.threshold() * limit as f64 {
+        return Rest::default();
+    }
+    let per = unit.duration();
+    let mut values = [0u8; 16];
+    values.copy_from_slice(&key[9..]);
+    let shared = LimitKey::descriptor(rule, per, values);
+    remote.suspect(&Suspect {
+        key: &shared,
+        per,
+        shape: 0,
+        before: Before::new(local, weight, key, counter, now),
+        weight,
+        now,
+    })
 }
 
 /// The sketch key of a descriptor under a rule: a tag, the rule's id, and a 128-bit hash of
@@ -390,25 +461,33 @@ pub(super) fn key(rule: RuleId, descriptor: &Descriptor) -> [u8; 25] {
     key
 }
 
-/// How long until `key`'s estimate in `counter` is at most `target` if it sends nothing
-/// more: the one computation `/explain`, Retry-After, `delay` and the kernel hold use
-/// ([`crate::Halves::back_under`]): exact below the cap, never early at it. `held`, this
-/// thread's unspent credit of the key in the current window (0 at the cap, see
+/// How long until `key`'s estimate in `counter`, with `others` counted by the rest of a
+/// cluster, is at most `target` if it sends nothing more: the one computation `/explain`,
+/// Retry-After, `delay` and the kernel hold use ([`crate::Halves::back_under`]): exact below
+/// the cap, never early at it. The cluster's counts are taken as this window's (they hold
+/// longest), as the address policy takes them, so the time is never early for them either.
+/// `held`, this thread's unspent credit of the key in the current window (0 at the cap, see
 /// [`DescriptorPolicy::count`]), is no request and is taken off the current half, but only
 /// for a time within the current window: from the next one on, this thread's answers no
 /// longer take it off (it was counted in this window, and a credit answers its own window
 /// only), so the credit's events fade out with the window as requests' do.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn back_under(
     counter: &Counter,
     key: &[u8],
     held: u64,
+    others: u64,
     target: u64,
     cap: u64,
     now: Tick,
 ) -> Duration {
     let window = counter.sketch().window();
-    let counted = counter.halves(key, cap, now);
-    if held == 0 || counted.current == Halves::UNKNOWN {
+    let halves = counter.halves(key, cap, now);
+    let counted = Halves {
+        current: halves.current.saturating_add(others),
+        ..halves
+    };
+    if held == 0 || halves.current == Halves::UNKNOWN {
         return counted.back_under(target, window, now);
     }
     let requests = Halves {

@@ -187,10 +187,12 @@ impl DescriptorPolicy {
                 },
                 limit_remaining: u32::try_from(limit.saturating_sub(after)).unwrap_or(u32::MAX),
                 // Held 0: the explaining thread holds no credit of its own, so every
-                // thread's credit counts as requests would (never early).
+                // thread's credit counts as requests would (never early). Others 0: what
+                // the rest of a cluster counted is not asked for here (see the estimate).
                 duration_until_reset: Some(back_under(
                     counter,
                     &key,
+                    0,
                     0,
                     limit.saturating_sub(weight),
                     cap,

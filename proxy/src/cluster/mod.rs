@@ -65,6 +65,12 @@
 //!    meanwhile (everything it holds of the current and previous windows if that Redis does
 //!    not hold the counts: see "When Redis is another process" below) and the view returns.
 //!
+//! 4b. **Descriptors.** The rate-limit service's policy reports to the same node
+//!    (`tollgate_filter::DescriptorPolicy::with_remote`, on this node's clock): a descriptor
+//!    key (its rule's path, the unit, a hash of the values; a kind of `LimitKey` of its own,
+//!    shape 0) is a suspect from `threshold x requests_per_unit` on, and goes through the same
+//!    table, rounds, view and metrics as the address keys, with the same lag, bound and
+//!    failure semantics.
 //! 5. **Penalties.** A penalty this node starts is queued (at most 4,096 between two rounds;
 //!    a lock, once per penalty started) and added by the next round to the sorted set
 //!    `tollgate:NAME:penalties` (member the penalty key, score the Redis-time ms it ends);
@@ -395,6 +401,13 @@ impl Cluster {
     #[must_use]
     pub(crate) fn config(&self) -> &ClusterConfig {
         &self.config
+    }
+
+    /// The clock its deciders read: a policy that reports to this node decides with its
+    /// ticks, which the node turns into Redis's time.
+    #[must_use]
+    pub(crate) fn clock(&self) -> MonotonicClock {
+        self.clock
     }
 
     /// Its metrics.

@@ -21,13 +21,12 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tollgate_filter::{
-    DescriptorConfig, DescriptorErrors, DescriptorPolicy, Refusal, Request, RequestExplanation,
-    Response,
+    DescriptorConfig, DescriptorErrors, DescriptorPolicy, Refusal, Remote, Request,
+    RequestExplanation, Response, SavedSketch,
 };
 use tollgate_sketch::{BuildError, Clock, MonotonicClock};
 
-use tollgate_filter::SavedSketch;
-
+use crate::cluster::Cluster;
 use crate::config::RlsConfig;
 
 /// Why the descriptor files could not be made a policy.
@@ -94,8 +93,10 @@ pub(crate) struct Prepared(DescriptorPolicy);
 
 impl Rls {
     /// The service of `config`, its files read now (relative ones from `dir`, see [`load`]),
-    /// counting on `clock` (the filter's: the state file holds one tick) from the counts of
-    /// `saved` (the state file's, see [`DescriptorPolicy::restore`]; none on a cold start).
+    /// counting on `clock` (the filter's: the state file holds one tick, and a cluster's
+    /// node reads the same clock) from the counts of `saved` (the state file's, see
+    /// [`DescriptorPolicy::restore`]; none on a cold start); in `cluster`, if given, its
+    /// descriptors' counts are shared as the addresses' are (and kept across reloads).
     ///
     /// # Errors
     /// [`RlsError`] if the files cannot be read or checked, or the memory is too small.
@@ -104,6 +105,7 @@ impl Rls {
         dir: Option<&Path>,
         clock: MonotonicClock,
         saved: &[SavedSketch],
+        cluster: Option<&Arc<Cluster>>,
     ) -> Result<Rls, RlsError> {
         let descriptors = load(config, dir)?;
         let mut policy =
@@ -123,6 +125,10 @@ impl Rls {
             }
             policy = restored;
         }
+        let policy = match cluster {
+            Some(cluster) => policy.with_remote(Arc::clone(cluster) as Arc<dyn Remote>),
+            None => policy,
+        };
         Ok(Rls {
             policy: ArcSwap::from_pointee(policy),
             clock,
@@ -205,7 +211,8 @@ pub(crate) fn needs_restart(old: Option<&RlsConfig>, new: Option<&RlsConfig>) ->
 }
 
 /// Builds the service of `config` (relative file paths read from `dir`) on `clock` from the
-/// counts of `saved` (see [`Rls::new`]), binds its address
+/// counts of `saved` (see [`Rls::new`]), its counts shared through `cluster` if given, binds
+/// its address
 /// and serves it until `stopped` says stop: the task, the bound address and the service's
 /// state (for reloads).
 ///
@@ -218,8 +225,9 @@ pub(crate) async fn start(
     metrics: RlsMetrics,
     stopped: watch::Receiver<bool>,
     (clock, saved): (MonotonicClock, Vec<SavedSketch>),
+    cluster: Option<&Arc<Cluster>>,
 ) -> Result<(JoinHandle<()>, SocketAddr, Arc<Rls>), RlsError> {
-    let rls = Arc::new(Rls::new(config, dir, clock, &saved)?);
+    let rls = Arc::new(Rls::new(config, dir, clock, &saved, cluster)?);
     let bind_error = |error| RlsError::Bind(config.listen, error);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

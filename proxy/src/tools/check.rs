@@ -41,6 +41,7 @@ pub fn check(path: &Path, out: &mut dyn Write) -> std::io::Result<ExitCode> {
             path.parent(),
             tollgate_sketch::MonotonicClock::new(),
             &[],
+            None,
         ) {
             Ok(rls) => Some((rls.rules(), rls.memory_bytes())),
             Err(err) => {

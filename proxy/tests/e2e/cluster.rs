@@ -1250,3 +1250,131 @@ async fn shared_keys(connection: &mut ::redis::aio::MultiplexedConnection) -> Ve
     keys.sort();
     keys
 }
+
+/// The rate-limit service's shared limit: `DESCRIPTOR_LIMIT` requests per day per API key (a
+/// day, so that no window edge falls inside the test and fades a count).
+const DESCRIPTOR_LIMIT: u64 = 10;
+
+/// A proxy serving `[rls]` (one rule: `DESCRIPTOR_LIMIT` per day per `api_key`) as node
+/// `node` of the cluster on `redis`, its files in `dir`; and a client of its service.
+async fn rls_node(
+    redis: &Redis,
+    node: usize,
+    dir: &std::path::Path,
+) -> (
+    Server,
+    tollgate::rls::proto::RateLimitServiceClient<tonic::transport::Channel>,
+) {
+    let yaml = format!(
+        "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {{unit: day, requests_per_unit: {DESCRIPTOR_LIMIT}}}\n"
+    );
+    std::fs::write(dir.join("api.yaml"), yaml).expect("written");
+    let path = dir.join(format!("node-{node}.toml"));
+    let text = format!(
+        "[admin]\nenabled = false\n[rls]\nlisten = \"127.0.0.1:0\"\nconfigs = [\"api.yaml\"]\n\
+         memory = \"1MiB\"\n[cluster]\nredis = [\"{}\"]\nnode = \"node-{node}\"\nname = \"test\"\n\
+         sync = \"50ms\"\ntimeout = \"300ms\"\nthreshold = {THRESHOLD}\n",
+        redis.address()
+    );
+    std::fs::write(&path, &text).expect("written");
+    let config =
+        tollgate::config::ProxyConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let server = Server::start(config, Some(path)).await.expect("starts");
+    let address = server.rls_addr().expect("[rls] runs");
+    let client = tokio::time::timeout(
+        BOUND,
+        tollgate::rls::proto::RateLimitServiceClient::connect(format!("http://{address}")),
+    )
+    .await
+    .expect("connects in time")
+    .expect("connects");
+    (server, client)
+}
+
+/// Whether the service answers OK to one request for `api_key` = `key`.
+async fn descriptor_ok(
+    client: &mut tollgate::rls::proto::RateLimitServiceClient<tonic::transport::Channel>,
+    key: &str,
+) -> bool {
+    use tollgate::rls::proto::rate_limit_descriptor::Entry;
+    use tollgate::rls::proto::{Code, RateLimitDescriptor, RateLimitRequest};
+    let request = RateLimitRequest {
+        domain: "api".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "api_key".to_owned(),
+                value: key.to_owned(),
+            }],
+            limit: None,
+        }],
+        hits_addend: 0,
+    };
+    let response = tokio::time::timeout(BOUND, client.should_rate_limit(request))
+        .await
+        .expect("answers in time")
+        .expect("an answer")
+        .into_inner();
+    response.overall_code() == Code::Ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH; run with --include-ignored (.ci/run does)"]
+async fn two_rate_limit_services_share_a_descriptor_limit_and_keep_it_alone_without_redis() {
+    let redis = Redis::plain().start().await;
+    let dir = support::scratch("rls-cluster");
+    let (a, mut client_a) = rls_node(&redis, 0, dir.path()).await;
+    let (b, mut client_b) = rls_node(&redis, 1, dir.path()).await;
+    let nodes = [a, b];
+    joined(&nodes).await;
+    // One API key's requests alternate between the two services, two sync rounds after each
+    // (the rounds drive it: no sleep), until one is refused; bounded by two limits' worth.
+    let mut admitted = 0;
+    let mut sent = 0;
+    while sent < 2 * DESCRIPTOR_LIMIT {
+        let client = if sent % 2 == 0 {
+            &mut client_a
+        } else {
+            &mut client_b
+        };
+        sent += 1;
+        if !descriptor_ok(client, "shared-key").await {
+            break;
+        }
+        admitted += 1;
+        two_rounds(&nodes).await;
+    }
+    println!("admitted {admitted} of {sent} (limit {DESCRIPTOR_LIMIT} per node)");
+    // A node reads the others' counts in the round after its own request, so the other's
+    // last request may reach its view one request late: at most one more than the limit
+    // (alone, each would admit the limit: twice it). Below it, the prediction of what the
+    // other adds between reads may refuse early (a first read that found nothing, then the
+    // other's count, is taken as its pace), by about the other's count when it became a
+    // suspect: half the limit is far below that.
+    assert!(
+        (DESCRIPTOR_LIMIT / 2..=DESCRIPTOR_LIMIT + 1).contains(&admitted),
+        "the two services admitted {admitted} for one limit of {DESCRIPTOR_LIMIT}"
+    );
+    // From then on the key is refused on both.
+    two_rounds(&nodes).await;
+    for client in [&mut client_a, &mut client_b] {
+        assert!(
+            !descriptor_ok(client, "shared-key").await,
+            "refused on both"
+        );
+    }
+    for node in &nodes {
+        let metrics = cluster_of(node).metrics();
+        assert_eq!(metrics.redis_errors.get(), 0);
+        assert!(metrics.suspects.get() > 0, "the key was shared");
+    }
+    // Redis gone: each node says it is alone and limits a new key with its own counts, the
+    // whole limit and no more.
+    drop(redis);
+    eventually(|| nodes.iter().all(alone)).await;
+    let mut alone_admitted = 0;
+    for _ in 0..DESCRIPTOR_LIMIT + 3 {
+        alone_admitted += u64::from(descriptor_ok(&mut client_a, "another-key").await);
+    }
+    assert_eq!(alone_admitted, DESCRIPTOR_LIMIT, "limited alone");
+    assert_eq!(support::metric(&nodes[0], "tollgate_cluster_alone "), 1.0);
+}
