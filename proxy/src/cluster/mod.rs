@@ -403,13 +403,6 @@ impl Cluster {
         &self.config
     }
 
-    /// The clock its deciders read: a policy that reports to this node decides with its
-    /// ticks, which the node turns into Redis's time.
-    #[must_use]
-    pub(crate) fn clock(&self) -> MonotonicClock {
-        self.clock
-    }
-
     /// Its metrics.
     #[must_use]
     pub fn metrics(&self) -> &ClusterMetrics {

@@ -928,7 +928,7 @@ fn the_rotation_clears_the_slice_after_next_and_nothing_else() {
     let attachment =
         Attachment::start(&config, &policy, vec![53], std::sync::Arc::default()).unwrap();
     let (window, width) = attachment.shape();
-    let cells = layout::SLICES * layout::DEPTH * width;
+    let cells = layout::blocks(width) * layout::BLOCK_CELLS;
     let fill = |value: u32| {
         attachment.with_program(|program| {
             for index in 0..cells {
@@ -936,8 +936,13 @@ fn the_rotation_clears_the_slice_after_next_and_nothing_else() {
             }
         });
     };
-    let per_slice =
-        |slice: u32| -> Vec<u32> { attachment.with_program(|p| self::slice(p, width, slice)) };
+    let per_slice = |slice: u32| -> Vec<u32> {
+        attachment.with_program(|p| {
+            layout::slice_cells(slice, width)
+                .map(|index| p.cell(index).unwrap())
+                .collect()
+        })
+    };
     // A window ten ahead: its deadline is far, the whole slice is cleared.
     let now = layout::position(kernel_tick(), window).index;
     for index in now + 10..now + 13 {
