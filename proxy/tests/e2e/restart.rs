@@ -143,7 +143,7 @@ async fn a_damaged_state_file_is_refused_and_the_start_is_cold() {
         (
             "other version",
             version,
-            "format version 9; this build reads version 1",
+            "format version 9; this build reads versions 1 to 2",
         ),
         (
             "other magic",
