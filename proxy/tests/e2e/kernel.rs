@@ -23,32 +23,11 @@ const LEGIT: &str = "127.0.0.3";
 
 /// Runs test `name` of this module again, alone, inside a new network namespace.
 fn in_namespace(name: &str) {
-    let exe = std::env::current_exe().expect("the test binary's path");
     // A test's name in the binary is its path below the crate root: `kernel::NAME`.
     let (_, module) = module_path!()
         .split_once("::")
         .expect("a module of the test binary");
-    let exact = format!("{module}::{name}");
-    let output = Command::new("unshare")
-        .arg("-n")
-        .arg(exe)
-        .args([&exact, "--exact", "--include-ignored", "--nocapture"])
-        .env(INSIDE, "1")
-        .output()
-        .expect("unshare runs (util-linux)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    print!("{stdout}");
-    eprint!("{}", String::from_utf8_lossy(&output.stderr));
-    assert!(
-        output.status.success(),
-        "the test inside the namespace failed: {}",
-        output.status
-    );
-    // A name that matches no test passes with nothing run: the inner run must have run this one.
-    assert!(
-        stdout.contains("test result: ok. 1 passed"),
-        "the run inside the namespace did not run exactly {exact}"
-    );
+    support::namespace::rerun_inside(&format!("{module}::{name}"), &["-n"], INSIDE);
 }
 
 /// Runs test `name`'s body `test` inside a network namespace of its own: outside, re-runs

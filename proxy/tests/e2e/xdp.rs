@@ -9,6 +9,7 @@
 
 use std::process::Command;
 
+use crate::support;
 use crate::support::process::{Launch, Proxy};
 
 /// Set in the re-executed test binary that runs inside the namespace.
@@ -16,26 +17,10 @@ const INSIDE: &str = "TOLLGATE_XDP_TEST_NETNS";
 
 /// Runs test `name` of this module again, alone, inside new network and mount namespaces.
 fn in_namespace(name: &str) {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let exact = format!("xdp::{name}");
-    let output = Command::new("unshare")
-        .args(["-n", "-m", "--propagation", "private"])
-        .arg(exe)
-        .args([&exact, "--exact", "--include-ignored", "--nocapture"])
-        .env(INSIDE, "1")
-        .output()
-        .expect("unshare runs (util-linux)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    print!("{stdout}");
-    eprint!("{}", String::from_utf8_lossy(&output.stderr));
-    assert!(
-        output.status.success(),
-        "the test inside the namespace failed: {}",
-        output.status
-    );
-    assert!(
-        stdout.contains("test result: ok. 1 passed"),
-        "{exact} did not run inside"
+    support::namespace::rerun_inside(
+        &format!("xdp::{name}"),
+        &["-n", "-m", "--propagation", "private"],
+        INSIDE,
     );
 }
 

@@ -5,6 +5,7 @@ pub(crate) mod browser;
 pub(crate) mod capture;
 pub(crate) mod cluster;
 pub(crate) mod envoy;
+pub(crate) mod namespace;
 pub(crate) mod process;
 pub(crate) mod redis;
 
