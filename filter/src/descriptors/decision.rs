@@ -117,20 +117,6 @@ pub struct DescriptorPolicy {
     remote: Option<Arc<dyn Remote>>,
 }
 
-/// What a descriptor meets before anything is counted (see [`DescriptorPolicy::walk`]).
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Met {
-    /// Answered OK without counting: why, and the rule if one matched.
-    Pass(Outcome, Option<RuleIndex>),
-    /// Counted against the limit of the matched rule `index` (whose id is `rule`).
-    Limited {
-        index: RuleIndex,
-        rule: RuleId,
-        requests_per_unit: u32,
-        unit: Unit,
-    },
-}
-
 impl DescriptorPolicy {
     /// The policy of `config` with `memory` bytes of sketches and the default [`Bounds`].
     /// With `previous` (a reload at that tick), a unit whose share is unchanged counts on in
@@ -255,25 +241,54 @@ impl DescriptorPolicy {
     /// counted then.
     pub fn decide(&self, request: &Request, now: Tick) -> Result<Response, Refusal> {
         self.bounds.check(request)?;
+        if !self.matcher.has_domain(&request.domain) {
+            let statuses = request
+                .descriptors
+                .iter()
+                .map(|_| Status::pass(Outcome::UnknownDomain, None))
+                .collect();
+            return Ok(Response {
+                code: Code::Ok,
+                statuses,
+            });
+        }
+        let rules = self.matcher.rules();
+        let found: Vec<Option<RuleIndex>> = request
+            .descriptors
+            .iter()
+            .map(|d| self.matcher.find(&request.domain, d))
+            .collect();
+        // `replaces`: the names every matched rule (unlimited ones too) replaces.
+        let replaced = |name: &str| {
+            found
+                .iter()
+                .flatten()
+                .any(|&r| rules[r].replaces.iter().any(|n| n == name))
+        };
         let weight = request.weight();
         let mut code = Code::Ok;
-        let statuses = self
-            .walk(request)
-            .into_iter()
-            .zip(&request.descriptors)
-            .map(|(met, descriptor)| {
-                let (index, rule, requests_per_unit, unit) = match met {
-                    Met::Pass(outcome, index) => return Status::pass(outcome, index),
-                    Met::Limited {
-                        index,
-                        rule,
-                        requests_per_unit,
-                        unit,
-                    } => (index, rule, requests_per_unit, unit),
+        let statuses = request
+            .descriptors
+            .iter()
+            .zip(&found)
+            .map(|(descriptor, &rule)| {
+                let Some(index) = rule else {
+                    return Status::pass(Outcome::NoRule, None);
                 };
-                let status = self.count(rule, descriptor, requests_per_unit, unit, weight, now);
+                let rule = &rules[index];
+                let DescriptorLimit::PerUnit {
+                    requests_per_unit,
+                    unit,
+                } = rule.limit
+                else {
+                    return Status::pass(Outcome::Unlimited, Some(index));
+                };
+                if rule.name.as_deref().is_some_and(replaced) {
+                    return Status::pass(Outcome::Replaced, Some(index));
+                }
+                let status = self.count(rule.id, descriptor, requests_per_unit, unit, weight, now);
                 let over = status.0;
-                let shadowed = over && self.matcher.rules()[index].shadow_mode;
+                let shadowed = over && rule.shadow_mode;
                 if over && !shadowed {
                     code = Code::OverLimit;
                 }
@@ -296,58 +311,6 @@ impl DescriptorPolicy {
             })
             .collect();
         Ok(Response { code, statuses })
-    }
-
-    /// What each of `request`'s descriptors meets, in order, before anything is counted: the
-    /// one walk [`DescriptorPolicy::decide`] and [`DescriptorPolicy::explain`] share (an
-    /// unknown domain, no rule, an unlimited rule, a rule another matched rule `replaces`, or
-    /// a limit to count against).
-    pub(super) fn walk(&self, request: &Request) -> Vec<Met> {
-        if !self.matcher.has_domain(&request.domain) {
-            return request
-                .descriptors
-                .iter()
-                .map(|_| Met::Pass(Outcome::UnknownDomain, None))
-                .collect();
-        }
-        let rules = self.matcher.rules();
-        let found: Vec<Option<RuleIndex>> = request
-            .descriptors
-            .iter()
-            .map(|d| self.matcher.find(&request.domain, d))
-            .collect();
-        // `replaces`: the names every matched rule (unlimited ones too) replaces.
-        let replaced = |name: &str| {
-            found
-                .iter()
-                .flatten()
-                .any(|&r| rules[r].replaces.iter().any(|n| n == name))
-        };
-        found
-            .iter()
-            .map(|&rule| {
-                let Some(index) = rule else {
-                    return Met::Pass(Outcome::NoRule, None);
-                };
-                let rule = &rules[index];
-                let DescriptorLimit::PerUnit {
-                    requests_per_unit,
-                    unit,
-                } = rule.limit
-                else {
-                    return Met::Pass(Outcome::Unlimited, Some(index));
-                };
-                if rule.name.as_deref().is_some_and(replaced) {
-                    return Met::Pass(Outcome::Replaced, Some(index));
-                }
-                Met::Limited {
-                    index,
-                    rule: rule.id,
-                    requests_per_unit,
-                    unit,
-                }
-            })
-            .collect()
     }
 
     /// The estimate of the first descriptor's key at `now` as [`DescriptorPolicy::decide`]

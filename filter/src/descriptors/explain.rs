@@ -6,7 +6,8 @@ use std::time::Duration;
 use tollgate_sketch::Tick;
 
 use super::bounds::Refusal;
-use super::decision::{Code, CurrentLimit, DescriptorPolicy, Met, Outcome, back_under, key};
+use super::config::DescriptorLimit;
+use super::decision::{Code, CurrentLimit, DescriptorPolicy, Outcome, back_under, key};
 use super::matcher::RuleIndex;
 use super::request::Request;
 use crate::policy::cap;
@@ -103,25 +104,52 @@ impl DescriptorPolicy {
     /// ```
     pub fn explain(&self, request: &Request, now: Tick) -> Result<RequestExplanation, Refusal> {
         self.bounds.check(request)?;
-        let rules = self.matcher.rules();
+        let matcher = &self.matcher;
+        if !matcher.has_domain(&request.domain) {
+            let descriptors = request
+                .descriptors
+                .iter()
+                .map(|_| DescriptorExplanation::pass(Outcome::UnknownDomain, None))
+                .collect();
+            return Ok(RequestExplanation {
+                code: Code::Ok,
+                descriptors,
+            });
+        }
+        let rules = matcher.rules();
+        let found: Vec<Option<RuleIndex>> = request
+            .descriptors
+            .iter()
+            .map(|d| matcher.find(&request.domain, d))
+            .collect();
+        // As `decide`: a rule named in the `replaces` of any matched rule is dropped.
+        let replaced = |name: &str| {
+            found
+                .iter()
+                .flatten()
+                .any(|&r| rules[r].replaces.iter().any(|n| n == name))
+        };
         let weight = request.weight();
         let mut code = Code::Ok;
-        let met = self.walk(request);
-        let mut descriptors = Vec::with_capacity(met.len());
-        for (met, descriptor) in met.into_iter().zip(&request.descriptors) {
-            let (index, requests_per_unit, unit) = match met {
-                Met::Pass(outcome, index) => {
-                    descriptors.push(DescriptorExplanation::pass(outcome, index));
-                    continue;
-                }
-                Met::Limited {
-                    index,
-                    requests_per_unit,
-                    unit,
-                    ..
-                } => (index, requests_per_unit, unit),
+        let mut descriptors = Vec::with_capacity(found.len());
+        for (descriptor, &rule) in request.descriptors.iter().zip(&found) {
+            let Some(index) = rule else {
+                descriptors.push(DescriptorExplanation::pass(Outcome::NoRule, None));
+                continue;
             };
             let rule = &rules[index];
+            let DescriptorLimit::PerUnit {
+                requests_per_unit,
+                unit,
+            } = rule.limit
+            else {
+                descriptors.push(DescriptorExplanation::pass(Outcome::Unlimited, Some(index)));
+                continue;
+            };
+            if rule.name.as_deref().is_some_and(replaced) {
+                descriptors.push(DescriptorExplanation::pass(Outcome::Replaced, Some(index)));
+                continue;
+            }
             let at = self.units.iter().position(|u| *u == unit);
             let Some(counter) = at.and_then(|at| self.counters.get(at)) else {
                 // Every unit a rule uses has its counter (see `decide`): unreachable.
