@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_sketch::{BuildError, Tick};
+use tollgate_sketch::{BuildError, KeyHash, Tick};
 use xxhash_rust::xxh3::Xxh3Default;
 
 use super::bounds::{Bounds, Refusal};
@@ -265,15 +265,16 @@ impl DescriptorPolicy {
                 .flatten()
                 .any(|&r| rules[r].replaces.iter().any(|n| n == name))
         };
-        let weight = request.weight();
-        let mut code = Code::Ok;
-        let statuses = request
+        // Every limited descriptor is planned, its key hashed and its cells asked for, before
+        // any is counted: in a sketch of many megabytes each row is a cache miss, and this way
+        // the misses of a request's descriptors overlap instead of following one another.
+        let plans: Vec<Plan<'_>> = request
             .descriptors
             .iter()
             .zip(&found)
             .map(|(descriptor, &rule)| {
                 let Some(index) = rule else {
-                    return Status::pass(Outcome::NoRule, None);
+                    return Plan::Pass(Outcome::NoRule, None);
                 };
                 let rule = &rules[index];
                 let DescriptorLimit::PerUnit {
@@ -281,13 +282,49 @@ impl DescriptorPolicy {
                     unit,
                 } = rule.limit
                 else {
-                    return Status::pass(Outcome::Unlimited, Some(index));
+                    return Plan::Pass(Outcome::Unlimited, Some(index));
                 };
                 if rule.name.as_deref().is_some_and(replaced) {
-                    return Status::pass(Outcome::Replaced, Some(index));
+                    return Plan::Pass(Outcome::Replaced, Some(index));
                 }
-                let status = self.count(rule.id, descriptor, requests_per_unit, unit, weight, now);
-                let over = status.0;
+                let Some(counter) = self.counter_of(unit) else {
+                    // Every unit a rule uses has its counter (built from the same rules):
+                    // unreachable, and refusing nothing is the safe answer for a limiter
+                    // that fails open.
+                    debug_assert!(false, "no counter for {unit:?}");
+                    return Plan::Pass(Outcome::NoRule, None);
+                };
+                let key = key(rule.id, descriptor);
+                let hash = counter.sketch().hash(&key);
+                counter
+                    .sketch()
+                    .touch_capped(hash, cap(u64::from(requests_per_unit)), now);
+                Plan::Count {
+                    index,
+                    limit: CurrentLimit {
+                        requests_per_unit,
+                        unit,
+                    },
+                    keyed: Keyed { counter, key, hash },
+                }
+            })
+            .collect();
+        let weight = request.weight();
+        let mut code = Code::Ok;
+        let statuses = plans
+            .into_iter()
+            .map(|plan| {
+                let (index, limit, keyed) = match plan {
+                    Plan::Pass(outcome, rule) => return Status::pass(outcome, rule),
+                    Plan::Count {
+                        index,
+                        limit,
+                        keyed,
+                    } => (index, limit, keyed),
+                };
+                let rule = &rules[index];
+                let (over, limit_remaining, reset) =
+                    self.count(rule.id, &keyed, limit, weight, now);
                 let shadowed = over && rule.shadow_mode;
                 if over && !shadowed {
                     code = Code::OverLimit;
@@ -298,12 +335,9 @@ impl DescriptorPolicy {
                     } else {
                         Code::Ok
                     },
-                    current_limit: Some(CurrentLimit {
-                        requests_per_unit,
-                        unit,
-                    }),
-                    limit_remaining: status.1,
-                    duration_until_reset: Some(status.2),
+                    current_limit: Some(limit),
+                    limit_remaining,
+                    duration_until_reset: Some(reset),
                     outcome: Outcome::Limited,
                     rule: Some(index),
                     shadowed,
@@ -352,28 +386,26 @@ impl DescriptorPolicy {
         (counter.estimate_capped(&key, cap, now), held, cap)
     }
 
-    /// Counts `weight` for the descriptor's key under `rule`: whether it is over, what is left
-    /// and how long until there is room for one more such request.
+    /// The counter of `unit`'s rules.
+    fn counter_of(&self, unit: Unit) -> Option<&Counter> {
+        let at = self.units.iter().position(|u| *u == unit)?;
+        self.counters.get(at)
+    }
+
+    /// Counts `weight` for the descriptor's key (`keyed`) under `rule` and `limit`: whether it
+    /// is over, what is left and how long until there is room for one more such request.
     fn count(
         &self,
         rule: RuleId,
-        descriptor: &Descriptor,
-        limit: u32,
-        unit: Unit,
+        keyed: &Keyed<'_>,
+        limit: CurrentLimit,
         weight: u64,
         now: Tick,
     ) -> (bool, u32, Duration) {
-        let counter = self.units.iter().position(|u| *u == unit);
-        let Some(counter) = counter.and_then(|at| self.counters.get(at)) else {
-            // Every unit a rule uses has its counter (built from the same rules): unreachable,
-            // and refusing nothing is the safe answer for a limiter that fails open.
-            debug_assert!(false, "no counter for {unit:?}");
-            return (false, 0, Duration::ZERO);
-        };
-        let key = key(rule, descriptor);
-        let limit = u64::from(limit);
+        let Keyed { counter, key, hash } = *keyed;
+        let unit = limit.unit;
+        let limit = u64::from(limit.requests_per_unit);
         let cap = cap(limit);
-        let hash = counter.sketch().hash(&key);
         let counted = counter.observe_hashed_capped(&key, hash, weight, cap, now);
         // A hot key's sketch counts ahead (reservations): this thread's unspent credit is in
         // `counted` but is no request yet, so it is taken off, and one thread's answers stay
@@ -408,6 +440,26 @@ impl DescriptorPolicy {
         );
         (over, remaining, reset)
     }
+}
+
+/// What `decide` does with one descriptor, worked out before anything is counted.
+enum Plan<'a> {
+    /// Answered OK without counting.
+    Pass(Outcome, Option<RuleIndex>),
+    /// Counted under the limited rule `index`.
+    Count {
+        index: RuleIndex,
+        limit: CurrentLimit,
+        keyed: Keyed<'a>,
+    },
+}
+
+/// A limited descriptor's sketch key, with its hash under the counter of its rule's unit.
+#[derive(Clone, Copy)]
+struct Keyed<'a> {
+    counter: &'a Counter,
+    key: [u8; 25],
+    hash: KeyHash,
 }
 
 /// The rest of the cluster's count for the descriptor `key` (local estimate `local`, of which
