@@ -32,6 +32,7 @@ pub(crate) const DEFAULT_RLS_CALLERS: CallerBounds = CallerBounds {
     max_connections_per_prefix: 256,
     max_requests_in_flight: 4_096,
     max_requests_in_flight_per_address: 256,
+    max_requests_in_flight_per_prefix: 1_024,
     request_timeout: Duration::from_secs(1),
     header_timeout: Duration::from_secs(10),
     idle_timeout: Duration::from_secs(300),
@@ -65,6 +66,8 @@ pub(crate) struct CallerBounds {
     pub(crate) max_requests_in_flight: usize,
     /// Requests in flight from one source address.
     pub(crate) max_requests_in_flight_per_address: usize,
+    /// Requests in flight from one /24 (IPv4) or /64 (IPv6) prefix.
+    pub(crate) max_requests_in_flight_per_prefix: usize,
     /// The longest a request may take from its headers to its answer (a slow body
     /// included); past it the request is cancelled (`CANCELLED`).
     pub(crate) request_timeout: Duration,
@@ -106,6 +109,7 @@ pub(super) struct RawRls {
     max_connections_per_prefix: Option<Spanned<usize>>,
     max_requests_in_flight: Option<Spanned<usize>>,
     max_requests_in_flight_per_address: Option<Spanned<usize>>,
+    max_requests_in_flight_per_prefix: Option<Spanned<usize>>,
     request_timeout: Option<Spanned<String>>,
     header_timeout: Option<Spanned<String>>,
     idle_timeout: Option<Spanned<String>>,
@@ -239,6 +243,11 @@ fn callers(raw: &RawRls, errors: &mut Errors<'_>) -> Option<CallerBounds> {
         "max_requests_in_flight_per_address",
         d.max_requests_in_flight_per_address,
     );
+    let in_flight_per_prefix = count(
+        &raw.max_requests_in_flight_per_prefix,
+        "max_requests_in_flight_per_prefix",
+        d.max_requests_in_flight_per_prefix,
+    );
     let mut timeout = |value: &Option<Spanned<String>>,
                        name: &str,
                        (low, high): (Duration, Duration),
@@ -281,6 +290,7 @@ fn callers(raw: &RawRls, errors: &mut Errors<'_>) -> Option<CallerBounds> {
         max_connections_per_prefix: per_prefix?,
         max_requests_in_flight: in_flight?,
         max_requests_in_flight_per_address: in_flight_per_address?,
+        max_requests_in_flight_per_prefix: in_flight_per_prefix?,
         request_timeout: request_timeout?,
         header_timeout: header_timeout?,
         idle_timeout: idle_timeout?,
@@ -315,6 +325,18 @@ fn callers(raw: &RawRls, errors: &mut Errors<'_>) -> Option<CallerBounds> {
                 "max_requests_in_flight_per_address",
             ),
             bounds.max_requests_in_flight_per_address,
+            (
+                &raw.max_requests_in_flight_per_prefix,
+                "max_requests_in_flight_per_prefix",
+            ),
+            bounds.max_requests_in_flight_per_prefix,
+        ),
+        (
+            (
+                &raw.max_requests_in_flight_per_prefix,
+                "max_requests_in_flight_per_prefix",
+            ),
+            bounds.max_requests_in_flight_per_prefix,
             (&raw.max_requests_in_flight, "max_requests_in_flight"),
             bounds.max_requests_in_flight,
         ),
@@ -381,6 +403,11 @@ impl RlsConfig {
             f,
             "max_requests_in_flight_per_address = {}",
             c.max_requests_in_flight_per_address
+        )?;
+        writeln!(
+            f,
+            "max_requests_in_flight_per_prefix = {}",
+            c.max_requests_in_flight_per_prefix
         )?;
         writeln!(f, "request_timeout = {}", duration(c.request_timeout))?;
         writeln!(f, "header_timeout = {}", duration(c.header_timeout))?;
@@ -459,7 +486,8 @@ mod tests {
         let rls = parsed(&with(
             "max_connections = 1\nmax_connections_per_address = 1\n\
              max_connections_per_prefix = 1\nmax_requests_in_flight = 1048576\n\
-             max_requests_in_flight_per_address = 1048576\nrequest_timeout = \"1ms\"\n\
+             max_requests_in_flight_per_address = 1048576\n\
+             max_requests_in_flight_per_prefix = 1048576\nrequest_timeout = \"1ms\"\n\
              header_timeout = \"100ms\"\nidle_timeout = \"24h\"",
         ))
         .rls
@@ -483,6 +511,7 @@ mod tests {
             "max_connections_per_prefix",
             "max_requests_in_flight",
             "max_requests_in_flight_per_address",
+            "max_requests_in_flight_per_prefix",
         ] {
             for n in [0, 1_048_577] {
                 refused(&with(&format!("{field} = {n}")), "is not between 1 and");
@@ -506,9 +535,16 @@ mod tests {
             &with("max_connections = 100"),
             &["t.toml:4:19: max_connections_per_prefix 256 is above max_connections 100"],
         );
+        refused_file(
+            "t.toml",
+            &with("max_requests_in_flight = 1000"),
+            &[
+                "t.toml:4:26: max_requests_in_flight_per_prefix 1024 is above max_requests_in_flight 1000",
+            ],
+        );
         refused(
-            &with("max_requests_in_flight = 10"),
-            "max_requests_in_flight_per_address 256 is above max_requests_in_flight 10",
+            &with("max_requests_in_flight_per_prefix = 100"),
+            "max_requests_in_flight_per_address 256 is above max_requests_in_flight_per_prefix 100",
         );
         refused(
             &with("request_timeout = \"2s\"\nidle_timeout = \"2s\""),

@@ -1,15 +1,17 @@
 //! The service's bounds on its callers, so that one caller's flood leaves room for everyone
 //! else: connections in all, per source address and per /24 (IPv4) or /64 (IPv6) prefix,
 //! counted at accept, where one over a bound is closed before HTTP/2 starts; requests in
-//! flight in all and per address, counted from their headers to their answer, where one over
-//! a bound is answered `RESOURCE_EXHAUSTED` at once; and two clocks per connection: its first
-//! request's headers within `header_timeout`, then a new request within `idle_timeout`, else
-//! it is closed, so an idle or slow connection holds no slot for long.
+//! flight in all, per address and per prefix, counted from their headers to their answer,
+//! where one over a bound is answered `RESOURCE_EXHAUSTED` at once, and each ended
+//! (`CANCELLED`) at `request_timeout`; and two clocks per connection: its first request's
+//! headers within `header_timeout`, then a new request within `idle_timeout`, else it is
+//! closed (see `service.rs`: with an HTTP/2 GOAWAY), so an idle or slow connection holds no
+//! slot for long.
 //!
-//! tonic has knobs for none of these but the per-connection ones: the accepted sockets pass
-//! through [`Admitted`] (a stream of connections, each a [`Guarded`] that gives its slot back
-//! when dropped and fails its reads once its deadline passes), and the gRPC service is
-//! wrapped in [`Bounded`], which counts the requests in flight.
+//! tonic has knobs for none of these: the accepted sockets pass through [`Admitted`], which
+//! hands out each connection that fits as a [`Guarded`] (giving its slot back when dropped),
+//! its [`Caller`] tells when the connection's deadline has passed, and the gRPC service is
+//! wrapped per connection in [`Bounded`], which counts the requests in flight.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,16 +21,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::Sleep;
 use tonic::codegen::http;
-use tonic::codegen::tokio_stream::Stream;
-use tonic::server::NamedService;
-use tonic::transport::server::Connected;
 
 use super::metrics::RlsMetrics;
 use crate::config::CallerBounds;
@@ -56,15 +54,35 @@ pub(crate) struct Callers {
 #[derive(Debug, Default)]
 struct Table {
     total: usize,
-    addresses: HashMap<IpAddr, Address>,
-    prefixes: HashMap<IpAddr, usize>,
+    addresses: HashMap<IpAddr, Holder>,
+    prefixes: HashMap<IpAddr, Holder>,
 }
 
-#[derive(Debug)]
-struct Address {
+/// An address's or a prefix's open connections and requests in flight.
+#[derive(Debug, Default)]
+struct Holder {
     connections: usize,
-    /// Requests in flight from this address, shared with its connections' [`Caller`]s.
+    /// Requests in flight from this address or prefix, shared with its connections'
+    /// [`Caller`]s.
     in_flight: Arc<AtomicUsize>,
+}
+
+impl Holder {
+    /// Counts one more connection; its share of the requests in flight.
+    fn open(&mut self) -> Arc<AtomicUsize> {
+        self.connections += 1;
+        Arc::clone(&self.in_flight)
+    }
+}
+
+/// Counts a connection of `key` closed, forgetting `key` after its last.
+fn close(holders: &mut HashMap<IpAddr, Holder>, key: IpAddr) {
+    if let Some(holder) = holders.get_mut(&key) {
+        holder.connections -= 1;
+        if holder.connections == 0 {
+            holders.remove(&key);
+        }
+    }
 }
 
 /// Which bound refused a connection or a request: the metric's `reason` label.
@@ -74,7 +92,7 @@ pub(crate) enum Bound {
     Total,
     /// `max_connections_per_address` or `max_requests_in_flight_per_address`.
     Address,
-    /// `max_connections_per_prefix`.
+    /// `max_connections_per_prefix` or `max_requests_in_flight_per_prefix`.
     Prefix,
 }
 
@@ -121,7 +139,7 @@ impl Callers {
         let bounds = &self.bounds;
         let mut table = self.table();
         let from_address = table.addresses.get(&address).map_or(0, |a| a.connections);
-        let from_prefix = table.prefixes.get(&prefix).copied().unwrap_or(0);
+        let from_prefix = table.prefixes.get(&prefix).map_or(0, |p| p.connections);
         if table.total >= bounds.max_connections {
             return Err(Bound::Total);
         }
@@ -132,19 +150,15 @@ impl Callers {
             return Err(Bound::Prefix);
         }
         table.total += 1;
-        *table.prefixes.entry(prefix).or_default() += 1;
-        let entry = table.addresses.entry(address).or_insert_with(|| Address {
-            connections: 0,
-            in_flight: Arc::new(AtomicUsize::new(0)),
-        });
-        entry.connections += 1;
-        let in_flight = Arc::clone(&entry.in_flight);
+        let prefix_in_flight = table.prefixes.entry(prefix).or_default().open();
+        let address_in_flight = table.addresses.entry(address).or_default().open();
         drop(table);
         self.metrics.connections.inc();
         Ok(Slot {
             callers: Arc::clone(self),
             address,
-            in_flight,
+            address_in_flight,
+            prefix_in_flight,
         })
     }
 
@@ -155,32 +169,37 @@ impl Callers {
     }
 
     /// A request from `caller` enters, or the bound it is over (then nothing is counted).
-    fn enter(self: &Arc<Self>, caller: Option<&Caller>) -> Result<Ticket, Bound> {
-        if let Some(caller) = caller {
-            caller.requested();
-        }
-        // Relaxed: a count compared with its bound; the request's data travels by the
-        // service, not through this counter.
-        let total = self.in_flight.fetch_add(1, Ordering::Relaxed);
-        if total >= self.bounds.max_requests_in_flight {
-            self.in_flight.fetch_sub(1, Ordering::Relaxed);
-            return Err(Bound::Total);
-        }
-        let address = caller.map(|c| Arc::clone(&c.slot_in_flight));
-        if let Some(address) = &address {
-            // Relaxed: as above.
-            if address.fetch_add(1, Ordering::Relaxed)
-                >= self.bounds.max_requests_in_flight_per_address
-            {
-                address.fetch_sub(1, Ordering::Relaxed);
-                self.in_flight.fetch_sub(1, Ordering::Relaxed);
-                return Err(Bound::Address);
+    fn enter(self: &Arc<Self>, caller: &Caller) -> Result<Ticket, Bound> {
+        caller.requested();
+        let bounds = &self.bounds;
+        let counts = [
+            (&self.in_flight, bounds.max_requests_in_flight, Bound::Total),
+            (
+                &*caller.address_in_flight,
+                bounds.max_requests_in_flight_per_address,
+                Bound::Address,
+            ),
+            (
+                &*caller.prefix_in_flight,
+                bounds.max_requests_in_flight_per_prefix,
+                Bound::Prefix,
+            ),
+        ];
+        for (at, (count, max, bound)) in counts.iter().enumerate() {
+            // Relaxed: a count compared with its bound; the request's data travels by the
+            // service, not through these counters.
+            if count.fetch_add(1, Ordering::Relaxed) >= *max {
+                for (count, _, _) in &counts[..=at] {
+                    count.fetch_sub(1, Ordering::Relaxed);
+                }
+                return Err(*bound);
             }
         }
         self.metrics.requests_in_flight.inc();
         Ok(Ticket {
             callers: Arc::clone(self),
-            address,
+            address: Arc::clone(&caller.address_in_flight),
+            prefix: Arc::clone(&caller.prefix_in_flight),
         })
     }
 }
@@ -190,26 +209,16 @@ impl Callers {
 struct Slot {
     callers: Arc<Callers>,
     address: IpAddr,
-    in_flight: Arc<AtomicUsize>,
+    address_in_flight: Arc<AtomicUsize>,
+    prefix_in_flight: Arc<AtomicUsize>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut table = self.callers.table();
         table.total -= 1;
-        let prefix = prefix(self.address);
-        if let Some(count) = table.prefixes.get_mut(&prefix) {
-            *count -= 1;
-            if *count == 0 {
-                table.prefixes.remove(&prefix);
-            }
-        }
-        if let Some(entry) = table.addresses.get_mut(&self.address) {
-            entry.connections -= 1;
-            if entry.connections == 0 {
-                table.addresses.remove(&self.address);
-            }
-        }
+        close(&mut table.prefixes, prefix(self.address));
+        close(&mut table.addresses, self.address);
         drop(table);
         self.callers.metrics.connections.dec();
     }
@@ -219,25 +228,26 @@ impl Drop for Slot {
 #[derive(Debug)]
 struct Ticket {
     callers: Arc<Callers>,
-    address: Option<Arc<AtomicUsize>>,
+    address: Arc<AtomicUsize>,
+    prefix: Arc<AtomicUsize>,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         // Relaxed: see `Callers::enter`.
         self.callers.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if let Some(address) = &self.address {
-            address.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.address.fetch_sub(1, Ordering::Relaxed);
+        self.prefix.fetch_sub(1, Ordering::Relaxed);
         self.callers.metrics.requests_in_flight.dec();
     }
 }
 
-/// What a request knows of its connection (tonic puts it in the request's extensions): its
-/// address's count of requests in flight and the connection's deadline.
+/// What a connection's requests share: its address's and its prefix's counts of requests
+/// in flight, and the connection's deadline.
 #[derive(Clone, Debug)]
 pub(crate) struct Caller {
-    slot_in_flight: Arc<AtomicUsize>,
+    address_in_flight: Arc<AtomicUsize>,
+    prefix_in_flight: Arc<AtomicUsize>,
     clock: Arc<Clock>,
 }
 
@@ -257,48 +267,48 @@ impl Caller {
         let deadline = clock
             .callers
             .deadline_after(clock.callers.bounds.idle_timeout);
-        // Relaxed: the connection's reads load it and re-arm their timer; a late view only
-        // closes a connection on the next request's deadline instead of this one's.
+        // Relaxed: the connection's deadline task loads it and re-arms its timer; a late
+        // view only closes a connection on the next request's deadline instead of this one's.
         clock.deadline.fetch_max(deadline, Ordering::Relaxed);
         clock.requested.store(true, Ordering::Relaxed);
     }
+
+    /// Returns once the connection's deadline has passed (its first request's by
+    /// `header_timeout`, each next one's by `idle_timeout` after the last), counting it as
+    /// closed under the one that passed. Cancel-safe: it only reads the clock.
+    pub(crate) async fn deadline(&self) {
+        let clock = &self.clock;
+        loop {
+            // Relaxed: see `Caller::requested`.
+            let deadline = clock.deadline.load(Ordering::Relaxed);
+            let at = clock.callers.epoch + Duration::from_millis(deadline);
+            if at <= Instant::now() {
+                break;
+            }
+            tokio::time::sleep_until(at.into()).await;
+        }
+        let idle = clock.requested.load(Ordering::Relaxed);
+        clock.callers.metrics.closed(idle);
+    }
+
+    /// The longest a request of this connection may take (`request_timeout`).
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.clock.callers.bounds.request_timeout
+    }
 }
 
-/// An accepted connection holding its slot: its reads fail with `TimedOut` once its
-/// deadline passes (hyper then closes it), and its slot is given back when it is dropped.
+/// An accepted connection holding its slot, given back when it is dropped.
 #[derive(Debug)]
 pub(crate) struct Guarded {
     stream: TcpStream,
     caller: Caller,
-    timer: Pin<Box<Sleep>>,
-    expired: bool,
     _slot: Slot,
 }
 
 impl Guarded {
-    /// Ready with the error to answer once the deadline has passed; pending (the timer
-    /// armed for the deadline) before.
-    fn expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        loop {
-            if !self.expired {
-                ready!(self.timer.as_mut().poll(cx));
-                let clock = &self.caller.clock;
-                // Relaxed: see `Caller::requested`.
-                let deadline = clock.deadline.load(Ordering::Relaxed);
-                let at = clock.callers.epoch + Duration::from_millis(deadline);
-                if at > Instant::now() {
-                    self.timer.as_mut().reset(at.into());
-                    continue;
-                }
-                self.expired = true;
-                let idle = clock.requested.load(Ordering::Relaxed);
-                clock.callers.metrics.closed(idle);
-            }
-            return Poll::Ready(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no request within the connection's deadline",
-            ));
-        }
+    /// What its requests share (see [`Caller`]).
+    pub(crate) fn caller(&self) -> &Caller {
+        &self.caller
     }
 }
 
@@ -308,11 +318,7 @@ impl AsyncRead for Guarded {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if let Poll::Ready(err) = this.expired(cx) {
-            return Poll::Ready(Err(err));
-        }
-        Pin::new(&mut this.stream).poll_read(cx, buf)
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
     }
 }
 
@@ -343,14 +349,6 @@ impl AsyncWrite for Guarded {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
-}
-
-impl Connected for Guarded {
-    type ConnectInfo = Caller;
-
-    fn connect_info(&self) -> Caller {
-        self.caller.clone()
     }
 }
 
@@ -386,53 +384,44 @@ impl Admitted {
             deadline: AtomicU64::new(deadline),
             requested: AtomicBool::new(false),
         });
-        let at = callers.epoch + Duration::from_millis(deadline);
         Some(Guarded {
             stream,
             caller: Caller {
-                slot_in_flight: Arc::clone(&slot.in_flight),
+                address_in_flight: Arc::clone(&slot.address_in_flight),
+                prefix_in_flight: Arc::clone(&slot.prefix_in_flight),
                 clock,
             },
-            timer: Box::pin(tokio::time::sleep_until(at.into())),
-            expired: false,
             _slot: slot,
         })
     }
-}
 
-impl Stream for Admitted {
-    type Item = io::Result<Guarded>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    /// The next connection that fits the bounds. Cancel-safe, as `TcpListener::accept`.
+    ///
+    /// # Errors
+    /// The listener's, as `accept` returns them (a full file table, say).
+    pub(crate) async fn accept(&self) -> io::Result<Guarded> {
         loop {
-            match ready!(self.listener.poll_accept(cx)) {
-                Ok((stream, peer)) => {
-                    if let Some(guarded) = self.admit(stream, peer) {
-                        return Poll::Ready(Some(Ok(guarded)));
-                    }
-                }
-                Err(err) => return Poll::Ready(Some(Err(err))),
+            let (stream, peer) = self.listener.accept().await?;
+            if let Some(guarded) = self.admit(stream, peer) {
+                return Ok(guarded);
             }
         }
     }
 }
 
-/// The gRPC service behind the bounds on requests in flight: a request over one is answered
-/// `RESOURCE_EXHAUSTED` without reaching the service.
+/// The gRPC service of one connection behind the bounds on requests in flight: a request
+/// over one is answered `RESOURCE_EXHAUSTED` without reaching the service, and one still
+/// unanswered at `request_timeout` is answered `CANCELLED`.
 #[derive(Clone, Debug)]
 pub(crate) struct Bounded<S> {
     inner: S,
-    callers: Arc<Callers>,
+    caller: Caller,
 }
 
 impl<S> Bounded<S> {
-    pub(crate) fn new(inner: S, callers: Arc<Callers>) -> Bounded<S> {
-        Bounded { inner, callers }
+    pub(crate) fn new(inner: S, caller: Caller) -> Bounded<S> {
+        Bounded { inner, caller }
     }
-}
-
-impl<S: NamedService> NamedService for Bounded<S> {
-    const NAME: &'static str = S::NAME;
 }
 
 type Answer = http::Response<tonic::body::Body>;
@@ -451,27 +440,33 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let callers = &self.callers;
-        let caller = request.extensions().get::<Caller>();
-        match callers.enter(caller) {
+        let callers = &self.caller.clock.callers;
+        match callers.enter(&self.caller) {
             Ok(ticket) => {
-                let answer = self.inner.call(request);
+                let timeout = callers.bounds.request_timeout;
+                let answer = tokio::time::timeout(timeout, self.inner.call(request));
                 Box::pin(async move {
-                    let answer = answer.await;
+                    let answer = match answer.await {
+                        Ok(answer) => answer,
+                        // As tonic's own request timeout answers.
+                        Err(_) => Ok(tonic::Status::cancelled("Timeout expired").into_http()),
+                    };
                     drop(ticket);
                     answer
                 })
             }
             Err(bound) => {
                 callers.metrics.refused_request(bound);
+                let bounds = &callers.bounds;
                 let (name, max) = match bound {
+                    Bound::Total => ("max_requests_in_flight", bounds.max_requests_in_flight),
                     Bound::Address => (
                         "max_requests_in_flight_per_address",
-                        callers.bounds.max_requests_in_flight_per_address,
+                        bounds.max_requests_in_flight_per_address,
                     ),
-                    _ => (
-                        "max_requests_in_flight",
-                        callers.bounds.max_requests_in_flight,
+                    Bound::Prefix => (
+                        "max_requests_in_flight_per_prefix",
+                        bounds.max_requests_in_flight_per_prefix,
                     ),
                 };
                 let status = tonic::Status::resource_exhausted(format!(

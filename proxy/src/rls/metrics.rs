@@ -221,8 +221,8 @@ impl RlsMetrics {
         );
         r.register(
             "connections_closed",
-            "Connections closed at their deadline: header_timeout (no request since accept) \
-             or idle_timeout (no request since the last)",
+            "Connections closed at their deadline, with an HTTP/2 GOAWAY: header_timeout (no \
+             request since accept) or idle_timeout (no request since the last)",
             self.closed_connections.clone(),
         );
         r.register(
@@ -233,7 +233,8 @@ impl RlsMetrics {
         r.register(
             "requests_refused",
             "Requests answered RESOURCE_EXHAUSTED, over a bound: total \
-             (max_requests_in_flight) or address (max_requests_in_flight_per_address)",
+             (max_requests_in_flight), address (max_requests_in_flight_per_address) or prefix \
+             (max_requests_in_flight_per_prefix)",
             self.refused_requests.clone(),
         );
         r.register(

@@ -1,16 +1,21 @@
 //! `ShouldRateLimit`: a gRPC request read into the filter's [`Request`], decided, and the
 //! [`Response`] written back as Envoy reads it; and the server that answers it, bounded in
-//! message size and in requests at once.
+//! message size and in requests at once, closing each connection with an HTTP/2 GOAWAY.
 
+use std::convert::Infallible;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::{mpsc, watch};
 use tollgate_filter::{Code, Descriptor, DescriptorPolicy, Entry, Request, Response, Unit};
 
 use super::Rls;
-use super::callers::{Admitted, Bounded, Callers};
+use super::callers::{Admitted, Bounded, Callers, Guarded};
 use super::metrics::RlsMetrics;
 use super::proto::{
     DescriptorStatus, RateLimit, RateLimitRequest, RateLimitResponse, RateLimitService,
@@ -135,10 +140,19 @@ fn whole_seconds(duration: Duration) -> prost_types::Duration {
     }
 }
 
+/// How long a connection closing (at its deadline, or as the service stops) is given beyond
+/// `request_timeout`, which ends each request it carries, for the answers to be written and
+/// the peer to read the GOAWAY and close; then it is dropped.
+const CLOSING_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves `ShouldRateLimit` on `listener` until `stopped` says stop: HTTP/2 without TLS, at
 /// most `max_concurrent_requests` streams per connection, request messages of at most
 /// `max_message_bytes` (a larger one is refused before it is decoded), the callers held to
-/// their bounds (see `callers.rs`).
+/// their bounds (see `callers.rs`). A connection past its deadline is closed gracefully, as
+/// every one is when the service stops: HTTP/2's GOAWAY, so that its peer sends no more
+/// requests on it and loses none it sent (a second GOAWAY, a round trip later, names the
+/// last one taken, and those are answered); one that has not finished HTTP/2's preface is
+/// dropped.
 pub(super) async fn serve(
     rls: Arc<Rls>,
     listener: tokio::net::TcpListener,
@@ -149,20 +163,65 @@ pub(super) async fn serve(
     let callers = Arc::new(Callers::new(config.callers, metrics.clone()));
     let service = RateLimitServiceServer::new(Service { rls, metrics })
         .max_decoding_message_size(config.max_message_bytes);
-    let service = Bounded::new(service, Arc::clone(&callers));
     let streams = u32::try_from(config.max_concurrent_requests).unwrap_or(u32::MAX);
-    let incoming = Admitted::new(listener, callers);
-    let result = tonic::transport::Server::builder()
-        .concurrency_limit_per_connection(config.max_concurrent_requests)
-        .max_concurrent_streams(streams)
-        .timeout(config.callers.request_timeout)
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        })
-        .await;
-    if let Err(err) = result {
-        tracing::error!(%err, listen = %config.listen, "the rate-limit service stopped");
+    let mut http2 = http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(streams);
+    let admitted = Admitted::new(listener, callers);
+    // Each connection's task holds a sender: once all are dropped, every connection is closed.
+    let (open, mut all_closed) = mpsc::channel::<Infallible>(1);
+    loop {
+        let guarded = tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => break,
+            accepted = admitted.accept() => match accepted {
+                Ok(guarded) => guarded,
+                Err(err) => {
+                    tracing::debug!(%err, listen = %config.listen, "the rate-limit service's accept failed");
+                    continue;
+                }
+            },
+        };
+        let service = Bounded::new(service.clone(), guarded.caller().clone());
+        tokio::spawn(connection(
+            http2.clone(),
+            guarded,
+            service,
+            stopped.clone(),
+            open.clone(),
+        ));
+    }
+    drop(open);
+    let _ = all_closed.recv().await;
+}
+
+/// Serves one connection until its peer closes it, or until its deadline passes or the
+/// service stops: then a GOAWAY, and `request_timeout` and [`CLOSING_GRACE`] for what it
+/// still carries, before it is dropped. `_open` is dropped with it.
+async fn connection(
+    http2: http2::Builder<TokioExecutor>,
+    guarded: Guarded,
+    service: Bounded<RateLimitServiceServer<Service>>,
+    mut stopped: watch::Receiver<bool>,
+    _open: mpsc::Sender<Infallible>,
+) {
+    let caller = guarded.caller().clone();
+    let serving = http2.serve_connection(TokioIo::new(guarded), TowerToHyperService::new(service));
+    let mut serving = pin!(serving);
+    tokio::select! {
+        result = serving.as_mut() => {
+            if let Err(err) = result {
+                tracing::debug!(%err, "a rate-limit service connection failed");
+            }
+            return;
+        }
+        () = caller.deadline() => {}
+        _ = stopped.wait_for(|stop| *stop) => {}
+    }
+    serving.as_mut().graceful_shutdown();
+    let grace = caller.request_timeout() + CLOSING_GRACE;
+    if tokio::time::timeout(grace, serving).await.is_err() {
+        tracing::debug!("a rate-limit service connection did not close after its GOAWAY: dropped");
     }
 }
 

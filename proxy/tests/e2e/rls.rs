@@ -456,12 +456,23 @@ struct Held {
     answer: h2::client::ResponseFuture,
     body: h2::SendStream<tonic::codegen::Bytes>,
     _connection: h2::client::SendRequest<tonic::codegen::Bytes>,
+    /// The connection's task, ending when the service closes it.
+    task: tokio::task::JoinHandle<()>,
+    /// Every byte the service sent on the connection.
+    received: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 async fn held_request(from: &str, to: std::net::SocketAddr) -> Held {
     let stream = support::connect_from(from, to).await.expect("connects");
+    let received = std::sync::Arc::default();
+    let stream = Recorded {
+        stream,
+        received: std::sync::Arc::clone(&received),
+    };
     let (mut client, connection) = h2::client::handshake(stream).await.expect("HTTP/2");
-    tokio::spawn(connection);
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
     let request = tonic::codegen::http::Request::post(format!(
         "http://{to}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
     ))
@@ -474,6 +485,53 @@ async fn held_request(from: &str, to: std::net::SocketAddr) -> Held {
         answer,
         body,
         _connection: client,
+        task,
+        received,
+    }
+}
+
+/// A connection that keeps a copy of what it reads.
+struct Recorded {
+    stream: tokio::net::TcpStream,
+    received: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl tokio::io::AsyncRead for Recorded {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = std::pin::Pin::new(&mut this.stream).poll_read(cx, buf);
+        let mut received = this.received.lock().expect("not poisoned");
+        received.extend_from_slice(&buf.filled()[before..]);
+        read
+    }
+}
+
+impl tokio::io::AsyncWrite for Recorded {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
 
@@ -492,6 +550,31 @@ impl Held {
             .expect("an answer");
         answer.status().as_u16()
     }
+
+    /// Waits (at most `BOUND`) for the service to close the connection, and returns the
+    /// GOAWAY frames it sent, each as (last stream id, error code), from the HTTP/2 frames
+    /// read (RFC 9113, 4.1 and 6.8).
+    async fn goaways(self) -> Vec<(u32, u32)> {
+        tokio::time::timeout(support::BOUND, self.task)
+            .await
+            .expect("the service closes the connection in time")
+            .expect("the connection's task ends");
+        let received = self.received.lock().expect("not poisoned");
+        let mut goaways = Vec::new();
+        let mut rest = &received[..];
+        while let [l0, l1, l2, kind, _flags, _, _, _, _, after @ ..] = rest {
+            let length = u32::from_be_bytes([0, *l0, *l1, *l2]) as usize;
+            let Some(payload) = after.get(..length) else {
+                break;
+            };
+            if let (0x7, [s0, s1, s2, s3, e0, e1, e2, e3, ..]) = (*kind, payload) {
+                let last = u32::from_be_bytes([*s0, *s1, *s2, *s3]) & 0x7fff_ffff;
+                goaways.push((last, u32::from_be_bytes([*e0, *e1, *e2, *e3])));
+            }
+            rest = &after[length..];
+        }
+        goaways
+    }
 }
 
 /// Polls the metric `name` until it reads `value` ([`support::eventually`]: bounded).
@@ -499,60 +582,77 @@ async fn until_metric(proxy: &support::process::Proxy, name: &str, value: f64) {
     support::eventually(|| proxy.metric(name) == value).await;
 }
 
+/// Asks `client` about API key `value`, in time.
+async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    value: &str,
+) -> Result<RateLimitResponse, tonic::Status> {
+    tokio::time::timeout(
+        support::BOUND,
+        client.should_rate_limit(request("api", &[&key(value)], 0)),
+    )
+    .await
+    .expect("answers in time")
+    .map(tonic::Response::into_inner)
+}
+
+/// That `status` refuses a request over the bound `name`, at once.
+fn over(status: &tonic::Status, name: &str) {
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains(name), "{status:?}");
+}
+
 #[tokio::test]
 async fn a_caller_over_its_requests_in_flight_is_refused_at_once_while_others_are_served() {
     let dir = support::scratch("rls-in-flight");
     let (proxy, rls) = launch(
         &dir,
-        "max_requests_in_flight_per_address = 1\nrequest_timeout = \"60s\"\nidle_timeout = \"120s\"",
+        "max_requests_in_flight_per_address = 1\nmax_requests_in_flight_per_prefix = 2\n\
+         request_timeout = \"60s\"\nidle_timeout = \"120s\"",
     );
+    let in_flight = "tollgate_rls_requests_in_flight ";
     let mut held = held_request("127.0.1.2", rls).await;
-    until_metric(&proxy, "tollgate_rls_requests_in_flight ", 1.0).await;
+    until_metric(&proxy, in_flight, 1.0).await;
     // Its second request, on another connection, is over the address's bound.
     let mut flooder = client_from("127.0.1.2", rls).await;
-    let refused = tokio::time::timeout(
-        support::BOUND,
-        flooder.should_rate_limit(request("api", &[&key("k1")], 0)),
-    )
-    .await
-    .expect("answers in time")
-    .expect_err("refused");
-    assert_eq!(
-        refused.code(),
-        tonic::Code::ResourceExhausted,
-        "{refused:?}"
+    over(
+        &ask(&mut flooder, "k1").await.expect_err("refused"),
+        "max_requests_in_flight_per_address",
     );
-    assert!(
-        refused
-            .message()
-            .contains("max_requests_in_flight_per_address"),
-        "{refused:?}"
+    // A neighbour in its /24 holds the prefix's second request; a third address of the
+    // /24 is over the prefix's bound.
+    let mut neighbour = held_request("127.0.1.3", rls).await;
+    until_metric(&proxy, in_flight, 2.0).await;
+    let mut third = client_from("127.0.1.4", rls).await;
+    over(
+        &ask(&mut third, "k1").await.expect_err("refused"),
+        "max_requests_in_flight_per_prefix",
     );
     // Everyone else is served meanwhile.
-    let mut other = client_from("127.0.1.3", rls).await;
-    let served = tokio::time::timeout(
-        support::BOUND,
-        other.should_rate_limit(request("api", &[&key("k1")], 0)),
-    )
-    .await
-    .expect("answers in time")
-    .expect("another caller is served");
-    assert_eq!(codes(&served.into_inner()), [(Code::Ok, 2)]);
-    assert_eq!(
-        proxy.metric("tollgate_rls_requests_refused_total{reason=\"address\"}"),
-        1.0
-    );
-    // The held request ends its body and is answered; its slot is free again.
+    let mut other = client_from("127.0.2.1", rls).await;
+    let served = ask(&mut other, "k1")
+        .await
+        .expect("another caller is served");
+    assert_eq!(codes(&served), [(Code::Ok, 2)]);
+    let refused = |reason: &str| {
+        proxy.metric(&format!(
+            "tollgate_rls_requests_refused_total{{reason=\"{reason}\"}}"
+        ))
+    };
+    assert_eq!((refused("address"), refused("prefix")), (1.0, 1.0));
+    // The held requests end their bodies and are answered; their slots are free again.
     assert_eq!(held.finish(request("api", &[&key("k1")], 0)).await, 200);
-    until_metric(&proxy, "tollgate_rls_requests_in_flight ", 0.0).await;
-    let again = tokio::time::timeout(
-        support::BOUND,
-        flooder.should_rate_limit(request("api", &[&key("k2")], 0)),
-    )
-    .await
-    .expect("answers in time")
-    .expect("served once its other request is answered");
-    assert_eq!(again.into_inner().overall_code(), Code::Ok);
+    assert_eq!(
+        neighbour.finish(request("api", &[&key("k1")], 0)).await,
+        200
+    );
+    until_metric(&proxy, in_flight, 0.0).await;
+    for client in [&mut flooder, &mut third] {
+        let again = ask(client, "k2")
+            .await
+            .expect("served once the others are answered");
+        assert_eq!(again.overall_code(), Code::Ok);
+    }
 }
 
 #[tokio::test]
@@ -562,18 +662,32 @@ async fn a_connection_without_a_request_is_closed_at_its_deadline() {
         &dir,
         "header_timeout = \"1s\"\nrequest_timeout = \"500ms\"\nidle_timeout = \"1s\"",
     );
-    // A connection that sends nothing holds its slot until header_timeout.
+    // A connection that sends nothing holds its slot until header_timeout (and, never
+    // finishing HTTP/2's preface, is dropped request_timeout and a second later).
     let mut silent = support::connect_from("127.0.1.2", rls)
         .await
         .expect("connects");
+    // One that asked once and then stays idle, until idle_timeout: closed gracefully, with
+    // RFC 9113's two GOAWAYs without error: the first (stream 2^31-1) says no new request,
+    // the second, after a round trip, names the last request taken (its own, stream 1). A
+    // client with nothing in flight (h2's, Envoy's) may close on the first.
+    let mut asked = held_request("127.0.1.3", rls).await;
+    assert_eq!(asked.finish(request("api", &[&key("k1")], 0)).await, 200);
+    let goaways = asked.goaways().await;
+    assert!(
+        !goaways.is_empty() && goaways.iter().all(|&(_, error)| error == 0),
+        "closed with GOAWAY(NO_ERROR): {goaways:?}"
+    );
+    assert_eq!(goaways[0].0, 0x7fff_ffff, "{goaways:?}");
+    assert!(
+        goaways[1..].iter().all(|&(last, _)| last == 1),
+        "{goaways:?}"
+    );
     let sent = closed(&mut silent).await;
     assert!(
         sent.is_some_and(|n| n > 0),
         "served, then closed at header_timeout"
     );
-    // One that asked once and then stays idle, until idle_timeout.
-    let mut asked = held_request("127.0.1.3", rls).await;
-    assert_eq!(asked.finish(request("api", &[&key("k1")], 0)).await, 200);
     let closed = |reason: &str| {
         proxy.metric(&format!(
             "tollgate_rls_connections_closed_total{{reason=\"{reason}\"}}"
