@@ -964,3 +964,96 @@ fn the_rotation_clears_the_slice_after_next_and_nothing_else() {
         assert!(per_slice(slice).iter().all(|&c| c == 7), "slice {slice}");
     }
 }
+
+/// The rotation's clear, timed: not a test (it asserts only that the clear reached the
+/// slice's first and last cells), run by hand (benches/README.md):
+/// `cargo test -p tollgate --lib xdp::tests::cost_of_clearing -- --ignored --nocapture`.
+///
+/// Over sketches of 8 MiB and of 1 GiB (the most `[xdp] memory` takes): one slice cleared
+/// by a map update per cell (the rotation before the clearing program: a syscall per cell),
+/// then by `Attachment::clear_for` (the clearing program: a syscall per 64 blocks). At 1 GiB
+/// the per-cell way is timed over the slice's first 2,000,000 cells and scaled to the whole
+/// slice. Medians of 3 rounds (the per-cell way at 1 GiB: one).
+#[test]
+#[ignore = "a measurement, run by hand (benches/README.md)"]
+fn cost_of_clearing() {
+    use super::attachment::{Attachment, kernel_tick};
+    use super::metrics::Cleared;
+    use std::time::{Duration, Instant};
+    const SAMPLE: u32 = 2_000_000;
+    let median = |mut times: Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    for (memory, name) in [(8u64 << 20, "8 MiB"), (1 << 30, "1 GiB")] {
+        let config = crate::config::XdpConfig {
+            interfaces: Vec::new(),
+            mode: crate::config::XdpMode::Native,
+            listeners: None,
+            ports: Vec::new(),
+            memory,
+            window: Some(Duration::from_secs(60)),
+            required: false,
+        };
+        let policy = tollgate_filter::Config::parse(
+            "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/1m\" }]",
+        )
+        .unwrap();
+        let attachment =
+            Attachment::start(&config, &policy, vec![53], std::sync::Arc::default()).unwrap();
+        let (window, width) = attachment.shape();
+        let blocks = layout::blocks(width);
+        let cells = blocks * layout::DEPTH * layout::COLUMNS;
+        let now = layout::position(kernel_tick(), window).index;
+        let sample = cells.min(SAMPLE);
+        let mut per_cell = Vec::new();
+        let rounds = if cells > SAMPLE { 1 } else { 3 };
+        for _ in 0..rounds {
+            let slice = layout::slice_to_clear(now + 10);
+            let started = Instant::now();
+            attachment.with_program(|program| {
+                for index in layout::slice_cells(slice, width).take(sample as usize) {
+                    program.set_cell(index, 0).unwrap();
+                }
+            });
+            per_cell.push(
+                started
+                    .elapsed()
+                    .mul_f64(f64::from(cells) / f64::from(sample)),
+            );
+        }
+        let mut by_program = Vec::new();
+        for round in 0..3 {
+            let index = now + 10 + round;
+            let slice = layout::slice_to_clear(index);
+            let mut ends = layout::slice_cells(slice, width);
+            let first = ends.next().unwrap();
+            let last = ends.last().unwrap();
+            attachment.with_program(|program| {
+                program.set_cell(first, 7).unwrap();
+                program.set_cell(last, 7).unwrap();
+            });
+            let started = Instant::now();
+            assert_eq!(attachment.clear_for(index).unwrap(), Cleared::Done);
+            by_program.push(started.elapsed());
+            attachment.with_program(|program| {
+                assert_eq!(
+                    (program.cell(first).unwrap(), program.cell(last).unwrap()),
+                    (0, 0)
+                );
+            });
+        }
+        println!(
+            "{name}: {cells} cells a slice; a map update a cell: {cells} syscalls, {:?}{}; \
+             the clearing program: {} syscalls, {:?} (median of 3)",
+            median(per_cell),
+            if cells > SAMPLE {
+                format!(" (scaled from the first {sample})")
+            } else {
+                " (median of 3)".to_owned()
+            },
+            blocks.div_ceil(64),
+            median(by_program)
+        );
+    }
+}
