@@ -411,6 +411,15 @@ impl Program {
         Ok(result.return_value)
     }
 
+    /// One per-CPU counter (`COUNTER_*` in layout.h), CPU by CPU.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the lookup.
+    #[cfg(test)]
+    pub(crate) fn counter_per_cpu(&self, index: u32) -> Result<Vec<u64>, XdpError> {
+        Ok(self.counters.get(&index, 0)?.iter().copied().collect())
+    }
+
     /// The counters, summed over CPUs.
     ///
     /// # Errors
