@@ -42,8 +42,9 @@ fn main() {
     xdp_program();
 }
 
-/// The XDP program's source; layout.h is the C half of `src/xdp/layout.rs`.
-const BPF_SOURCES: [&str; 2] = ["bpf/tollgate.bpf.c", "bpf/layout.h"];
+/// The XDP program's source; layout.h is the C half of `src/xdp/layout.rs`, clear.h the
+/// rotation's clearing program.
+const BPF_SOURCES: [&str; 3] = ["bpf/tollgate.bpf.c", "bpf/layout.h", "bpf/clear.h"];
 
 /// Compiles the XDP program into `OUT_DIR/tollgate.bpf.o` and sets `cfg(tollgate_xdp)`, or
 /// says in a warning why not.

@@ -349,4 +349,7 @@ int tollgate(struct xdp_md *ctx)
 	return decide_v6(lo, hi, cfg, &at);
 }
 
+/* The rotation's clear: a second program, run by user space, never attached. */
+#include "clear.h"
+
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -14,8 +14,9 @@ use super::program::{Counters, Program, XdpError};
 use super::rules::KernelRules;
 use crate::config::{XdpConfig, XdpMode};
 
-/// Cells cleared between two looks at the clock.
-const CHUNK: u32 = 256;
+/// Blocks cleared by one run of the clearing program, between two looks at the clock:
+/// 10,880 cells, one syscall (`Program::clear_blocks`).
+const CHUNK_BLOCKS: u32 = 64;
 
 /// The kernel's clock in ticks: `CLOCK_MONOTONIC_COARSE`, the clock the program reads
 /// through `bpf_ktime_get_coarse_ns`, shifted as the program shifts it.
@@ -160,30 +161,31 @@ impl Attachment {
     /// Race-free: during window `k` the program adds only to slice `k % 3` and reads slice
     /// `(k - 1) % 3`; this clears slice `(k + 1) % 3`, which no frame touches until window
     /// `k + 1`. Both sides tell windows by the same clock (`CLOCK_MONOTONIC_COARSE`, see
-    /// [`kernel_tick`]), and this looks at it before every chunk of 256 cells, stopping once
-    /// less than a quarter of window `k` is left: a chunk's writes (microseconds) end long
-    /// before window `k + 1` begins, so a zero written here never meets an increment. The
-    /// cells a stopped clear did not reach keep counts of window `k - 2`: the kernel
+    /// [`kernel_tick`]), and this looks at it before every chunk of 64 blocks (one run of the
+    /// clearing program, `proxy/bpf/clear.h`: 10,880 cells in one syscall), stopping once
+    /// less than a quarter of window `k` is left: a chunk's writes (tens of microseconds) end
+    /// long before window `k + 1` begins, so a zero written here never meets an increment.
+    /// The cells a stopped clear did not reach keep counts of window `k - 2`: the kernel
     /// overestimates there during window `k + 1` (it errs towards dropping, never towards
     /// passing a source over its limit). Should this thread stall for a quarter window
     /// inside one chunk, the clock read after it says so (`Cleared::Late`, counted).
     ///
     /// # Errors
-    /// The kernel's refusal of a map update.
+    /// The kernel's refusal of a run of the clearing program.
     pub(crate) fn clear_for(&self, index: u64) -> Result<Cleared, XdpError> {
         let slice = layout::slice_to_clear(index);
         let next_window = (index + 1).saturating_mul(self.window);
         let stop_at = next_window - self.window / 4;
         // A slice's cells are a run in each page-sized block (`layout::slice_cells`).
-        let mut cells = layout::slice_cells(slice, self.width).peekable();
-        while cells.peek().is_some() {
+        let blocks = layout::blocks(self.width);
+        let mut first = 0;
+        while first < blocks {
             if kernel_tick() >= stop_at {
                 return Ok(Cleared::Stopped);
             }
-            let mut program = self.program();
-            for cell in cells.by_ref().take(CHUNK as usize) {
-                program.set_cell(cell, 0)?;
-            }
+            let chunk = CHUNK_BLOCKS.min(blocks - first);
+            self.program().clear_blocks(slice, first, chunk)?;
+            first += chunk;
         }
         Ok(if kernel_tick() >= next_window {
             Cleared::Late
@@ -278,7 +280,8 @@ impl Attachment {
 }
 
 /// Clears the slice after next once per window, until `stopped` (see
-/// [`Attachment::clear_for`]); each clear runs on a blocking thread (a syscall per cell).
+/// [`Attachment::clear_for`]); each clear runs on a blocking thread (a syscall per chunk of
+/// 64 blocks).
 pub(crate) async fn rotate(attachment: Arc<Attachment>, mut stopped: watch::Receiver<bool>) {
     let mut cleared = None;
     loop {

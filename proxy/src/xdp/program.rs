@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use aya::maps::{Array, MapData, MapError, PerCpuArray};
 use aya::programs::xdp::XdpLinkId;
-use aya::programs::{ProgramError, Xdp, XdpMode};
-#[cfg(test)]
-use aya::programs::{TestRun, TestRunOptions};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
 use super::layout::{self, BANKS, CONFIG_BYTES, Config, Level, PORT_WORDS};
@@ -43,6 +41,15 @@ pub(crate) const MISSING: &str = "XDP mode unavailable: this tollgate was built 
 
 /// The program's section and function name in the object.
 const NAME: &str = "tollgate";
+
+/// The clearing program's function name (`proxy/bpf/clear.h`): loaded beside the counting
+/// program, never attached, run by [`Program::clear_blocks`].
+const CLEAR: &str = "tollgate_clear";
+
+/// Bytes of the clearing program's input: the slice, the first block, the number of blocks
+/// (little-endian u32 each), padded to the shortest frame `BPF_PROG_TEST_RUN` takes (an
+/// Ethernet header's 14 bytes).
+const CLEAR_INPUT: usize = 16;
 
 /// Per-CPU counters of the program, summed (`COUNTER_*` in layout.h).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -176,6 +183,11 @@ impl Program {
             .ok_or(XdpError::Program(ProgramError::NotLoaded))?
             .try_into()?;
         xdp.load()?;
+        let clear: &mut Xdp = ebpf
+            .program_mut(CLEAR)
+            .ok_or(XdpError::Program(ProgramError::NotLoaded))?
+            .try_into()?;
+        clear.load()?;
         let mut program = Program {
             cells: take(&mut ebpf, "cells")?,
             config: take(&mut ebpf, "config")?,
@@ -362,12 +374,50 @@ impl Program {
         Ok(self.cells.get(&index, 0)?)
     }
 
-    /// Sets the cell at `index` (what user space does when it clears a slice).
+    /// Sets the cell at `index` (tests fill the sketch with it).
     ///
     /// # Errors
     /// An index past the map.
+    #[cfg(test)]
     pub(crate) fn set_cell(&mut self, index: u32, value: u32) -> Result<(), XdpError> {
         Ok(self.cells.set(index, value, 0)?)
+    }
+
+    /// Zeroes the cells of `slice` in `blocks` blocks from block `first`, in one run of the
+    /// clearing program (`BPF_PROG_TEST_RUN`: one syscall for `blocks * DEPTH * COLUMNS`
+    /// cells, where a map update takes one per cell); the cells it zeroed, fewer
+    /// only if the blocks run past the map.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the run.
+    pub(crate) fn clear_blocks(
+        &self,
+        slice: u32,
+        first: u32,
+        blocks: u32,
+    ) -> Result<u32, XdpError> {
+        let mut input = [0u8; CLEAR_INPUT];
+        for (chunk, word) in input.chunks_exact_mut(4).zip([slice, first, blocks]) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        let program = self
+            .ebpf
+            .program(CLEAR)
+            .ok_or(XdpError::Program(ProgramError::NotLoaded))?;
+        let result = <&Xdp>::try_from(program)?.test_run(TestRunOptions {
+            data_in: Some(&input),
+            ..TestRunOptions::new()
+        })?;
+        Ok(result.return_value)
+    }
+
+    /// One per-CPU counter (`COUNTER_*` in layout.h), CPU by CPU.
+    ///
+    /// # Errors
+    /// The kernel's refusal of the lookup.
+    #[cfg(test)]
+    pub(crate) fn counter_per_cpu(&self, index: u32) -> Result<Vec<u64>, XdpError> {
+        Ok(self.counters.get(&index, 0)?.iter().copied().collect())
     }
 
     /// The counters, summed over CPUs.
