@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use tollgate_sketch::Tick;
 
+use crate::ahead::CountedAhead;
 use crate::config::Config;
 use crate::overlay::RuntimeLists;
 use crate::policy::{Event, Policy, PolicyError};
@@ -128,6 +129,30 @@ impl Filter {
         // A reload that panicked stored nothing: the policy in force is whole, go on.
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let next = Policy::compile(config, Some((&self.policy.load(), now)))?;
+        self.policy.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Decides on `event`, which reached the policy through the counter ahead of it, at
+    /// `now` under the current policy (see [`Policy::decide_counted_ahead`]).
+    pub fn decide_counted_ahead(&self, event: &Event, now: Tick) -> Decision {
+        self.policy
+            .with(|policy| policy.decide_counted_ahead(event, now))
+    }
+
+    /// Puts `ahead` in front of the current policy (`None`: nothing in front), at `now`:
+    /// the policy is rebuilt from its own config, its counts and penalties kept (see
+    /// [`Filter::reload`]), with `ahead` marked (see [`Policy::with_counted_ahead`]); later
+    /// reloads keep it.
+    ///
+    /// # Errors
+    /// [`PolicyError`] (not for a policy that was built from the same config before); the
+    /// policy in force then stays.
+    pub fn count_ahead(&self, ahead: Option<CountedAhead>, now: Tick) -> Result<(), PolicyError> {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self.policy.load();
+        let next = Policy::compile(current.config().clone(), Some((&current, now)))?
+            .with_counted_ahead(ahead);
         self.policy.store(Arc::new(next));
         Ok(())
     }

@@ -31,6 +31,7 @@
 
 #![warn(missing_docs)]
 
+mod ahead;
 mod budget;
 mod config;
 mod counter;
@@ -52,6 +53,7 @@ mod sync;
 mod units;
 mod verdict;
 
+pub use ahead::CountedAhead;
 pub use config::{Checker, Config, ConfigError, ConfigErrors, DEFAULT_MEMORY, MAX_LIMIT};
 pub use descriptors::{
     Bounds, Code, CurrentLimit, Descriptor, DescriptorConfig, DescriptorErrors,

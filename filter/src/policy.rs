@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tollgate_sketch::{BuildError, Moment, Prepared, RateSketch, Stats, Tick};
 
+use crate::ahead::CountedAhead;
 use crate::budget::{self, Counts};
 use crate::config::Config;
 use crate::counter::Counter;
@@ -206,6 +207,10 @@ struct Step {
     /// Whether its key differs from the previous step's: the first of a group of limits that
     /// count one key (one period and prefix length), observed once for all of them.
     leads: bool,
+    /// Whether the counter ahead ([`Policy::counted_ahead`]) takes the limit for this family:
+    /// [`Policy::decide_counted_ahead`] neither counts nor compares it. The same for every
+    /// step of a group (one rule, period and prefix length).
+    ahead: bool,
 }
 
 /// A leading step of a rule as [`Policy::touch`] reads it: its key's head, its sketch, its
@@ -241,6 +246,8 @@ pub struct Policy {
     counters: Vec<Counter>,
     /// The rest of a cluster, if this node is part of one.
     remote: Option<Shared>,
+    /// The counter ahead of this policy, if any (see [`CountedAhead`]).
+    ahead: Option<CountedAhead>,
 }
 
 /// A remote and its suspect threshold, read once.
@@ -296,11 +303,12 @@ impl Policy {
             })
             .collect::<Result<Vec<Counter>, PolicyError>>()?;
         let policy = Policy::assemble(config, &shares, counters);
-        Ok(Policy {
+        let policy = Policy {
             remote: previous.and_then(|(p, _)| p.remote.clone()),
             runtime: previous.map_or_else(Arc::default, |(p, _)| Arc::clone(&p.runtime)),
             ..policy
-        })
+        };
+        Ok(policy.with_counted_ahead(previous.and_then(|(p, _)| p.ahead.clone())))
     }
 
     /// The policy for `config` over `counters`, one for each of `shares` in order (the
@@ -410,6 +418,7 @@ impl Policy {
             touched,
             counters,
             remote: None,
+            ahead: None,
         }
     }
 
@@ -428,6 +437,31 @@ impl Policy {
             remote: Some(Shared { remote, threshold }),
             ..self
         }
+    }
+
+    /// This policy with `ahead` as the counter in front of it (`None`: no counter ahead):
+    /// the limits it takes are left out by [`Policy::decide_counted_ahead`]. Policies built
+    /// from this one keep it.
+    #[must_use]
+    pub fn with_counted_ahead(mut self, ahead: Option<CountedAhead>) -> Policy {
+        for (rule, compiled) in self.config.rules.iter().zip(&mut self.rules) {
+            for (family, steps) in compiled.steps.iter_mut().enumerate() {
+                for step in steps {
+                    let limit = &compiled.limits[step.limit].limit;
+                    step.ahead = ahead
+                        .as_ref()
+                        .is_some_and(|ahead| ahead.takes(rule, limit, family == 1));
+                }
+            }
+        }
+        self.ahead = ahead;
+        self
+    }
+
+    /// The counter ahead of this policy, if any (see [`Policy::with_counted_ahead`]).
+    #[must_use]
+    pub fn counted_ahead(&self) -> Option<&CountedAhead> {
+        self.ahead.as_ref()
     }
 
     /// The run-time allow/deny entries laid over the config's lists (shared with the
@@ -615,7 +649,7 @@ impl Policy {
         };
         let mut decision = Decision::of(Verdict::Allow);
         let event = Event::of_frame(frame, source, protocol);
-        self.judge_into::<true>(&event, now, &[], &mut decision, false);
+        self.judge_into::<true, false>(&event, now, &[], &mut decision, false);
         decision
     }
 
@@ -678,7 +712,7 @@ impl Policy {
             {
                 if let Some(event) = event {
                     let prepared = prepared.get(..keys).unwrap_or_default();
-                    self.judge_into::<true>(event, now, prepared, decision, false);
+                    self.judge_into::<true, false>(event, now, prepared, decision, false);
                 }
             }
         }
@@ -730,6 +764,18 @@ impl Policy {
         self.judge(event, now, true)
     }
 
+    /// Decides on `event` at `now` as [`Policy::decide`] does, for an event that reached the
+    /// policy through the counter ahead of it ([`Policy::with_counted_ahead`]): the limits
+    /// that counter takes are neither counted nor compared here (it counted the event and let
+    /// it through: the event is under each of them there), so one event is counted once. A
+    /// penalty in force still refuses it; every other limit is counted and decided as usual.
+    /// Without a counter ahead, the same as [`Policy::decide`].
+    pub fn decide_counted_ahead(&self, event: &Event, now: Tick) -> Decision {
+        let mut decision = Decision::of(Verdict::Allow);
+        self.judge_into::<true, true>(event, now, &[], &mut decision, false);
+        decision
+    }
+
     /// The decision `event` would get at `now` if it had already been counted: every limit's
     /// estimate as it stands, counting nothing and starting no penalty. For an event decided
     /// before (a held connection, see the proxy's `delay` action) this says whether its source
@@ -743,16 +789,16 @@ impl Policy {
     /// admin's `/explain`: what an event from the source would get).
     pub fn peek(&self, event: &Event, now: Tick) -> Decision {
         let mut decision = Decision::of(Verdict::Allow);
-        self.judge_into::<false>(event, now, &[], &mut decision, true);
+        self.judge_into::<false, false>(event, now, &[], &mut decision, true);
         decision
     }
 
     fn judge(&self, event: &Event, now: Tick, count: bool) -> Decision {
         let mut decision = Decision::of(Verdict::Allow);
         if count {
-            self.judge_into::<true>(event, now, &[], &mut decision, false);
+            self.judge_into::<true, false>(event, now, &[], &mut decision, false);
         } else {
-            self.judge_into::<false>(event, now, &[], &mut decision, false);
+            self.judge_into::<false, false>(event, now, &[], &mut decision, false);
         }
         decision
     }
@@ -762,7 +808,9 @@ impl Policy {
     /// `prepared`: hash here). `COUNT` is `judge`'s `count`: a constant, so that deciding
     /// carries no code for reading alone and rechecking none for counting. `peek` (read only,
     /// `COUNT` false) adds the event's weight to every estimate, as counting it would.
-    fn judge_into<const COUNT: bool>(
+    /// `AHEAD`: the event came through the counter ahead, whose limits are skipped (see
+    /// [`Policy::decide_counted_ahead`]); a constant, so the other paths carry no test for it.
+    fn judge_into<const COUNT: bool, const AHEAD: bool>(
         &self,
         event: &Event,
         now: Tick,
@@ -813,6 +861,14 @@ impl Policy {
                     penalty.is_some_and(|(key, penalty)| self.serving(&key, penalty, now));
                 if serving && decision.verdict == Verdict::Allow {
                     decision.verdict = Verdict::Deny(DenyReason::Penalty { rule: index });
+                }
+                if AHEAD && step.ahead {
+                    // Counted and passed by the counter ahead: not counted again. A group's
+                    // steps are all ahead or none, so no later step reads `group` unset.
+                    if step.leads {
+                        next_lead += 1;
+                    }
+                    continue;
                 }
                 // Limits of one period and prefix count the same events: one observe for all.
                 // The first step of a rule leads: `group` is always set before it is read.
@@ -1101,7 +1157,12 @@ fn steps(
         let head = LimitKey::limit_head(rule, bound.limit.rate.per, family, prefix(&bound.limit));
         // Equal heads give equal keys for every source of the family (see `KeyHead`).
         let leads = steps.last().is_none_or(|previous| previous.head != head);
-        steps.push(Step { limit, head, leads });
+        steps.push(Step {
+            limit,
+            head,
+            leads,
+            ahead: false,
+        });
     }
     steps
 }

@@ -485,3 +485,68 @@ limits = [
         assert!(singles.iter().any(by), "rule {rule} throttled nothing");
     }
 }
+
+/// An event that came through the counter ahead (the proxy's XDP program) is counted once:
+/// the limits that counter takes are left out of the policy's count, every other limit and
+/// every other event is counted as before, and a reload keeps the counter ahead.
+#[test]
+fn events_counted_ahead_are_not_counted_again_under_the_limits_taken() {
+    use std::time::Duration;
+    use tollgate_filter::CountedAhead;
+    let text = r#"
+        [[rule]]
+        name = "per-source"
+        limits = [
+          { rate = "10/10s", ipv4_prefix = 32, ipv6_prefix = 64 },
+          { rate = "100/10s", ipv4_prefix = 16, ipv6_prefix = 32 },
+          { rate = "50/1m", ipv4_prefix = 32, ipv6_prefix = 64 },
+        ]
+        [[rule]]
+        name = "tcp"
+        protocol = "tcp"
+        limits = [{ rate = "10/10s" }]
+    "#;
+    let f = filter(text);
+    let ahead = CountedAhead {
+        window: Duration::from_secs(10),
+        ipv4: vec![32, 24],
+        ipv6: vec![128, 64, 48],
+    };
+    let now = Tick::from_nanos(1_000_000_000);
+    f.count_ahead(Some(ahead.clone()), now).unwrap();
+    let estimates = |addr: &str| -> Vec<u64> {
+        let source = Source::new(addr.parse::<IpAddr>().unwrap());
+        f.policy()
+            .estimates(source, now)
+            .iter()
+            .map(|e| e.estimate)
+            .collect()
+    };
+    // 30 events through the counter ahead: over 10/10s at /32, which it takes (it passed
+    // them, so the policy does not refuse them there); the tcp rule's 10/10s, which it
+    // does not take, refuses the last 20.
+    let mut throttled_by = Vec::new();
+    for _ in 0..30 {
+        if let Verdict::Throttle(t) = f.decide_counted_ahead(&event("203.0.113.7"), now).verdict {
+            throttled_by.push(t.at.rule);
+        }
+    }
+    assert_eq!(throttled_by, [1; 20]);
+    // per-source 10/10s at /32: taken, not counted; /16 and the minute: counted; the tcp
+    // rule (one protocol): counted.
+    assert_eq!(estimates("203.0.113.7"), [0, 30, 30, 30]);
+    // An event that did not come through it is counted under every limit.
+    for _ in 0..3 {
+        let _ = f.decide(&event("198.51.100.1"), now);
+    }
+    assert_eq!(estimates("198.51.100.1"), [3, 3, 3, 3]);
+    // A reload keeps the counter ahead.
+    f.reload(Config::parse(text).unwrap(), now).unwrap();
+    assert_eq!(f.policy().counted_ahead(), Some(&ahead));
+    let _ = f.decide_counted_ahead(&event("203.0.113.7"), now);
+    assert_eq!(estimates("203.0.113.7"), [0, 31, 31, 31]);
+    // Taken out again, every limit counts.
+    f.count_ahead(None, now).unwrap();
+    let _ = f.decide_counted_ahead(&event("203.0.113.7"), now);
+    assert_eq!(estimates("203.0.113.7"), [1, 32, 32, 32]);
+}

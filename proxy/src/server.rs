@@ -107,6 +107,17 @@ pub struct Server {
     kernel: Arc<Current>,
 }
 
+/// How `[xdp]` started (see `Server::say_fast_path`).
+#[derive(Debug)]
+enum XdpStart {
+    /// No `[xdp]`.
+    Off,
+    /// The program is attached.
+    Attached,
+    /// It could not be (`required = false`): why.
+    Failed(String),
+}
+
 impl Server {
     /// Binds every listener and the admin endpoint of `config` and starts serving. `path` is
     /// where reloads re-read the config (none for an in-memory config).
@@ -240,14 +251,18 @@ impl Server {
                 }
             }
         }
-        if let Err(err) = server
-            .start_xdp(xdp, &stopped)
-            .and_then(|()| server.start_kernel(kernel, &stopped))
-        {
-            for task in &server.tasks {
-                task.abort();
+        let started = server.start_xdp(xdp, &stopped).and_then(|xdp| {
+            let nftables = server.start_kernel(kernel, &stopped)?;
+            Ok((xdp, nftables))
+        });
+        match started {
+            Ok((xdp, nftables)) => server.say_fast_path(&xdp, nftables),
+            Err(err) => {
+                for task in &server.tasks {
+                    task.abort();
+                }
+                return Err(err);
             }
-            return Err(err);
         }
         if let (Some(config), Some(access)) = (admin, access) {
             let address = config.listen;
@@ -273,14 +288,15 @@ impl Server {
     /// Loads the XDP program with the policy's kernel rules, guards the bound listeners'
     /// ports (and `[xdp] ports`), attaches it to each interface and starts its rotation;
     /// without the program, the permission or an interface, says so in one line and goes on
-    /// without it unless `required`.
+    /// without it unless `required`. Once attached, the filter leaves the kernel's limits
+    /// to it for the arrivals that came in through it (see [`crate::gate::ahead`]).
     fn start_xdp(
         &mut self,
         config: Option<(crate::config::XdpConfig, tollgate_filter::Config)>,
         stopped: &watch::Receiver<bool>,
-    ) -> Result<(), StartError> {
+    ) -> Result<XdpStart, StartError> {
         let Some((config, policy)) = config else {
-            return Ok(());
+            return Ok(XdpStart::Off);
         };
         let tcp = self
             .tcp
@@ -314,9 +330,10 @@ impl Server {
                     Arc::clone(&attachment),
                     stopped.clone(),
                 )));
+                self.count_ahead(&attachment, &config, stopped);
                 // Set once: a server is started once per shared state.
                 let _ = self.shared.reloader().xdp().set(attachment);
-                Ok(())
+                Ok(XdpStart::Attached)
             }
             Err(err) if config.required => {
                 metrics.errors.inc();
@@ -328,7 +345,7 @@ impl Server {
                     "{}; running without it ([xdp] required = false)",
                     crate::xdp::XdpError::Missing
                 );
-                Ok(())
+                Ok(XdpStart::Failed(crate::xdp::XdpError::Missing.to_string()))
             }
             Err(err) => {
                 metrics.errors.inc();
@@ -336,19 +353,80 @@ impl Server {
                     "XDP mode unavailable ({err}): running without it, every attempt is \
                      counted by the proxy ([xdp] required = false)"
                 );
-                Ok(())
+                // Its first line: a verifier's refusal carries the whole log.
+                let why = err.to_string();
+                Ok(XdpStart::Failed(
+                    why.lines().next().unwrap_or_default().to_owned(),
+                ))
             }
+        }
+    }
+
+    /// Leaves the limits `attachment`'s kernel rules take to the program for the arrivals
+    /// that came in through it: marks them in the filter (reloads keep the mark) and starts
+    /// the task that tells, from the host's interfaces, which arrivals did
+    /// ([`crate::gate::ahead::follow`]). Guarded listeners: those whose port the program
+    /// counts.
+    fn count_ahead(
+        &mut self,
+        attachment: &crate::xdp::Attachment,
+        config: &crate::config::XdpConfig,
+        stopped: &watch::Receiver<bool>,
+    ) {
+        let gate = self.shared.gate();
+        let ahead = attachment.rules().counted_ahead();
+        if let Err(err) = gate.filter().count_ahead(Some(ahead), gate.now()) {
+            tracing::error!(%err, "XDP mode: the proxy counts every arrival itself");
+            return;
+        }
+        let ports = attachment.ports();
+        let listeners = self
+            .tcp
+            .iter()
+            .map(|(f, a)| (&f.config.name, a.port()))
+            .chain(self.udp.iter().map(|(f, a)| (&f.config.name, a.port())))
+            .filter(|(_, port)| ports.contains(port))
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.tasks.push(tokio::spawn(crate::gate::ahead::follow(
+            Arc::clone(gate),
+            config.interfaces.clone(),
+            listeners,
+            stopped.clone(),
+        )));
+    }
+
+    /// Says in one line at start which fast path stands in front of the proxy, when
+    /// `[xdp]` or `[kernel]` is configured, and counts a fallback
+    /// (`tollgate_xdp_fallback`): `[xdp]` that could not attach, with the nftables table
+    /// (`nftables`) in place, which then keeps its whole role.
+    fn say_fast_path(&self, xdp: &XdpStart, nftables: bool) {
+        let fallback = matches!(xdp, XdpStart::Failed(_)) && nftables;
+        self.shared.metrics().xdp.fallback.set(i64::from(fallback));
+        match (xdp, nftables) {
+            (XdpStart::Failed(why), true) => tracing::warn!(
+                "fast path: nftables in place of XDP, which could not attach ({why}): the proxy \
+                 counts every attempt and the nftables set holds its worst offenders"
+            ),
+            (XdpStart::Attached, true) => tracing::info!(
+                "fast path: XDP, then nftables: the program drops over the kernel's limits at the \
+                 driver; the nftables set holds the offenders the proxy counts (arrivals that did \
+                 not cross XDP, limits the kernel does not take), after XDP"
+            ),
+            // Said by start_xdp's own line: the proxy counts every attempt.
+            (XdpStart::Failed(_), false) | (XdpStart::Attached, false) | (XdpStart::Off, _) => {}
         }
     }
 
     /// Sets up the kernel fast path for the bound listeners and starts its updater; without
     /// nft or CAP_NET_ADMIN, says so and goes on without it unless `required`. Then follows
     /// `[kernel]` across reloads (see [`kernel::follow`]), with or without a section now.
+    /// True when the table is in place.
     fn start_kernel(
         &mut self,
         config: Option<crate::config::KernelConfig>,
         stopped: &watch::Receiver<bool>,
-    ) -> Result<(), StartError> {
+    ) -> Result<bool, StartError> {
         let guarded = Guarded {
             tcp: self.tcp.iter().map(|(_, a)| *a).collect(),
             udp: self.udp.iter().map(|(_, a)| *a).collect(),
@@ -398,6 +476,7 @@ impl Server {
             .reloader()
             .kernel_setup()
             .set(Arc::clone(&setup));
+        let in_place = running.is_some();
         self.tasks.push(tokio::spawn(kernel::follow(
             Arc::clone(&self.shared) as Arc<dyn kernel::Host>,
             setup,
@@ -405,7 +484,7 @@ impl Server {
             running,
             stopped.clone(),
         )));
-        Ok(())
+        Ok(in_place)
     }
 
     /// The address listener `name` is bound to (a port 0 in the config is the real port here).

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use hyper::StatusCode;
 use serde_json::json;
-use tollgate_filter::{DurationText, EXACT_MULTIPLE, Policy, Source};
+use tollgate_filter::{DurationText, EXACT_MULTIPLE, LimitEstimate, Policy, Source};
 use tollgate_sketch::Tick;
 
 use super::answer::{Answer, Format, json, text};
@@ -91,7 +91,10 @@ pub(crate) fn top(shared: &Shared, format: Format, n: usize) -> Answer {
     text(StatusCode::OK, body)
 }
 
-/// `/estimate`: where `source` stands under each limit of each rule, counting nothing.
+/// `/estimate`: where `source` stands under each limit of each rule, counting nothing; with
+/// the XDP mode, the kernel's estimate at each level it counts, and, under the limits the
+/// filter leaves to the kernel, the kernel's count added to the proxy's own (what came in
+/// through the program is counted there only: see [`crate::gate::ahead`]).
 pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) -> Answer {
     let addr = match source_of(source, "/estimate?source=ADDRESS") {
         Ok(addr) => addr,
@@ -99,6 +102,18 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
     };
     let policy = shared.filter().policy();
     let found = policy.estimates(Source::new(addr), shared.now());
+    let kernel = super::xdp::ahead_estimates(shared, addr);
+    let ipv6 = Source::new(addr).addr().is_ipv6();
+    // The kernel's count under limit `l`, if the filter leaves it to the kernel.
+    let from_kernel = |l: &LimitEstimate| -> Option<u64> {
+        let kernel = kernel.as_ref()?;
+        let rule = policy.rule(l.at.rule)?;
+        if !policy.counted_ahead()?.takes(rule, &l.limit, ipv6) {
+            return None;
+        }
+        let at = u32::from(l.prefix.len());
+        kernel.iter().find(|(len, _)| *len == at).map(|(_, e)| *e)
+    };
     let rule = |index: usize| policy.rule(index).map_or("?", |r| r.name.as_str());
     let counted_as = |prefix: tollgate_filter::Prefix| {
         format!("{}/{}", Source::new(addr).masked(prefix), prefix.len())
@@ -107,11 +122,13 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
         let limits: Vec<_> = found
             .iter()
             .map(|l| {
+                let xdp = from_kernel(l);
                 json!({
                     "rule": rule(l.at.rule),
                     "limit": l.at.limit,
                     "counted_as": counted_as(l.prefix),
-                    "estimate": l.estimate,
+                    "estimate": l.estimate.saturating_add(xdp.unwrap_or(0)),
+                    "xdp": xdp,
                     "capped": l.capped,
                     "bound": super::explain::bound(l.capped),
                     "rate": l.limit.rate.to_string(),
@@ -124,6 +141,7 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
                 "source": addr.to_string(),
                 "limits": limits,
                 "kernel": kernel::held(shared, addr),
+                "xdp": super::xdp::explain_json(shared, addr),
             }),
         );
     }
@@ -131,8 +149,9 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
         return text(
             StatusCode::OK,
             format!(
-                "{addr}: no limit applies (a list decides for it, or no rule matches)\n{}",
-                kernel::estimate_line(shared, addr)
+                "{addr}: no limit applies (a list decides for it, or no rule matches)\n{}{}",
+                kernel::estimate_line(shared, addr),
+                super::xdp::explain_lines(shared, addr)
             ),
         );
     }
@@ -140,7 +159,10 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
         "{:<24} {:>5} {:<44} {:>12} {:>12}\n",
         "rule", "limit", "counted as", "estimate", "allowed"
     );
+    let mut added = false;
     for limit in found {
+        let xdp = from_kernel(&limit);
+        added |= xdp.is_some();
         let _ = writeln!(
             body,
             "{:<24} {:>5} {:<44} {:>12} {:>12}",
@@ -150,7 +172,7 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
             format!(
                 "{}{}",
                 if limit.capped { ">= " } else { "" },
-                limit.estimate
+                limit.estimate.saturating_add(xdp.unwrap_or(0))
             ),
             format!(
                 "{}/{}",
@@ -159,6 +181,13 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
             ),
         );
     }
+    if added {
+        body.push_str(
+            "(under the limits the kernel takes: its count of what came in through XDP plus the \
+             proxy's own)\n",
+        );
+    }
     body.push_str(&kernel::estimate_line(shared, addr));
+    body.push_str(&super::xdp::explain_lines(shared, addr));
     text(StatusCode::OK, body)
 }

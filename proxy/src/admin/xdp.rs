@@ -9,8 +9,8 @@ use tollgate_filter::DurationText;
 
 use crate::shared::Shared;
 
-/// `/explain`'s lines for `source`: one per level the kernel counts for its family, with the
-/// kernel's estimate and limit; empty without an attached program.
+/// `/explain`'s and `/estimate`'s lines for `source`: one per level the kernel counts for its
+/// family, with the kernel's estimate and limit; empty without an attached program.
 #[must_use]
 pub(super) fn explain_lines(shared: &Shared, source: IpAddr) -> String {
     let Some(xdp) = shared.reloader().xdp().get() else {
@@ -65,6 +65,26 @@ pub(super) fn explain_json(shared: &Shared, source: IpAddr) -> serde_json::Value
             serde_json::json!({ "error": err.to_string() })
         }
     }
+}
+
+/// The kernel's estimates of `source` by prefix length, for adding to the proxy's own
+/// under the limits the filter leaves to the kernel (`tollgate_filter::CountedAhead`):
+/// `None` without an attached program, while the proxy counts every arrival itself (it is
+/// not on every interface: see [`crate::gate::ahead`]), or when its cells cannot be read
+/// (`explain_lines` says so).
+#[must_use]
+pub(super) fn ahead_estimates(shared: &Shared, source: IpAddr) -> Option<Vec<(u32, u64)>> {
+    let xdp = shared.reloader().xdp().get()?;
+    if !shared.gate().ahead().active() {
+        return None;
+    }
+    let estimates = xdp.estimates(source).ok()?;
+    Some(
+        estimates
+            .iter()
+            .map(|e| (e.level.prefix(), e.estimate))
+            .collect(),
+    )
 }
 
 /// Reads the kernel's counters into the metrics before a render.

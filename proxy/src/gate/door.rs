@@ -14,6 +14,7 @@ use tollgate_filter::{
 };
 use tollgate_sketch::{Clock, MonotonicClock, Tick};
 
+use crate::gate::ahead::Ahead;
 use crate::gate::connections::Connections;
 use crate::gate::log_limit::LogLimit;
 use crate::gate::offenders::Offenders;
@@ -47,6 +48,8 @@ pub struct Gate {
     /// Rung by a decision that puts a source over `[kernel] factor` times a limit, so the
     /// kernel's updater sends it at once (see [`crate::kernel::Wake`]).
     kernel_wake: Wake,
+    /// Which arrivals the XDP program counted already (see [`Gate::pass`]).
+    ahead: Ahead,
 }
 
 /// A decision and the policy that made it (its rule indices point into that policy, which a
@@ -103,6 +106,7 @@ impl Gate {
             delay,
             metrics,
             kernel_wake: Wake::new(),
+            ahead: Ahead::default(),
         })
     }
 
@@ -142,6 +146,12 @@ impl Gate {
         &self.kernel_wake
     }
 
+    /// Which arrivals the XDP program counted before the proxy saw them.
+    #[must_use]
+    pub(crate) fn ahead(&self) -> &Ahead {
+        &self.ahead
+    }
+
     /// The filter's clock now.
     #[must_use]
     pub(crate) fn now(&self) -> Tick {
@@ -157,8 +167,30 @@ impl Gate {
     /// Decides on one connection or datagram from `source` on `listener`, and counts the
     /// decision (`Gate::account`): the data path's one call per arrival. If the limiter
     /// fails (a bug: it is not meant to), the traffic is let through and counted: a rate
-    /// limiter must not take the service down.
+    /// limiter must not take the service down. An arrival that came in through the XDP
+    /// program (see [`crate::gate::ahead`]) is not counted again under the limits the
+    /// kernel takes: it counted and passed it there ([`Policy::decide_counted_ahead`]).
     pub(crate) fn pass(
+        &self,
+        listener: &ListenerMetrics,
+        source: Source,
+        transport: Transport,
+        bytes: u64,
+    ) -> Decided {
+        let how: fn(&Policy, &Event, Tick) -> Decision =
+            if self.ahead.crossed(&listener.name.0, source.addr()) {
+                Policy::decide_counted_ahead
+            } else {
+                Policy::decide
+            };
+        let decided = self.judge(source, transport, bytes, how);
+        self.account(listener, &decided, source);
+        decided
+    }
+
+    /// [`Gate::pass`] for a source a trusted peer's PROXY header names: the XDP program saw
+    /// the peer, not this source, so every limit counts it here.
+    pub(crate) fn pass_named(
         &self,
         listener: &ListenerMetrics,
         source: Source,

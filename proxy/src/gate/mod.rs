@@ -4,6 +4,7 @@
 //! ([`offenders`]) and the budget that keeps rejection logs from flooding the log
 //! ([`log_limit`]).
 
+pub(crate) mod ahead;
 pub(crate) mod connections;
 mod door;
 pub(crate) mod log_limit;

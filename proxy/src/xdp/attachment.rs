@@ -268,6 +268,11 @@ impl Attachment {
         (self.window, self.width)
     }
 
+    /// The ports the program counts attempts to.
+    pub(crate) fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
     /// The XDP mode's metrics.
     pub(crate) fn metrics(&self) -> &XdpMetrics {
         &self.metrics

@@ -34,6 +34,8 @@ pub(crate) struct XdpMetrics {
     pub(crate) active: Gauge,
     /// Loads, attaches, map updates and reads that failed.
     pub(crate) errors: Counter,
+    /// 1 when the program could not attach and nftables (`[kernel]`) stands in for it.
+    pub(crate) fallback: Gauge,
 }
 
 /// How a slice's clearing went.
@@ -96,6 +98,12 @@ impl XdpMetrics {
             "errors",
             "XDP loads, attaches, map updates and reads that failed",
             self.errors.clone(),
+        );
+        r.register(
+            "fallback",
+            "1 when the XDP program could not attach at start and the nftables fast path \
+             ([kernel]) stands in for it",
+            self.fallback.clone(),
         );
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tollgate_filter::{Config, ProtocolMatch, Weight};
+use tollgate_filter::{Config, CountedAhead};
 
 use super::layout::Level;
 
@@ -31,12 +31,7 @@ impl KernelRules {
             policy
                 .rules
                 .iter()
-                .filter(|r| {
-                    r.protocol == ProtocolMatch::Any
-                        && r.sources.is_empty()
-                        && r.weight == Weight::Events
-                        && !r.shadow
-                })
+                .filter(|r| CountedAhead::takes_rule(r))
                 .flat_map(|r| r.limits.iter())
                 .filter(|l| {
                     level(false, l.ipv4_prefix.len()).is_some()
@@ -66,6 +61,26 @@ impl KernelRules {
         KernelRules { window, limits }
     }
 
+    /// What the proxy's filter leaves to the kernel (see [`CountedAhead`]): this window and
+    /// the program's prefix levels. It takes exactly the limits [`KernelRules::of`] puts
+    /// into the levels (a test says so), so for an attempt the kernel passed, each of them
+    /// is under its limit in the kernel's count.
+    pub(crate) fn counted_ahead(&self) -> CountedAhead {
+        let lengths = |v6: bool| -> Vec<u8> {
+            Level::ALL
+                .into_iter()
+                .filter(|l| is_v6(*l) == v6)
+                // Prefix lengths are at most 128.
+                .map(|l| u8::try_from(l.prefix()).unwrap_or(u8::MAX))
+                .collect()
+        };
+        CountedAhead {
+            window: self.window,
+            ipv4: lengths(false),
+            ipv6: lengths(true),
+        }
+    }
+
     /// How many levels are counted.
     pub(crate) fn counted(&self) -> usize {
         self.limits.iter().filter(|&&l| l > 0).count()
@@ -89,10 +104,14 @@ impl KernelRules {
 
 /// The level of a prefix length in one family, if the program counts it.
 fn level(v6: bool, prefix: u8) -> Option<Level> {
-    Level::ALL.into_iter().find(|l| {
-        l.prefix() == u32::from(prefix)
-            && matches!(l, Level::V6Host | Level::V6Net64 | Level::V6Net48) == v6
-    })
+    Level::ALL
+        .into_iter()
+        .find(|l| l.prefix() == u32::from(prefix) && is_v6(*l) == v6)
+}
+
+/// Whether a level counts IPv6 sources.
+fn is_v6(level: Level) -> bool {
+    matches!(level, Level::V6Host | Level::V6Net64 | Level::V6Net48)
 }
 
 #[cfg(test)]
@@ -142,6 +161,33 @@ mod tests {
         assert_eq!(
             kernel.describe(),
             "/32=60 /24=1000 /128=60 /64=100 /48=1000"
+        );
+        // The filter leaves to the kernel exactly the limits that went into its levels.
+        let config = Config::parse(policy).unwrap_or_else(|e| panic!("{e}"));
+        let ahead = kernel.counted_ahead();
+        let taken: Vec<(&str, usize, bool)> = config
+            .rules
+            .iter()
+            .flat_map(|r| {
+                let ahead = &ahead;
+                r.limits.iter().enumerate().flat_map(move |(i, l)| {
+                    [false, true]
+                        .into_iter()
+                        .filter(move |&v6| ahead.takes(r, l, v6))
+                        .map(move |v6| (r.name.as_str(), i, v6))
+                })
+            })
+            .collect();
+        assert_eq!(
+            taken,
+            [
+                ("a", 0, false),
+                ("a", 0, true),
+                ("a", 1, false),
+                ("a", 1, true),
+                ("b", 0, false),
+                ("b", 0, true),
+            ]
         );
         let minute = rules(policy, Some(Duration::from_secs(60)));
         assert_eq!(minute.limits, [0, 5000, 0, 0, 5000]);

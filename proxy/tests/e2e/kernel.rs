@@ -390,6 +390,58 @@ async fn flood_udp() {
     assert!(!table_exists(), "the table outlived SIGTERM");
 }
 
+/// `[xdp]` that cannot attach (here: its interface is missing; a build without the program
+/// or a driver without native mode go the same way) next to `[kernel]`: nftables keeps its
+/// whole role, the start log says so in one line and `tollgate_xdp_fallback` counts it.
+#[test]
+#[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
+fn nftables_stands_in_for_xdp_that_cannot_attach() {
+    isolated(
+        "nftables_stands_in_for_xdp_that_cannot_attach",
+        xdp_fallback,
+    );
+}
+
+async fn xdp_fallback() {
+    let upstream = support::udp_echo_upstream().await;
+    let mut proxy = Launch::new(
+        "kernel-xdp-fallback",
+        &format!("protocol = \"udp\"\nupstreams = [\"{upstream}\"]"),
+        &format!(
+            "[[rule]]\nname = \"r\"\nlimits = [{{ rate = \"5/2s\" }}]\n\n\
+             [kernel]\ntable = \"{TABLE}\"\nfactor = 2.0\nrequired = true\n\n\
+             [xdp]\ninterfaces = [\"tg_missing\"]\nrequired = false\n"
+        ),
+    )
+    .quiet()
+    .start();
+    assert_eq!(proxy.metric("tollgate_xdp_active"), 0.0);
+    assert_eq!(proxy.metric("tollgate_xdp_fallback"), 1.0);
+    let log = proxy.log();
+    assert_eq!(
+        log.matches("fast path: nftables in place of XDP, which could not attach")
+            .count(),
+        1,
+        "{log}"
+    );
+    // The proxy counts every datagram, and its offender goes into the nftables set.
+    let front = proxy.front;
+    let flooder = tokio::net::UdpSocket::bind(format!("{FLOODER}:0"))
+        .await
+        .unwrap();
+    for i in 0..12 {
+        flooder
+            .send_to(format!("d{i}").as_bytes(), front)
+            .await
+            .unwrap();
+    }
+    poll("the flood's 12 decisions", || decisions(&proxy) == 12.0);
+    poll("the flooder in the kernel's set", || in_kernel(FLOODER));
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().success(), "{}", proxy.log());
+    assert!(!table_exists(), "the table outlived SIGTERM");
+}
+
 #[test]
 #[ignore = "needs root, unshare and nft; run with --include-ignored (CI does)"]
 fn a_table_left_by_a_killed_proxy_is_replaced_at_the_next_start() {

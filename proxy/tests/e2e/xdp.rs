@@ -194,3 +194,5 @@ fn spoofed_sources_across_a_64_meet_the_kernels_limit_through_the_running_proxy(
     assert!(attached(), "the start after a kill did not attach");
     drop(again);
 }
+
+mod counted_once;

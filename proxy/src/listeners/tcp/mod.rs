@@ -326,7 +326,8 @@ async fn connection(
                 return;
             };
             let source = Source::new(origin.source.ip());
-            let decided = gate.pass(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
+            let decided =
+                gate.pass_named(&frontend.metrics, source, Transport::Tcp, CONNECTION_WEIGHT);
             if resets(&decided) {
                 actions::reset(client);
                 return;
