@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --release -p tollgate-benches --bin threads -- [--threads 1,2,4,8,16] \
 //!     [--events N] [--memory 2MiB,32MiB] [--rounds 3] [--reserve-shift 8,none] \
-//!     [--workloads shared,disjoint,frames] [--csv FILE] [--quick]
+//!     [--workloads shared,disjoint,frames,floor] [--csv FILE] [--quick]
 //! ```
 //!
 //! # Workloads (built once, before anything is timed)
@@ -41,13 +41,19 @@
 //! the tables show medians of `--rounds` rounds, each contender's scaling over its own 1-thread
 //! median, and Tollgate's ratio to pingora.
 //!
+//! `--workloads floor` adds a table of the uncapped observe's parts (see `floor.rs`: the same
+//! call without its clock reading, its reads alone, the hash, the clock) against pingora, in
+//! nanoseconds on a CPU per event (`/proc/thread-self/schedstat`), which a machine shared with
+//! other work does not inflate.
+//!
 //! Built with `RUSTFLAGS="--cfg tollgate_contention"`, where the sketch counts its
-//! compare-and-swaps (`tollgate_sketch::contention`), the tables add Tollgate's failed swaps per
-//! event.
+//! compare-and-swaps (`tollgate_sketch::contention`), the tables add Tollgate's failed swaps and
+//! conservative updates (writes of a key's shared cells) per event.
 
 #[path = "../workload.rs"]
 mod workload;
 
+mod floor;
 mod peers;
 mod streams;
 mod table;
@@ -95,8 +101,10 @@ struct Options {
     /// contenders are run once per shift [default: 8, the sketch's default].
     #[arg(long, value_delimiter = ',', value_parser = reserve_shift)]
     reserve_shift: Vec<Reserve>,
-    /// The workloads to run, comma-separated: shared, disjoint, frames [default: all three].
-    #[arg(long, value_delimiter = ',', value_parser = ["shared", "disjoint", "frames"])]
+    /// The workloads to run, comma-separated: shared, disjoint, frames, and floor (the uncapped
+    /// observe's parts on the shared stream, on CPU time; only when named) [default: the first
+    /// three].
+    #[arg(long, value_delimiter = ',', value_parser = ["shared", "disjoint", "frames", "floor"])]
     workloads: Vec<String>,
     /// Also write the tables' rows to this CSV file.
     #[arg(long)]
@@ -229,9 +237,8 @@ fn main() {
     } else {
         options.reserve_shift.clone()
     };
-    let runs = |workload: &str| {
-        options.workloads.is_empty() || options.workloads.iter().any(|w| w == workload)
-    };
+    let named = |workload: &str| options.workloads.iter().any(|w| w == workload);
+    let runs = |workload: &str| options.workloads.is_empty() || named(workload);
     let clock = MonotonicClock::new();
 
     let stream = Stream::zipf(DISTINCT, events);
@@ -261,6 +268,34 @@ fn main() {
             }
             for &n in &threads {
                 let keys = stream.keys(n, sharing);
+                let slices: Vec<&[streams::Key]> = keys.iter().map(Vec::as_slice).collect();
+                rounds(
+                    &mut table,
+                    &size(budget),
+                    &contenders,
+                    &slices,
+                    rounds_of,
+                    &clock,
+                );
+            }
+        }
+        println!("{}", table.text());
+        tables.push(table);
+    }
+
+    if named("floor") {
+        let mut table = Table::on_cpu(
+            "floor: ns on a CPU per event (all threads together), the shared stream".to_owned(),
+        );
+        let whole = stream.keys(1, Sharing::Shared);
+        for &budget in &memory {
+            let contenders = floor::contenders(budget, &whole[0], &clock);
+            let warm = &whole[0][..whole[0].len().min(WARM_UP)];
+            for contender in &contenders {
+                contender.pass(warm, &clock);
+            }
+            for &n in &threads {
+                let keys = stream.keys(n, Sharing::Shared);
                 let slices: Vec<&[streams::Key]> = keys.iter().map(Vec::as_slice).collect();
                 rounds(
                     &mut table,

@@ -170,9 +170,36 @@ impl<'a> Contender<&'a [u8]> for Frames {
 pub(crate) struct Measured {
     /// Events (or frames) a second, all threads together.
     pub(crate) per_second: f64,
-    /// Failed compare-and-swaps per event (`--cfg tollgate_contention` builds, Tollgate's
-    /// contenders only).
-    pub(crate) failed_swaps: Option<f64>,
+    /// Nanoseconds on a CPU per event, all threads' time on a CPU together
+    /// (`/proc/thread-self/schedstat`), where that could be read: what a machine shared with
+    /// other work does not inflate, as it does wall time.
+    pub(crate) cpu_nanos: Option<f64>,
+    /// What the sketch's contention counter saw, per event (`--cfg tollgate_contention`
+    /// builds, Tollgate's contenders only).
+    pub(crate) contention: Option<Contended>,
+}
+
+/// The contention counter's figures per event (see `tollgate_sketch::contention`).
+// Made only by counted builds (and the tests).
+#[cfg_attr(not(tollgate_contention), allow(dead_code))]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Contended {
+    /// Compare-and-swaps that failed (each restarts a conservative update).
+    pub(crate) failed_swaps: f64,
+    /// Conservative updates: events that wrote the key's shared cells (credited events and
+    /// events the front absorbed do not).
+    pub(crate) updates: f64,
+}
+
+/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`, nanoseconds), `None`
+/// where it cannot be read. A read costs a system call or two: outside the timed loop only.
+fn on_cpu() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// `contender` over `slices`, one thread each, started together on a barrier: the wall time
@@ -185,16 +212,21 @@ pub(crate) fn run<T: Sync, C: Contender<T> + ?Sized>(
     let barrier = Barrier::new(slices.len());
     #[cfg(tollgate_contention)]
     tollgate_sketch::contention::reset();
-    let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
+    let spans: Vec<(Instant, Instant, Option<u64>)> = thread::scope(|scope| {
         let workers: Vec<_> = slices
             .iter()
             .map(|slice| {
                 let barrier = &barrier;
                 scope.spawn(move || {
                     barrier.wait();
+                    let cpu = on_cpu();
                     let start = Instant::now();
                     contender.pass(slice, clock);
-                    (start, Instant::now())
+                    let end = Instant::now();
+                    let cpu = on_cpu()
+                        .zip(cpu)
+                        .map(|(end, start)| end.saturating_sub(start));
+                    (start, end, cpu)
                 })
             })
             .collect();
@@ -209,21 +241,27 @@ pub(crate) fn run<T: Sync, C: Contender<T> + ?Sized>(
     let elapsed = start
         .zip(end)
         .map_or(Duration::ZERO, |(start, end)| end - start);
+    let cpu: Option<u64> = spans.iter().map(|span| span.2).sum();
     Measured {
         per_second: events as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
-        failed_swaps: failed_swaps(contender.ours(), events),
+        cpu_nanos: cpu.map(|cpu| cpu as f64 / events.max(1) as f64),
+        contention: contended(contender.ours(), events),
     }
 }
 
-/// Failed compare-and-swaps per event since the run's reset.
+/// The contention counter's figures per event since the run's reset.
 #[cfg(tollgate_contention)]
-fn failed_swaps(ours: bool, events: usize) -> Option<f64> {
+fn contended(ours: bool, events: usize) -> Option<Contended> {
     let counted = tollgate_sketch::contention::snapshot();
-    ours.then(|| counted.failed_swaps as f64 / events.max(1) as f64)
+    let per_event = |count: u64| count as f64 / events.max(1) as f64;
+    ours.then(|| Contended {
+        failed_swaps: per_event(counted.failed_swaps),
+        updates: per_event(counted.updates),
+    })
 }
 
 /// Not counted in a plain build.
 #[cfg(not(tollgate_contention))]
-fn failed_swaps(_ours: bool, _events: usize) -> Option<f64> {
+fn contended(_ours: bool, _events: usize) -> Option<Contended> {
     None
 }

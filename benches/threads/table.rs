@@ -12,7 +12,9 @@ struct Cell {
     name: String,
     ours: bool,
     per_second: Vec<f64>,
+    cpu_nanos: Vec<f64>,
     failed_swaps: Vec<f64>,
+    updates: Vec<f64>,
 }
 
 /// One thread count at one memory size.
@@ -24,6 +26,8 @@ struct Row {
 
 /// The end of a failed-swaps column's name.
 const SWAPS: &str = "failed swaps/event";
+/// The end of a shared-writes column's name.
+const UPDATES: &str = "updates/event";
 
 /// A row's figures: its memory, its thread count, then one figure a column (`None`: none).
 type Line = (String, usize, Vec<Option<f64>>);
@@ -32,6 +36,8 @@ type Line = (String, usize, Vec<Option<f64>>);
 pub(crate) struct Table {
     title: String,
     rows: Vec<Row>,
+    /// Whether the table shows time on a CPU per event instead of events a second.
+    on_cpu: bool,
 }
 
 impl Table {
@@ -39,6 +45,16 @@ impl Table {
         Table {
             title,
             rows: Vec::new(),
+            on_cpu: false,
+        }
+    }
+
+    /// A table of nanoseconds on a CPU per event (all threads' together), medians, and
+    /// Tollgate's speed against pingora by them (pingora's nanoseconds over its own).
+    pub(crate) fn on_cpu(title: String) -> Table {
+        Table {
+            on_cpu: true,
+            ..Table::new(title)
         }
     }
 
@@ -71,13 +87,19 @@ impl Table {
                     name: name.to_owned(),
                     ours,
                     per_second: Vec::new(),
+                    cpu_nanos: Vec::new(),
                     failed_swaps: Vec::new(),
+                    updates: Vec::new(),
                 });
                 cells.last_mut().expect("just pushed")
             }
         };
         cell.per_second.push(measured.per_second);
-        cell.failed_swaps.extend(measured.failed_swaps);
+        cell.cpu_nanos.extend(measured.cpu_nanos);
+        if let Some(contended) = measured.contention {
+            cell.failed_swaps.push(contended.failed_swaps);
+            cell.updates.push(contended.updates);
+        }
     }
 
     /// The 1-thread median of `name` at `memory`, if 1 thread was run.
@@ -89,8 +111,9 @@ impl Table {
         median(&row.cells.iter().find(|cell| cell.name == name)?.per_second)
     }
 
-    /// The header and one line a row, as figures: M events/s, scaling, ratios to pingora and
-    /// (counted builds) failed swaps per event; `None` where there is no figure.
+    /// The header and one line a row, as figures: M events/s and scaling (or, on CPU,
+    /// nanoseconds per event), ratios to pingora and (counted builds) failed swaps and updates
+    /// per event; `None` where there is no figure.
     fn figures(&self) -> (Vec<String>, Vec<Line>) {
         let Some(first) = self.rows.first() else {
             return (Vec::new(), Vec::new());
@@ -103,8 +126,12 @@ impl Table {
         let peer = names.iter().find(|(_, ours)| !ours).map(|(name, _)| *name);
         let mut header = vec!["memory".to_owned(), "threads".to_owned()];
         for (name, _) in &names {
-            header.push(format!("{name} M/s"));
-            header.push("x 1 thread".to_owned());
+            if self.on_cpu {
+                header.push(format!("{name} ns/event"));
+            } else {
+                header.push(format!("{name} M/s"));
+                header.push("x 1 thread".to_owned());
+            }
         }
         if let Some(peer) = peer {
             for (name, _) in names.iter().filter(|(_, ours)| *ours) {
@@ -116,6 +143,9 @@ impl Table {
             for (name, _) in names.iter().filter(|(_, ours)| *ours) {
                 header.push(format!("{name} {SWAPS}"));
             }
+            for (name, _) in names.iter().filter(|(_, ours)| *ours) {
+                header.push(format!("{name} {UPDATES}"));
+            }
         }
         let rows = self
             .rows
@@ -124,8 +154,15 @@ impl Table {
                 let rate = |name: &str| {
                     median(&row.cells.iter().find(|cell| cell.name == name)?.per_second)
                 };
+                let nanos = |name: &str| {
+                    median(&row.cells.iter().find(|cell| cell.name == name)?.cpu_nanos)
+                };
                 let mut line = Vec::new();
                 for (name, _) in &names {
+                    if self.on_cpu {
+                        line.push(nanos(name));
+                        continue;
+                    }
                     let own = rate(name);
                     line.push(own.map(|own| own / 1e6));
                     let single = self.single(&row.memory, name);
@@ -133,12 +170,19 @@ impl Table {
                 }
                 if let Some(peer) = peer {
                     for (name, _) in names.iter().filter(|(_, ours)| *ours) {
-                        line.push(rate(name).zip(rate(peer)).map(|(ours, peer)| ours / peer));
+                        line.push(if self.on_cpu {
+                            nanos(name).zip(nanos(peer)).map(|(ours, peer)| peer / ours)
+                        } else {
+                            rate(name).zip(rate(peer)).map(|(ours, peer)| ours / peer)
+                        });
                     }
                 }
                 if counted {
                     for cell in row.cells.iter().filter(|cell| cell.ours) {
                         line.push(median(&cell.failed_swaps));
+                    }
+                    for cell in row.cells.iter().filter(|cell| cell.ours) {
+                        line.push(median(&cell.updates));
                     }
                 }
                 (row.memory.clone(), row.threads, line)
@@ -150,11 +194,11 @@ impl Table {
     /// The table as aligned text under its title.
     pub(crate) fn text(&self) -> String {
         let (header, rows) = self.figures();
-        // Failed swaps per event are fractions well under one: four decimals.
+        // Failed swaps and updates per event are fractions of one: four decimals.
         let swaps: Vec<bool> = header
             .iter()
             .skip(2)
-            .map(|name| name.ends_with(SWAPS))
+            .map(|name| name.ends_with(SWAPS) || name.ends_with(UPDATES))
             .collect();
         let mut cells = vec![header];
         for (memory, threads, line) in rows {
@@ -196,11 +240,13 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::peers::Contended;
 
     fn measured(per_second: f64) -> Measured {
         Measured {
             per_second,
-            failed_swaps: None,
+            cpu_nanos: None,
+            contention: None,
         }
     }
 
@@ -239,5 +285,57 @@ mod tests {
             table.csv(false),
             "shared,2MiB,1,3,1,1,1,3\nshared,2MiB,2,6,2,4,4,1.5\n"
         );
+    }
+
+    #[test]
+    fn on_cpu_nanoseconds_and_speed_against_pingora() {
+        let mut table = Table::on_cpu("floor: test".to_owned());
+        for (name, ours, nanos) in [
+            ("observe", true, [120.0, 100.0, 110.0]),
+            ("pingora", false, [300.0, 330.0, 360.0]),
+        ] {
+            for nanos in nanos {
+                let measured = Measured {
+                    per_second: 1e9 / nanos,
+                    cpu_nanos: Some(nanos),
+                    contention: None,
+                };
+                table.record("2MiB", 1, name, ours, &measured);
+            }
+        }
+        let (header, rows) = table.figures();
+        assert_eq!(
+            header,
+            [
+                "memory",
+                "threads",
+                "observe ns/event",
+                "pingora ns/event",
+                "observe / pingora"
+            ]
+        );
+        assert_eq!(rows[0].2, [Some(110.0), Some(330.0), Some(3.0)]);
+    }
+
+    #[test]
+    fn counted_runs_add_failed_swaps_and_updates() {
+        let mut table = Table::new("shared: test".to_owned());
+        let counted = Measured {
+            per_second: 2e6,
+            cpu_nanos: None,
+            contention: Some(Contended {
+                failed_swaps: 0.25,
+                updates: 0.5,
+            }),
+        };
+        table.record("2MiB", 2, "tollgate", true, &counted);
+        table.record("2MiB", 2, "pingora", false, &measured(1e6));
+        let (header, rows) = table.figures();
+        assert_eq!(
+            header[header.len() - 2..],
+            [format!("tollgate {SWAPS}"), format!("tollgate {UPDATES}")]
+        );
+        assert_eq!(rows[0].2[rows[0].2.len() - 2..], [Some(0.25), Some(0.5)]);
+        assert!(table.text().contains("0.2500"));
     }
 }
