@@ -33,7 +33,9 @@ typedef unsigned long long u64;
 #define COUNTER_DROPPED 1   /* an attempt over a limit */
 #define COUNTER_MALFORMED 2 /* a frame cut short or with an impossible header: passed */
 #define COUNTER_IGNORED 3   /* not an attempt (other protocol, TCP past the SYN, a later fragment) */
-#define COUNTERS 4
+#define COUNTER_ALLOWED 4   /* an attempt from an allowed network: passed uncounted */
+#define COUNTER_EVENTS_LOST 5 /* a drop event the ring had no room for */
+#define COUNTERS 6
 
 /* The `config` map's one value (little-endian, 8-byte fields; `Config::to_bytes` in Rust). */
 struct config {
@@ -42,6 +44,47 @@ struct config {
 	u64 width;      /* cells per row, 1..2^32 */
 	u64 fixed_tick; /* when non-zero, the time in ticks (tests); otherwise the coarse clock */
 	u64 bank;       /* the bank of `rules` in force: 0 or 1 (read once per frame) */
+	u64 lists;      /* LISTS_* bits: which allow tries to look sources up in */
+};
+
+/* The allow lists (`[lists]` and the run-time entries) as two LPM tries, one per family: the
+ * longest match's value is LIST_ALLOWED (the source passes uncounted, as the proxy passes an
+ * allowed source) or LIST_COUNTED (a deny entry inside an allowed network: counted as any
+ * other). `config.lists` says which tries hold entries (no lookup otherwise), and which
+ * family's lists did not fit in ALLOW_ENTRIES: that family is counted but never dropped, so
+ * no allowed source is refused at the driver (`xdp/lists.rs`). */
+#define LISTS_V4 1
+#define LISTS_V6 2
+#define LISTS_KEEP_V4 4
+#define LISTS_KEEP_V6 8
+#define ALLOW_ENTRIES 65536
+#define LIST_COUNTED 0
+#define LIST_ALLOWED 1
+
+struct allow_v4_key {
+	u32 prefixlen;
+	u32 addr; /* as read from the packet */
+};
+
+struct allow_v6_key {
+	u32 prefixlen;
+	u32 addr[4]; /* as read from the packet */
+};
+
+/* Drop events: at most one per key and window (a slot of `sampled`, chosen by the key's
+ * hash, holds the last window it reported, plus one; two keys on one slot share its one
+ * event), into a ring of EVENT_RING_BYTES; an event the ring has no room for is counted in
+ * COUNTER_EVENTS_LOST (`xdp/events.rs` reads them). */
+#define EVENT_RING_BYTES 262144
+#define SAMPLE_SLOTS 4096
+
+struct drop_event {
+	u64 lo;       /* the source as read: IPv4 in the low 4 bytes, IPv6 bytes 0..8 */
+	u64 hi;       /* IPv6 bytes 8..16 */
+	u32 level;    /* LEVEL_* of the key over its limit */
+	u32 limit;    /* its limit */
+	u64 estimate; /* its sliding estimate, this attempt included */
+	u64 window;   /* the window's index */
 };
 
 /* Banks of rules: a reload writes the bank not in force, then flips `config.bank`, so a frame

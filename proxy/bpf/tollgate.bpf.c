@@ -9,6 +9,10 @@
  * `malformed`: the stack drops what it cannot parse either, and the program never guesses a
  * source.
  *
+ * A source in an allowed network (the `allow_v4` and `allow_v6` tries) passes uncounted, as
+ * the proxy passes an allowed source. A drop is reported to user space through the `events`
+ * ring, at most once per key and window (see `report`).
+ *
  * Counting never loses an increment: every cell is raised by an atomic fetch-and-add whose
  * returned value is the count this attempt sees, so two CPUs on one key each see their own.
  * The kernel never clears: user space clears the slice after next (see layout.h). A slice
@@ -25,6 +29,9 @@
 
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_LPM_TRIE 11
+#define BPF_MAP_TYPE_RINGBUF 27
+#define BPF_F_NO_PREALLOC (1U << 0)
 #define BPF_F_MMAPABLE (1U << 10)
 
 #define XDP_DROP 1
@@ -41,6 +48,7 @@ struct xdp_md {
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static u64 (*bpf_ktime_get_coarse_ns)(void) = (void *)160;
+static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
 
 /* The sketch: SLICES x DEPTH x width cells of 32 bits; max_entries set by the loader. */
 struct {
@@ -79,6 +87,37 @@ struct {
 	__type(value, u64);
 } counters SEC(".maps");
 
+/* The allowed networks of each family (see layout.h); entries allocated as inserted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, ALLOW_ENTRIES);
+	__type(key, struct allow_v4_key);
+	__type(value, u32);
+} allow_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, ALLOW_ENTRIES);
+	__type(key, struct allow_v6_key);
+	__type(value, u32);
+} allow_v6 SEC(".maps");
+
+/* Drop events for user space; the loader may size it (tests make it one page). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, EVENT_RING_BYTES);
+} events SEC(".maps");
+
+/* Per slot, the last window (plus one) whose drop event a key of the slot took. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SAMPLE_SLOTS);
+	__type(key, u32);
+	__type(value, u64);
+} sampled SEC(".maps");
+
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
 #define ETH_P_8021Q 0x8100
@@ -104,17 +143,24 @@ static __attribute__((always_inline)) u16 be16(u16 v)
  * no other run shares the counter. (BPF_PROG_TEST_RUN only turns migration off: on a kernel
  * booted with preempt=full, two test runs on one CPU could interleave and lose a count here;
  * never a cell's, which every CPU shares and which take atomic adds.) */
-static __attribute__((always_inline)) int count(u32 which)
+static __attribute__((always_inline)) void bump(u32 which)
 {
 	u64 *counter = bpf_map_lookup_elem(&counters, &which);
 	if (counter)
 		*counter += 1;
+}
+
+/* Counts a frame as `which` and returns its verdict. */
+static __attribute__((always_inline)) int count(u32 which)
+{
+	bump(which);
 	return which == COUNTER_DROPPED ? XDP_DROP : XDP_PASS;
 }
 
 /* Where the window stands: the current and previous slices and the ticks left; and the
  * sketch's blocks and the first rule of the bank in force. */
 struct position {
+	u64 index;
 	u32 current;
 	u32 previous;
 	u64 remaining;
@@ -156,25 +202,86 @@ static __attribute__((always_inline)) int locate(u64 h, const struct position *a
 	return 1;
 }
 
+/* What a key's cells said when an attempt was counted: the current slice's count (the
+ * attempt included) and the previous slice's, each the rows' minimum. */
+struct tally {
+	u64 now;
+	u64 before;
+};
+
 /* Counts one attempt in `slots` and says whether its key's sliding estimate is over
- * `limit`. */
+ * `limit`; what the cells said in `seen`. */
 static __attribute__((always_inline)) int over(const struct slots *slots, u32 limit,
-					       const struct config *cfg, const struct position *at)
+					       const struct config *cfg, const struct position *at,
+					       struct tally *seen)
 {
 	u64 now = 0xffffffffffffffffULL, before = 0xffffffffffffffffULL;
 #pragma unroll
 	for (u32 row = 0; row < DEPTH; row++) {
-		u64 seen = (u64)__atomic_fetch_add(slots->now[row], 1, __ATOMIC_RELAXED) + 1;
-		now = seen < now ? seen : now;
+		u64 raised = (u64)__atomic_fetch_add(slots->now[row], 1, __ATOMIC_RELAXED) + 1;
+		now = raised < now ? raised : now;
 		u64 old = *(volatile u32 *)slots->before[row];
 		before = old < before ? old : before;
 	}
+	seen->now = now;
+	seen->before = before;
 	/* The previous window's share is at most `before`: a division only when it decides. */
 	if (now > limit)
 		return 1;
 	if (now + before <= limit)
 		return 0;
 	return now + share(before, at->remaining, cfg->window) > limit;
+}
+
+/* Reports the drop of an attempt from source (`lo`, `hi`) whose key of hash `h` at `level`
+ * is over `limit`, at most once per key and window: the key's slot of `sampled` is taken
+ * for this window by a compare-and-swap (one CPU wins it; a slot taken already writes
+ * nothing), then the event goes to the ring, or, with no room there, to COUNTER_EVENTS_LOST.
+ * 1 when this call took the slot, 0 otherwise. Runs only on drops: a flood of one key pays
+ * one read of its slot per frame. */
+static __attribute__((always_inline)) int report(u64 h, u32 level, u32 limit,
+						 const struct tally *seen, u64 lo, u64 hi,
+						 const struct config *cfg,
+						 const struct position *at)
+{
+	u32 slot = (u32)(h >> 32) & (SAMPLE_SLOTS - 1);
+	u64 *mark = bpf_map_lookup_elem(&sampled, &slot);
+	if (!mark)
+		return 0;
+	u64 window = at->index + 1;
+	u64 last = *(volatile u64 *)mark;
+	if (last == window || __sync_val_compare_and_swap(mark, last, window) != last)
+		return 0;
+	struct drop_event event = {
+		.lo = lo,
+		.hi = hi,
+		.level = level,
+		.limit = limit,
+		.estimate = seen->now + share(seen->before, at->remaining, cfg->window),
+		.window = at->index,
+	};
+	if (bpf_ringbuf_output(&events, &event, sizeof(event), 0))
+		bump(COUNTER_EVENTS_LOST);
+	return 1;
+}
+
+/* Whether an IPv4 source is in an allowed network (see layout.h). */
+static __attribute__((always_inline)) int allowed_v4(u32 addr)
+{
+	struct allow_v4_key key = {.prefixlen = 32, .addr = addr};
+	u32 *kind = bpf_map_lookup_elem(&allow_v4, &key);
+	return kind && *kind == LIST_ALLOWED;
+}
+
+/* Whether an IPv6 source (read as two words) is in an allowed network. */
+static __attribute__((always_inline)) int allowed_v6(u64 lo, u64 hi)
+{
+	struct allow_v6_key key = {
+		.prefixlen = 128,
+		.addr = {(u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32)},
+	};
+	u32 *kind = bpf_map_lookup_elem(&allow_v6, &key);
+	return kind && *kind == LIST_ALLOWED;
 }
 
 /* The limit of `level` in the bank in force, 0 when the level is not counted. */
@@ -185,49 +292,64 @@ static __attribute__((always_inline)) u32 limit_of(const struct position *at, u3
 	return rule ? rule->limit : 0;
 }
 
+/* Every level is counted before anything is decided (a drop never skips a level's count).
+ * An attempt over a limit is dropped, unless its family's lists did not fit (LISTS_KEEP_*:
+ * counted, never dropped), and reported once per key and window, for the first level over
+ * whose report is due. */
 static __attribute__((always_inline)) int decide_v4(u32 addr, const struct config *cfg,
 						    const struct position *at)
 {
 	struct slots host, net;
+	struct tally host_seen, net_seen;
 	u32 host_limit = limit_of(at, LEVEL_V4_32);
 	u32 net_limit = limit_of(at, LEVEL_V4_24);
-	if (host_limit && !locate(xxh3_4(addr, level_seed(cfg->seed, 32)), at, &host))
-		return XDP_PASS;
+	u64 host_h = host_limit ? xxh3_4(addr, level_seed(cfg->seed, 32)) : 0;
 	/* The address as read from the packet: its first three bytes are the low 24 bits. */
-	if (net_limit &&
-	    !locate(xxh3_4(addr & 0x00ffffff, level_seed(cfg->seed, 24)), at, &net))
+	u64 net_h = net_limit ? xxh3_4(addr & 0x00ffffff, level_seed(cfg->seed, 24)) : 0;
+	if (host_limit && !locate(host_h, at, &host))
 		return XDP_PASS;
-	int drop = 0;
-	if (host_limit)
-		drop |= over(&host, host_limit, cfg, at);
-	if (net_limit)
-		drop |= over(&net, net_limit, cfg, at);
-	return count(drop ? COUNTER_DROPPED : COUNTER_PASSED);
+	if (net_limit && !locate(net_h, at, &net))
+		return XDP_PASS;
+	int host_over = host_limit ? over(&host, host_limit, cfg, at, &host_seen) : 0;
+	int net_over = net_limit ? over(&net, net_limit, cfg, at, &net_seen) : 0;
+	if (!(host_over | net_over) || (cfg->lists & LISTS_KEEP_V4))
+		return count(COUNTER_PASSED);
+	if (!(host_over && report(host_h, LEVEL_V4_32, host_limit, &host_seen, addr, 0, cfg, at)) &&
+	    net_over)
+		report(net_h, LEVEL_V4_24, net_limit, &net_seen, addr, 0, cfg, at);
+	return count(COUNTER_DROPPED);
 }
 
 static __attribute__((always_inline)) int decide_v6(u64 lo, u64 hi, const struct config *cfg,
 						    const struct position *at)
 {
 	struct slots host, net64, net48;
+	struct tally host_seen, net64_seen, net48_seen;
 	u32 host_limit = limit_of(at, LEVEL_V6_128);
 	u32 net64_limit = limit_of(at, LEVEL_V6_64);
 	u32 net48_limit = limit_of(at, LEVEL_V6_48);
-	if (host_limit && !locate(xxh3_16(lo, hi, level_seed(cfg->seed, 128)), at, &host))
-		return XDP_PASS;
-	if (net64_limit && !locate(xxh3_16(lo, 0, level_seed(cfg->seed, 64)), at, &net64))
-		return XDP_PASS;
+	u64 host_h = host_limit ? xxh3_16(lo, hi, level_seed(cfg->seed, 128)) : 0;
+	u64 net64_h = net64_limit ? xxh3_16(lo, 0, level_seed(cfg->seed, 64)) : 0;
 	/* Bytes 0..6 of the address are the low 48 bits of the first word as read. */
-	if (net48_limit && !locate(xxh3_16(lo & 0x0000ffffffffffffULL, 0, level_seed(cfg->seed, 48)),
-				   at, &net48))
+	u64 net48_h =
+	    net48_limit ? xxh3_16(lo & 0x0000ffffffffffffULL, 0, level_seed(cfg->seed, 48)) : 0;
+	if (host_limit && !locate(host_h, at, &host))
 		return XDP_PASS;
-	int drop = 0;
-	if (host_limit)
-		drop |= over(&host, host_limit, cfg, at);
-	if (net64_limit)
-		drop |= over(&net64, net64_limit, cfg, at);
-	if (net48_limit)
-		drop |= over(&net48, net48_limit, cfg, at);
-	return count(drop ? COUNTER_DROPPED : COUNTER_PASSED);
+	if (net64_limit && !locate(net64_h, at, &net64))
+		return XDP_PASS;
+	if (net48_limit && !locate(net48_h, at, &net48))
+		return XDP_PASS;
+	int host_over = host_limit ? over(&host, host_limit, cfg, at, &host_seen) : 0;
+	int net64_over = net64_limit ? over(&net64, net64_limit, cfg, at, &net64_seen) : 0;
+	int net48_over = net48_limit ? over(&net48, net48_limit, cfg, at, &net48_seen) : 0;
+	if (!(host_over | net64_over | net48_over) || (cfg->lists & LISTS_KEEP_V6))
+		return count(COUNTER_PASSED);
+	if (!(host_over && report(host_h, LEVEL_V6_128, host_limit, &host_seen, lo, hi, cfg, at)) &&
+	    !(net64_over &&
+	      report(net64_h, LEVEL_V6_64, net64_limit, &net64_seen, lo, hi, cfg, at)) &&
+	    net48_over)
+		report(net48_h, LEVEL_V6_48, net48_limit, &net48_seen, lo, hi, cfg, at);
+	return count(COUNTER_DROPPED);
 }
 
 /* Whether the destination port (at the same offset in TCP and UDP, bounds checked by the
@@ -279,6 +401,7 @@ int tollgate(struct xdp_md *ctx)
 	u64 tick = cfg->fixed_tick ? cfg->fixed_tick : bpf_ktime_get_coarse_ns() >> TICK_SHIFT;
 	u64 index = tick / cfg->window;
 	struct position at = {
+		.index = index,
 		.current = index % SLICES,
 		.previous = (index + SLICES - 1) % SLICES,
 		.remaining = cfg->window - (tick - index * cfg->window),
@@ -309,6 +432,8 @@ int tollgate(struct xdp_md *ctx)
 			return count(COUNTER_MALFORMED);
 		if (!is)
 			return count(COUNTER_IGNORED);
+		if ((cfg->lists & LISTS_V4) && allowed_v4(src))
+			return count(COUNTER_ALLOWED);
 		return decide_v4(src, cfg, &at);
 	}
 
@@ -346,6 +471,8 @@ int tollgate(struct xdp_md *ctx)
 		return count(COUNTER_MALFORMED);
 	if (!is)
 		return count(COUNTER_IGNORED);
+	if ((cfg->lists & LISTS_V6) && allowed_v6(lo, hi))
+		return count(COUNTER_ALLOWED);
 	return decide_v6(lo, hi, cfg, &at);
 }
 

@@ -319,11 +319,6 @@ impl Server {
                          kernel's window): it counts nothing"
                     );
                 }
-                if !policy.allow.is_empty() {
-                    tracing::warn!(
-                        "XDP mode: the kernel does not read [lists]: allowed sources are                          limited at the driver too"
-                    );
-                }
                 metrics.active.set(1);
                 let attachment = Arc::new(attachment);
                 self.tasks.push(tokio::spawn(crate::xdp::rotate(
@@ -331,6 +326,12 @@ impl Server {
                     stopped.clone(),
                 )));
                 self.count_ahead(&attachment, &config, stopped);
+                // The drop events, and the run-time lists into the kernel's allow tries.
+                self.tasks.push(tokio::spawn(crate::xdp::follow(
+                    Arc::clone(&attachment),
+                    Arc::clone(self.shared.gate()),
+                    stopped.clone(),
+                )));
                 // Set once: a server is started once per shared state.
                 let _ = self.shared.reloader().xdp().set(attachment);
                 Ok(XdpStart::Attached)

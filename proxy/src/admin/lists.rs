@@ -200,6 +200,7 @@ where
     let reason = posted.reason;
     match shared.filter().lists().add(cidr, kind, ttl, reason, now) {
         Ok((entry, replaced)) => {
+            super::xdp::sync_lists(shared);
             if let Some(cluster) = shared.cluster() {
                 // The rest of the cluster holds it from its next round.
                 cluster.list_entry_added(&entry, now);
@@ -260,6 +261,7 @@ pub(crate) fn remove<B>(
     let now = shared.now();
     match shared.filter().lists().remove(cidr, kind, now) {
         Ok(entry) => {
+            super::xdp::sync_lists(shared);
             let node = origin(shared, &entry);
             if let Some(cluster) = shared.cluster() {
                 // And from the rest of the cluster by its next round.

@@ -93,3 +93,11 @@ pub(super) fn refresh_metrics(shared: &Shared) {
         xdp.refresh_metrics();
     }
 }
+
+/// Brings the kernel's allow tries in step with the lists after a run-time change, before the
+/// answer: a source allowed by then passes the driver too.
+pub(super) fn sync_lists(shared: &Shared) {
+    if let Some(xdp) = shared.reloader().xdp().get() {
+        xdp.sync_lists_of(shared.gate());
+    }
+}

@@ -6,13 +6,17 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use aya::maps::{MapData, RingBuf};
 use tokio::sync::watch;
+use tollgate_filter::{Cidr, ListKind};
 
 use super::layout::{self, Config, Geometry, Level, TICK_SHIFT};
+use super::lists::{self, ALLOW_ENTRIES, KernelLists, Synced};
 use super::metrics::{Cleared, XdpMetrics};
 use super::program::{Counters, Program, XdpError};
-use super::rules::KernelRules;
+use super::rules::{self, KernelRules};
 use crate::config::{XdpConfig, XdpMode};
+use crate::gate::Gate;
 
 /// Blocks cleared by one run of the clearing program, between two looks at the clock:
 /// 10,880 cells, one syscall (`Program::clear_blocks`).
@@ -32,6 +36,15 @@ pub(crate) fn kernel_tick() -> u64 {
 fn ticks(duration: Duration) -> u64 {
     (u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX) >> TICK_SHIFT)
         .clamp(1, layout::MAX_WINDOW)
+}
+
+/// The ring of drop events, waiting for its reader.
+struct Events(RingBuf<MapData>);
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Events")
+    }
 }
 
 /// The kernel's estimate of one source at one level.
@@ -64,6 +77,12 @@ pub(crate) struct Attachment {
     seed: u64,
     /// The rules in force.
     rules: Mutex<KernelRules>,
+    /// The rule each level's limit comes from, for drop events.
+    names: Mutex<[Option<String>; Level::ALL.len()]>,
+    /// The allow tries and the lists they hold (taken before `program`).
+    lists: Mutex<KernelLists>,
+    /// The drop events, until their reader takes them.
+    events: Mutex<Option<Events>>,
     interfaces: Vec<String>,
     mode: XdpMode,
     ports: Vec<u16>,
@@ -71,8 +90,9 @@ pub(crate) struct Attachment {
 }
 
 impl Attachment {
-    /// Loads the program with `policy`'s kernel rules, counts attempts to `ports` only and
-    /// attaches it to every interface of `config`.
+    /// Loads the program with `policy`'s kernel rules and allow lists (the file's: the
+    /// run-time entries come with the first [`Attachment::sync_lists_of`]), counts attempts
+    /// to `ports` only and attaches it to every interface of `config`.
     ///
     /// # Errors
     /// A program missing from this build, refused by the kernel, or an interface it cannot
@@ -95,25 +115,36 @@ impl Attachment {
                 width: geometry.width,
                 fixed_tick: 0,
                 bank: 0,
+                lists: 0,
             },
         )?;
         program.swap_limits(rules.limits)?;
         program.guard_ports(Some(&ports))?;
+        let mut kernel_lists = KernelLists::new(ALLOW_ENTRIES);
+        let synced = kernel_lists.sync(&mut program, &policy.allow, &policy.deny, &[])?;
+        let events = program.take_events();
         for interface in &config.interfaces {
             program.attach(interface, config.mode == XdpMode::Native)?;
         }
-        Ok(Attachment {
+        let attachment = Attachment {
             program: Mutex::new(program),
             window,
             window_duration: rules.window,
             width: geometry.width,
             seed,
+            names: Mutex::new(rules::names(policy, &rules)),
             rules: Mutex::new(rules),
+            lists: Mutex::new(kernel_lists),
+            events: Mutex::new(events.map(Events)),
             interfaces: config.interfaces.clone(),
             mode: config.mode,
             ports,
             metrics,
-        })
+        };
+        if let Some(synced) = synced {
+            attachment.lists_synced(synced);
+        }
+        Ok(attachment)
     }
 
     fn program(&self) -> MutexGuard<'_, Program> {
@@ -141,18 +172,107 @@ impl Attachment {
     }
 
     /// Writes `policy`'s kernel rules (over the window the program started with: its slices
-    /// hold counts of that length) and swaps them in at once (see [`Program::swap_limits`]).
+    /// hold counts of that length) and swaps them in at once (see [`Program::swap_limits`]),
+    /// then brings the allow tries in step with `policy`'s lists (and the run-time entries
+    /// last brought in).
     ///
     /// # Errors
     /// The kernel's refusal of a map update; the rules in force are then unchanged.
     pub(crate) fn reload(&self, policy: &tollgate_filter::Config) -> Result<KernelRules, XdpError> {
         let rules = KernelRules::of(policy, Some(self.window_duration));
-        let mut in_force = self.rules.lock().unwrap_or_else(|e| e.into_inner());
-        if *in_force != rules {
-            self.program().swap_limits(rules.limits)?;
-            *in_force = rules;
+        {
+            let mut in_force = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+            if *in_force != rules {
+                self.program().swap_limits(rules.limits)?;
+                *in_force = rules;
+            }
+            *self.names.lock().unwrap_or_else(|e| e.into_inner()) = rules::names(policy, &rules);
         }
+        let mut kernel_lists = self.kernel_lists();
+        let runtime = kernel_lists.runtime();
+        self.sync_locked(&mut kernel_lists, &policy.allow, &policy.deny, &runtime);
         Ok(rules)
+    }
+
+    fn kernel_lists(&self) -> MutexGuard<'_, KernelLists> {
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Brings the allow tries in step with the lists `gate` decides by now: its policy's and
+    /// the run-time entries in force; cheap when they are those of the last call. The lists
+    /// are read once the tries are held, so of two calls the later one reads the later lists.
+    pub(crate) fn sync_lists_of(&self, gate: &Gate) {
+        let mut kernel_lists = self.kernel_lists();
+        let policy = gate.filter().policy();
+        let runtime = lists::runtime(&gate.filter().lists().entries(gate.now()));
+        self.sync_locked(
+            &mut kernel_lists,
+            &policy.config().allow,
+            &policy.config().deny,
+            &runtime,
+        );
+    }
+
+    /// Brings the allow tries in step with the file's lists `allow` and `deny` and the
+    /// run-time entries `runtime`. A refusal is logged and counted (the entries not taken out
+    /// stay, and are tried again at the next call).
+    fn sync_locked(
+        &self,
+        kernel_lists: &mut KernelLists,
+        allow: &[Cidr],
+        deny: &[Cidr],
+        runtime: &[(Cidr, ListKind)],
+    ) {
+        let synced = kernel_lists.sync(&mut self.program(), allow, deny, runtime);
+        match synced {
+            Ok(Some(synced)) => self.lists_synced(synced),
+            Ok(None) => {}
+            Err(err) => {
+                self.metrics.errors.inc();
+                tracing::warn!(%err, "XDP mode: bringing the kernel's allow lists in step");
+            }
+        }
+    }
+
+    /// Says what a sync did: the gauges, and a line when entries are (or are no longer) left
+    /// out.
+    fn lists_synced(&self, synced: Synced) {
+        tracing::debug!(
+            put = synced.put,
+            taken = synced.taken,
+            held = synced.held,
+            "XDP mode: allow lists brought into the kernel"
+        );
+        let held = i64::try_from(synced.held).unwrap_or(i64::MAX);
+        let left_out = synced.left_out[0] + synced.left_out[1];
+        let before = self.metrics.allow_left_out.get();
+        self.metrics.allow_entries.set(held);
+        self.metrics
+            .allow_left_out
+            .set(i64::try_from(left_out).unwrap_or(i64::MAX));
+        if left_out > 0 && i64::try_from(left_out).ok() != Some(before) {
+            tracing::warn!(
+                ipv4 = synced.left_out[0],
+                ipv6 = synced.left_out[1],
+                max = ALLOW_ENTRIES,
+                "XDP mode: the allow lists need more kernel entries than a family's trie holds: \
+                 that family is counted at the driver but never dropped there (the proxy still \
+                 decides every attempt it sees)"
+            );
+        } else if left_out == 0 && before > 0 {
+            tracing::info!("XDP mode: the allow lists fit the kernel again: drops resume");
+        }
+    }
+
+    /// The rule `level`'s kernel limit comes from, if the level is counted.
+    pub(crate) fn rule_name(&self, level: Level) -> Option<String> {
+        self.names.lock().unwrap_or_else(|e| e.into_inner())[level.index() as usize].clone()
+    }
+
+    /// The ring of drop events, once (see `xdp::events::follow`).
+    pub(crate) fn take_events(&self) -> Option<RingBuf<MapData>> {
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner()).take();
+        events.map(|Events(ring)| ring)
     }
 
     /// Clears the slice the kernel counts in during window `index + 1`, during window

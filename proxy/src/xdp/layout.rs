@@ -255,7 +255,16 @@ pub(crate) fn estimate(current: u64, previous: u64, at: Position, window: u64) -
 }
 
 /// Bytes of the `config` map's value.
-pub(crate) const CONFIG_BYTES: usize = 40;
+pub(crate) const CONFIG_BYTES: usize = 48;
+
+/// [`Config::lists`]: the IPv4 allow trie holds entries (sources are looked up in it).
+pub(crate) const LISTS_V4: u64 = 1;
+/// [`Config::lists`]: the IPv6 allow trie holds entries.
+pub(crate) const LISTS_V6: u64 = 2;
+/// [`Config::lists`]: the IPv4 lists did not fit the trie: IPv4 is counted, never dropped.
+pub(crate) const LISTS_KEEP_V4: u64 = 4;
+/// [`Config::lists`]: the IPv6 lists did not fit the trie: IPv6 is counted, never dropped.
+pub(crate) const LISTS_KEEP_V6: u64 = 8;
 
 /// The `config` map's value (`struct config` in layout.h).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,6 +279,9 @@ pub(crate) struct Config {
     pub(crate) fixed_tick: u64,
     /// The bank of the `rules` map in force (0 or 1).
     pub(crate) bank: u32,
+    /// `LISTS_*` bits: which allow tries the program looks sources up in, and which family it
+    /// never drops (see `xdp::lists`).
+    pub(crate) lists: u64,
 }
 
 impl Config {
@@ -282,6 +294,7 @@ impl Config {
             u64::from(self.width),
             self.fixed_tick,
             u64::from(self.bank),
+            self.lists,
         ];
         for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
             chunk.copy_from_slice(&word.to_le_bytes());
@@ -547,6 +560,18 @@ mod tests {
             ("LEVEL_V6_128", u64::from(Level::V6Host.index())),
             ("LEVEL_V6_64", u64::from(Level::V6Net64.index())),
             ("LEVEL_V6_48", u64::from(Level::V6Net48.index())),
+            ("LISTS_V4", LISTS_V4),
+            ("LISTS_V6", LISTS_V6),
+            ("LISTS_KEEP_V4", LISTS_KEEP_V4),
+            ("LISTS_KEEP_V6", LISTS_KEEP_V6),
+            ("ALLOW_ENTRIES", crate::xdp::lists::ALLOW_ENTRIES as u64),
+            ("LIST_COUNTED", 0),
+            ("LIST_ALLOWED", 1),
+            ("SAMPLE_SLOTS", u64::from(crate::xdp::events::SAMPLE_SLOTS)),
+            (
+                "EVENT_RING_BYTES",
+                u64::from(crate::xdp::events::EVENT_RING_BYTES),
+            ),
         ] {
             let line = format!("#define {name} {value}");
             assert!(

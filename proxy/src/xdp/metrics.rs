@@ -26,6 +26,17 @@ pub(crate) struct XdpMetrics {
     malformed: Counter,
     /// Frames that are not attempts to a guarded port (passed, uncounted).
     ignored: Counter,
+    /// Attempts from allowed networks (passed, uncounted).
+    allowed: Counter,
+    /// Drop events the kernel's ring had no room for.
+    drop_events_lost: Counter,
+    /// Drop events read from the ring and reported (`xdp::events`).
+    pub(crate) drop_events: Counter,
+    /// Entries in the kernel's allow tries.
+    pub(crate) allow_entries: Gauge,
+    /// Allow-list entries the tries could not hold: while above 0, a family is counted at
+    /// the driver but never dropped there.
+    pub(crate) allow_left_out: Gauge,
     /// What the kernel's counters read last, so that each read adds what is new.
     last: Mutex<Counters>,
     /// Slices cleared by the rotation task, by result.
@@ -85,6 +96,32 @@ impl XdpMetrics {
             self.ignored.clone(),
         );
         r.register(
+            "allowed",
+            "Attempts the XDP program passed uncounted: from a network on the allow lists",
+            self.allowed.clone(),
+        );
+        r.register(
+            "drop_events",
+            "Drops the XDP program reported (at most one per key and window), read from its ring",
+            self.drop_events.clone(),
+        );
+        r.register(
+            "drop_events_lost",
+            "Drop events the XDP program's ring had no room for",
+            self.drop_events_lost.clone(),
+        );
+        r.register(
+            "allow_entries",
+            "Entries in the XDP program's allow tries (allowed networks and the holes in them)",
+            self.allow_entries.clone(),
+        );
+        r.register(
+            "allow_left_out",
+            "Allow-list entries the XDP program's tries could not hold: while above 0, a \
+             family is counted at the driver but never dropped there",
+            self.allow_left_out.clone(),
+        );
+        r.register(
             "clears",
             "Slices of the kernel's sketch cleared by the rotation task, by result",
             self.clears.clone(),
@@ -118,6 +155,10 @@ impl XdpMetrics {
             .inc_by(now.malformed.saturating_sub(last.malformed));
         self.ignored
             .inc_by(now.ignored.saturating_sub(last.ignored));
+        self.allowed
+            .inc_by(now.allowed.saturating_sub(last.allowed));
+        self.drop_events_lost
+            .inc_by(now.events_lost.saturating_sub(last.events_lost));
         *last = now;
     }
 

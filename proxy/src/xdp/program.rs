@@ -7,11 +7,15 @@ use std::fmt;
 #[cfg(test)]
 use std::time::Duration;
 
-use aya::maps::{Array, MapData, MapError, PerCpuArray};
+use std::net::IpAddr;
+
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::{Array, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::xdp::XdpLinkId;
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
+use super::events::EVENT_RING_BYTES;
 use super::layout::{self, BANKS, CONFIG_BYTES, Config, Level, PORT_WORDS};
 
 /// The object `build.rs` compiled, or `None` when it found no clang.
@@ -62,6 +66,10 @@ pub(crate) struct Counters {
     pub(crate) malformed: u64,
     /// Frames that are not attempts (passed, uncounted).
     pub(crate) ignored: u64,
+    /// Attempts from allowed networks (passed, uncounted).
+    pub(crate) allowed: u64,
+    /// Drop events the ring had no room for.
+    pub(crate) events_lost: u64,
 }
 
 /// What the program did with a frame.
@@ -142,6 +150,11 @@ pub(crate) struct Program {
     rules: Array<MapData, [u32; 2]>,
     skipped_ports: Array<MapData, u32>,
     counters: PerCpuArray<MapData, u64>,
+    /// The allowed networks of each family (`xdp::lists`): 1 allowed, 0 counted.
+    allow_v4: LpmTrie<MapData, [u8; 4], u32>,
+    allow_v6: LpmTrie<MapData, [u8; 16], u32>,
+    /// The drop events, until [`Program::take_events`] hands them to their reader.
+    events: Option<RingBuf<MapData>>,
     /// The interfaces attached to, with their links.
     links: Vec<(String, XdpLinkId)>,
 }
@@ -174,9 +187,23 @@ impl Program {
     /// [`XdpError::Missing`] without a program; the kernel's refusal otherwise (the verifier's
     /// log in [`XdpError::Program`]).
     pub(crate) fn load(geometry: layout::Geometry, config: Config) -> Result<Program, XdpError> {
+        Program::load_with_ring(geometry, config, EVENT_RING_BYTES)
+    }
+
+    /// [`Program::load`] with a ring of `ring_bytes` for the drop events (a power of two,
+    /// whole pages).
+    ///
+    /// # Errors
+    /// As [`Program::load`].
+    pub(crate) fn load_with_ring(
+        geometry: layout::Geometry,
+        config: Config,
+        ring_bytes: u32,
+    ) -> Result<Program, XdpError> {
         let object = object().ok_or(XdpError::Missing)?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("cells", geometry.entries())
+            .map_max_entries("events", ring_bytes)
             .load(&object)?;
         let xdp: &mut Xdp = ebpf
             .program_mut(NAME)
@@ -195,6 +222,9 @@ impl Program {
             rules: take(&mut ebpf, "rules")?,
             skipped_ports: take(&mut ebpf, "skipped_ports")?,
             counters: take(&mut ebpf, "counters")?,
+            allow_v4: take(&mut ebpf, "allow_v4")?,
+            allow_v6: take(&mut ebpf, "allow_v6")?,
+            events: Some(take(&mut ebpf, "events")?),
             links: Vec::new(),
             ebpf,
         };
@@ -213,7 +243,6 @@ impl Program {
     }
 
     /// The config in force.
-    #[cfg(test)]
     pub(crate) fn config(&self) -> Config {
         self.current
     }
@@ -274,6 +303,60 @@ impl Program {
             self.skipped_ports.set(word, bits, 0)?;
         }
         Ok(())
+    }
+
+    /// Puts the network `addr`/`len` (host bits cleared) into its family's allow trie, or
+    /// changes its entry: `allowed`, its sources pass uncounted; otherwise they are counted
+    /// (a deny entry inside an allowed network, see `xdp::lists`). The program looks a trie up
+    /// only while `config.lists` says it holds entries.
+    ///
+    /// # Errors
+    /// The kernel's refusal (the trie full, out of memory).
+    pub(crate) fn list(&mut self, addr: IpAddr, len: u8, allowed: bool) -> Result<(), XdpError> {
+        let value = u32::from(allowed);
+        match addr {
+            IpAddr::V4(v4) => {
+                self.allow_v4
+                    .insert(&Key::new(u32::from(len), v4.octets()), value, 0)?
+            }
+            IpAddr::V6(v6) => {
+                self.allow_v6
+                    .insert(&Key::new(u32::from(len), v6.octets()), value, 0)?
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the network `addr`/`len` out of its family's allow trie.
+    ///
+    /// # Errors
+    /// The kernel's refusal (no such entry).
+    pub(crate) fn unlist(&mut self, addr: IpAddr, len: u8) -> Result<(), XdpError> {
+        match addr {
+            IpAddr::V4(v4) => self
+                .allow_v4
+                .remove(&Key::new(u32::from(len), v4.octets()))?,
+            IpAddr::V6(v6) => self
+                .allow_v6
+                .remove(&Key::new(u32::from(len), v6.octets()))?,
+        }
+        Ok(())
+    }
+
+    /// The longest match of `addr` in its family's allow trie: `Some(true)` allowed,
+    /// `Some(false)` counted, `None` no entry holds it.
+    #[cfg(test)]
+    pub(crate) fn listed(&self, addr: IpAddr) -> Option<bool> {
+        let found = match addr {
+            IpAddr::V4(v4) => self.allow_v4.get(&Key::new(32, v4.octets()), 0),
+            IpAddr::V6(v6) => self.allow_v6.get(&Key::new(128, v6.octets()), 0),
+        };
+        found.ok().map(|value| value == 1)
+    }
+
+    /// The ring of drop events, once (`xdp::events` reads it).
+    pub(crate) fn take_events(&mut self) -> Option<RingBuf<MapData>> {
+        self.events.take()
     }
 
     /// Attaches the program to `interface`, natively (in the driver) or generically (in the
@@ -433,6 +516,8 @@ impl Program {
             dropped: sum(1)?,
             malformed: sum(2)?,
             ignored: sum(3)?,
+            allowed: sum(4)?,
+            events_lost: sum(5)?,
         })
     }
 }

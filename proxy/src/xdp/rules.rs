@@ -102,6 +102,34 @@ impl KernelRules {
     }
 }
 
+/// The name of the rule each level's kernel limit comes from (`None` for a level not counted):
+/// the first rule whose limit `KernelRules::of` took for it (that count, over `rules`'
+/// window, at that level). What a drop event and the offender list name.
+pub(crate) fn names(policy: &Config, rules: &KernelRules) -> [Option<String>; Level::ALL.len()] {
+    Level::ALL.map(|level| {
+        let count = u64::from(rules.limits[level.index() as usize]);
+        if count == 0 {
+            return None;
+        }
+        policy
+            .rules
+            .iter()
+            .filter(|r| CountedAhead::takes_rule(r))
+            .find(|r| {
+                r.limits.iter().any(|l| {
+                    l.rate.per == rules.window
+                        && l.rate.count == count
+                        && [
+                            self::level(false, l.ipv4_prefix.len()),
+                            self::level(true, l.ipv6_prefix.len()),
+                        ]
+                        .contains(&Some(level))
+                })
+            })
+            .map(|r| r.name.clone())
+    })
+}
+
 /// The level of a prefix length in one family, if the program counts it.
 fn level(v6: bool, prefix: u8) -> Option<Level> {
     Level::ALL
@@ -188,6 +216,11 @@ mod tests {
                 ("b", 0, false),
                 ("b", 0, true),
             ]
+        );
+        let name = |n: &str| Some(n.to_owned());
+        assert_eq!(
+            names(&config, &kernel),
+            [name("b"), name("a"), name("b"), name("a"), name("a")]
         );
         let minute = rules(policy, Some(Duration::from_secs(60)));
         assert_eq!(minute.limits, [0, 5000, 0, 0, 5000]);

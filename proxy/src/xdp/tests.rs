@@ -20,6 +20,7 @@ fn config(width: u32) -> Config {
         width,
         fixed_tick: 3000,
         bank: 0,
+        lists: 0,
     }
 }
 
@@ -345,12 +346,16 @@ fn check(program: &Program, width: u32, name: &str, frame: &[u8], kind: Kind) {
         dropped: after.dropped - counters.dropped,
         malformed: after.malformed - counters.malformed,
         ignored: after.ignored - counters.ignored,
+        allowed: after.allowed - counters.allowed,
+        events_lost: after.events_lost - counters.events_lost,
     };
     let expected = Counters {
         passed: u64::from(matches!(kind, Kind::Attempt(_))),
         malformed: u64::from(kind == Kind::Malformed),
         ignored: u64::from(kind == Kind::Ignored),
         dropped: 0,
+        allowed: 0,
+        events_lost: 0,
     };
     assert_eq!(delta, expected, "{name}: {kind:?}");
     let raised: Vec<u32> = (0..before.len() as u32)

@@ -2,10 +2,13 @@
 //! -n -m`), a veth pair, the real binary with `[xdp]` attached to one end, and spoofed UDP
 //! sources across one /64 sent as raw frames (AF_PACKET, from python3) from a peer
 //! namespace on the other end. What reaches UDP is the kernel's limit, another /64 is served,
-//! `/explain` names the kernel's estimate, a SIGHUP reload changes the limit in flight, the
-//! metrics count what the kernel did, SIGTERM detaches, and a killed proxy leaves nothing
-//! that blocks the next start. Needs root, clang (the program built in), `unshare`, `ip` and
-//! python3, so it is ignored by default; CI runs it with `--include-ignored xdp::`.
+//! `/explain` names the kernel's estimate, the metrics count what the kernel did, an allowed
+//! source inside the flooding /64 (from `[lists]`, and one added and removed through the admin
+//! endpoint) gets every frame through, `/top` names the /64 the kernel dropped (its drop
+//! events), a SIGHUP reload changes the limit in flight, SIGTERM detaches, and a killed proxy
+//! leaves nothing that blocks the next start; in native mode, then in generic mode. Needs
+//! root, clang (the program built in), `unshare`, `ip` and python3, so it is ignored by
+//! default; CI runs it with `--include-ignored xdp::`.
 
 use std::process::Command;
 
@@ -51,10 +54,10 @@ fn udp6_arrived() -> u64 {
         .sum()
 }
 
-/// The peer namespace sends one UDP datagram to `port` on 2001:db8:9::1 from each of the
+/// The peer namespace sends `each` UDP datagrams to `port` on 2001:db8:9::1 from each of the
 /// sources `prefix:0:0:0:i` for `i` in `first..first + count`, as raw Ethernet frames on
 /// tg1 (AF_PACKET: the sources are spoofed, nothing on the peer owns them).
-fn send_from(prefix: &str, first: u32, count: u32, port: u16) {
+fn send_from(prefix: &str, first: u32, count: u32, each: u32, port: u16) {
     // From `ip link` (sysfs here is the parent namespace's).
     let link = sh("ip link show dev tg0");
     let mac = link
@@ -81,7 +84,8 @@ for i in range({first}, {first} + {count}):
     pseudo = src + dst + struct.pack("!IxxxB", length, 17)
     udp = udp[:6] + struct.pack("!H", csum(pseudo + udp)) + udp[8:]
     ip = struct.pack("!IHBB", 6 << 28, length, 17, 64) + src + dst
-    s.send(mac + bytes.fromhex("020000000002") + b"\x86\xdd" + ip + udp)
+    for _ in range({each}):
+        s.send(mac + bytes.fromhex("020000000002") + b"\x86\xdd" + ip + udp)
 "#
     );
     let status = Command::new("ip")
@@ -98,18 +102,86 @@ fn policy(limit: u32) -> String {
     )
 }
 
+/// The admin token of these tests (run-time list changes need it).
+const TOKEN: &str = "xdp-secret";
+
+/// One request to the admin endpoint with the token, sending `body` as JSON; (status, the
+/// whole answer).
+fn admin(proxy: &Proxy, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(proxy.admin).unwrap();
+    stream.set_read_timeout(Some(support::BOUND)).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+/// Asks `path` of the admin endpoint until `done` holds for its answer; fails the test past
+/// [`support::BOUND`].
+fn until(proxy: &Proxy, path: &str, what: &str, done: impl Fn(&str) -> bool) {
+    let deadline = std::time::Instant::now() + support::BOUND;
+    loop {
+        let answer = proxy.get(path);
+        if done(&answer) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {answer}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Whether the program is attached to tg0 (`ip link` names it).
 fn attached() -> bool {
     sh("ip link show dev tg0").contains("prog/xdp")
 }
 
+/// Whether tg0's program is attached in `mode`: `ip link` says `xdp` (native) or `xdpgeneric`
+/// after the MTU.
+fn attached_in(mode: &str) -> bool {
+    let word = if mode == "native" {
+        " xdp "
+    } else {
+        " xdpgeneric "
+    };
+    sh("ip link show dev tg0").contains(word)
+}
+
 #[test]
 #[ignore = "needs root, clang (the XDP program built in), unshare, ip and python3"]
 fn spoofed_sources_across_a_64_meet_the_kernels_limit_through_the_running_proxy() {
+    through_the_running_proxy(
+        "native",
+        "spoofed_sources_across_a_64_meet_the_kernels_limit_through_the_running_proxy",
+    );
+}
+
+#[test]
+#[ignore = "needs root, clang (the XDP program built in), unshare, ip and python3"]
+fn spoofed_sources_meet_the_kernels_limit_in_generic_mode_too() {
+    through_the_running_proxy(
+        "generic",
+        "spoofed_sources_meet_the_kernels_limit_in_generic_mode_too",
+    );
+}
+
+/// The test, with the program attached in `mode`; `name` is the test's, run again inside its
+/// namespaces.
+fn through_the_running_proxy(mode: &str, name: &str) {
     if std::env::var_os(INSIDE).is_none() {
-        in_namespace(
-            "spoofed_sources_across_a_64_meet_the_kernels_limit_through_the_running_proxy",
-        );
+        in_namespace(name);
         return;
     }
     // tg0 here (the program on it), tg1 in the namespace tg_peer; /run/netns on a tmpfs of
@@ -121,29 +193,37 @@ fn spoofed_sources_across_a_64_meet_the_kernels_limit_through_the_running_proxy(
         && ip link set tg0 up \
         && ip netns exec tg_peer sh -c 'ip link set lo up && ip link set tg1 up'",
     );
-    let xdp =
-        "[xdp]\ninterfaces = [\"tg0\"]\nmode = \"native\"\nmemory = \"64KiB\"\nrequired = true\n";
-    let rest = format!("{xdp}\n{}", policy(50));
+    let xdp = format!(
+        "[xdp]\ninterfaces = [\"tg0\"]\nmode = \"{mode}\"\nmemory = \"64KiB\"\nrequired = true\n"
+    );
+    // One address of the flooding /64 is allowed.
+    let lists = "[lists]\nallow = [\"2001:db8:77:1::a110\"]\n";
+    let rest = format!("{xdp}\n{lists}\n{}", policy(50));
     let launch = || -> Proxy {
         Launch::new(
             "xdp",
             "protocol = \"udp\"\nupstreams = [\"127.0.0.1:9\"]",
             &rest,
         )
+        .admin("token_env = \"TOLLGATE_TEST_ADMIN_TOKEN\"")
+        .shell(format!("export TOLLGATE_TEST_ADMIN_TOKEN='{TOKEN}' && "))
         .start()
     };
     let mut proxy = launch();
-    assert!(attached(), "the program is not on tg0");
+    assert!(
+        attached_in(mode),
+        "the program is not on tg0 in {mode} mode"
+    );
     assert_eq!(proxy.metric("tollgate_xdp_active"), 1.0);
     let port = proxy.front.port();
 
     // 200 sources of one /64: the kernel lets the limit through, not one more.
     let before = udp6_arrived();
-    send_from("2001:db8:77:1", 1, 200, port);
+    send_from("2001:db8:77:1", 1, 200, 1, port);
     assert_eq!(udp6_arrived() - before, 50, "what reached UDP from the /64");
     // Another /64 is served.
     let before = udp6_arrived();
-    send_from("2001:db8:77:2", 1, 10, port);
+    send_from("2001:db8:77:2", 1, 10, 1, port);
     assert_eq!(udp6_arrived() - before, 10, "another /64");
 
     // /explain names the kernel's estimate for an address of the flooding /64 (200 counted,
@@ -162,23 +242,66 @@ fn spoofed_sources_across_a_64_meet_the_kernels_limit_through_the_running_proxy(
     assert_eq!(proxy.metric("tollgate_xdp_dropped_total"), 150.0);
     assert_eq!(proxy.metric("tollgate_xdp_passed_total"), 60.0);
 
-    // A reload raises the limit in flight: the /64 at 200 gets 50 more through.
+    // The allowed address inside the /64 over its limit gets all its frames through
+    // (uncounted, as the proxy would pass it); its neighbour none.
+    let before = udp6_arrived();
+    send_from("2001:db8:77:1", 0xa110, 1, 30, port);
+    assert_eq!(udp6_arrived() - before, 30, "the allowed source");
+    let before = udp6_arrived();
+    send_from("2001:db8:77:1", 0xa111, 1, 10, port);
+    assert_eq!(udp6_arrived() - before, 0, "its neighbour");
+    // A run-time entry is in the kernel by the admin's answer, and out of it by the next.
+    let (status, answer) = admin(
+        &proxy,
+        "POST",
+        "/lists/allow",
+        r#"{"cidr": "2001:db8:77:1::b0b", "ttl": "1h"}"#,
+    );
+    assert_eq!(status, 201, "{answer}");
+    let before = udp6_arrived();
+    send_from("2001:db8:77:1", 0xb0b, 1, 20, port);
+    assert_eq!(
+        udp6_arrived() - before,
+        20,
+        "the source allowed at run time"
+    );
+    assert_eq!(proxy.metric("tollgate_xdp_allow_entries"), 2.0);
+    let (status, answer) = admin(&proxy, "DELETE", "/lists/allow?cidr=2001:db8:77:1::b0b", "");
+    assert_eq!(status, 200, "{answer}");
+    let before = udp6_arrived();
+    send_from("2001:db8:77:1", 0xb0b, 1, 5, port);
+    assert_eq!(udp6_arrived() - before, 0, "after its removal");
+    assert_eq!(proxy.metric("tollgate_xdp_allowed_total"), 50.0);
+    assert_eq!(proxy.metric("tollgate_xdp_dropped_total"), 165.0);
+    assert_eq!(proxy.metric("tollgate_xdp_allow_entries"), 1.0);
+
+    // The kernel's drop events reach the offender list: /top names the /64 it dropped, and
+    // the rule.
+    until(
+        &proxy,
+        "/top",
+        "/top names the /64 the kernel dropped",
+        |top| {
+            top.lines().any(|line| {
+                line.starts_with("2001:db8:77:1:: ") && line.ends_with("xdp /64 per-net")
+            })
+        },
+    );
+    assert!(proxy.metric("tollgate_xdp_drop_events_total") >= 1.0);
+    assert_eq!(proxy.metric("tollgate_xdp_drop_events_lost_total"), 0.0);
+
+    // A reload raises the limit in flight: the /64 at 215 gets 50 more through.
     let file = std::fs::read_to_string(&proxy.path).unwrap();
     std::fs::write(&proxy.path, file.replace(&policy(50), &policy(300))).unwrap();
     proxy.signal("HUP");
-    let deadline = std::time::Instant::now() + crate::support::BOUND;
-    while !proxy
-        .get("/explain?source=2001:db8:77:1::abcd&transport=udp")
-        .contains(" of 300 per 1m")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the reload did not reach the kernel"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    until(
+        &proxy,
+        "/explain?source=2001:db8:77:1::abcd&transport=udp",
+        "the reload did not reach the kernel",
+        |explained| explained.contains(" of 300 per 1m"),
+    );
     let before = udp6_arrived();
-    send_from("2001:db8:77:1", 1000, 50, port);
+    send_from("2001:db8:77:1", 1000, 50, 1, port);
     assert_eq!(udp6_arrived() - before, 50, "after the reload");
 
     // SIGTERM detaches.
