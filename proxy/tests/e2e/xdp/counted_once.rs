@@ -104,7 +104,7 @@ fn an_attempt_is_counted_once_by_the_kernel_or_by_the_proxy() {
 
     // 10 datagrams from one /64 through the program, under its limit: each reaches the
     // proxy, and each is counted once, by the kernel.
-    send_from("2001:db8:77:5", 1, 10, PORT);
+    send_from("2001:db8:77:5", 1, 10, 1, PORT);
     decided(&proxy, 10.0);
     assert_eq!(
         estimate(&proxy, "2001:db8:77:5::1"),
