@@ -17,8 +17,7 @@ use aya::programs::{ProgramError, Xdp, XdpMode};
 use aya::programs::{TestRun, TestRunOptions};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
-use super::events::EVENT_RING_BYTES;
-use super::layout::{self, BANKS, CONFIG_BYTES, Config, Level, PORT_WORDS};
+use super::layout::{self, BANKS, CONFIG_BYTES, Config, EVENT_RING_BYTES, Level, PORT_WORDS};
 
 /// The object `build.rs` compiled, or `None` when it found no clang.
 #[cfg(tollgate_xdp)]
