@@ -329,7 +329,7 @@ impl Server {
                 // The drop events, and the run-time lists into the kernel's allow tries.
                 self.tasks.push(tokio::spawn(crate::xdp::follow(
                     Arc::clone(&attachment),
-                    Arc::clone(self.shared.gate()),
+                    Arc::clone(&self.shared),
                     stopped.clone(),
                 )));
                 // Set once: a server is started once per shared state.

@@ -262,6 +262,24 @@ impl crate::kernel::Host for Shared {
     }
 }
 
+impl crate::xdp::Host for Shared {
+    fn record(&self, key: std::net::IpAddr, why: &str) {
+        self.gate.offenders().record(key, why);
+    }
+
+    fn log_allows(&self) -> bool {
+        self.gate.logs().allow()
+    }
+
+    fn filter(&self) -> &Filter {
+        self.gate.filter()
+    }
+
+    fn now(&self) -> Tick {
+        self.gate.now()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

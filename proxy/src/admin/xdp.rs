@@ -98,6 +98,6 @@ pub(super) fn refresh_metrics(shared: &Shared) {
 /// answer: a source allowed by then passes the driver too.
 pub(super) fn sync_lists(shared: &Shared) {
     if let Some(xdp) = shared.reloader().xdp().get() {
-        xdp.sync_lists_of(shared.gate());
+        xdp.sync_lists_of(shared.filter(), shared.now());
     }
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
 use tokio::sync::watch;
-use tollgate_filter::{Cidr, ListKind};
+use tollgate_filter::{Cidr, Filter, ListKind};
+use tollgate_sketch::Tick;
 
 use super::layout::{self, Config, Geometry, Level, TICK_SHIFT};
 use super::lists::{self, ALLOW_ENTRIES, KernelLists, Synced};
@@ -16,7 +17,6 @@ use super::metrics::{Cleared, XdpMetrics};
 use super::program::{Counters, Program, XdpError};
 use super::rules::{self, KernelRules};
 use crate::config::{XdpConfig, XdpMode};
-use crate::gate::Gate;
 
 /// Blocks cleared by one run of the clearing program, between two looks at the clock:
 /// 10,880 cells, one syscall (`Program::clear_blocks`).
@@ -198,13 +198,14 @@ impl Attachment {
         self.lists.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Brings the allow tries in step with the lists `gate` decides by now: its policy's and
-    /// the run-time entries in force; cheap when they are those of the last call. The lists
-    /// are read once the tries are held, so of two calls the later one reads the later lists.
-    pub(crate) fn sync_lists_of(&self, gate: &Gate) {
+    /// Brings the allow tries in step with the lists `filter` decides by at `now`: its
+    /// policy's and the run-time entries in force; cheap when they are those of the last
+    /// call. The lists are read once the tries are held, so of two calls the later one reads
+    /// the later lists.
+    pub(crate) fn sync_lists_of(&self, filter: &Filter, now: Tick) {
         let mut kernel_lists = self.kernel_lists();
-        let policy = gate.filter().policy();
-        let runtime = lists::runtime(&gate.filter().lists().entries(gate.now()));
+        let policy = filter.policy();
+        let runtime = lists::runtime(&filter.lists().entries(now));
         self.sync_locked(
             &mut kernel_lists,
             &policy.config().allow,

@@ -5,7 +5,7 @@
 //! What an attacker can make them cost is bounded in the kernel: an event is written for a
 //! key over its limit at most once per window (a slot of 4,096, chosen by the key's hash,
 //! holds the window it last reported; two keys on one slot share one event), into a ring of
-//! [`EVENT_RING_BYTES`]; an event the ring has no room for is counted in a per-CPU counter
+//! `EVENT_RING_BYTES`; an event the ring has no room for is counted in a per-CPU counter
 //! (`tollgate_xdp_drop_events_lost_total`), never waited for. So a flood of one /64 makes one
 //! event per window, whatever its rate, and the events of a window number at most the slots.
 //! The offender list counts one rejection per event: for a key the kernel drops, its count is
@@ -17,18 +17,24 @@ use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
 use tokio::sync::watch;
+use tollgate_filter::Filter;
+use tollgate_sketch::Tick;
 
 use super::attachment::Attachment;
 use super::layout::Level;
-use crate::gate::Gate;
 
-/// Bytes of the ring of drop events (`EVENT_RING_BYTES` in layout.h): about 5,400 events.
-pub(crate) const EVENT_RING_BYTES: u32 = 262_144;
-
-/// Slots of the `sampled` map (`SAMPLE_SLOTS` in layout.h): a key reports in the slot of the
-/// bits 32 to 43 of its hash.
-#[cfg(test)]
-pub(crate) const SAMPLE_SLOTS: u32 = 4096;
+/// What the XDP mode needs of the running proxy: where a drop the kernel reported goes (the
+/// offender list, the rejection log's budget), and the lists the proxy decides by.
+pub(crate) trait Host: Send + Sync + 'static {
+    /// Records a rejection of `key` for `why` in the offender list.
+    fn record(&self, key: IpAddr, why: &str);
+    /// Whether the rejection log's budget allows one more line.
+    fn log_allows(&self) -> bool;
+    /// The filter whose policy and run-time lists decide.
+    fn filter(&self) -> &Filter;
+    /// The filter's clock now.
+    fn now(&self) -> Tick;
+}
 
 /// Bytes of one event (`struct drop_event` in layout.h).
 const EVENT_BYTES: usize = 40;
@@ -107,15 +113,15 @@ impl DropEvent {
 
 /// Feeds `event` where a refusal of the proxy goes: the offender list (the key, as
 /// `xdp /64 RULE`), the rejection log within its budget, and the events counter.
-fn report(event: &DropEvent, attachment: &Attachment, gate: &Gate) {
+fn report(event: &DropEvent, attachment: &Attachment, host: &impl Host) {
     attachment.metrics().drop_events.inc();
     let network = event.network();
     let why = match attachment.rule_name(event.level) {
         Some(rule) => format!("xdp {} {rule}", event.level.name()),
         None => format!("xdp {}", event.level.name()),
     };
-    gate.offenders().record(network, &why);
-    if gate.logs().allow() {
+    host.record(network, &why);
+    if host.log_allows() {
         tracing::info!(
             listener = "xdp",
             source = %event.source,
@@ -130,10 +136,10 @@ fn report(event: &DropEvent, attachment: &Attachment, gate: &Gate) {
 }
 
 /// Reports every event waiting in `ring`.
-fn drain(ring: &mut RingBuf<MapData>, attachment: &Attachment, gate: &Gate) {
+fn drain(ring: &mut RingBuf<MapData>, attachment: &Attachment, host: &impl Host) {
     while let Some(item) = ring.next() {
         match DropEvent::parse(&item) {
-            Some(event) => report(&event, attachment, gate),
+            Some(event) => report(&event, attachment, host),
             None => {
                 attachment.metrics().errors.inc();
             }
@@ -148,9 +154,9 @@ fn drain(ring: &mut RingBuf<MapData>, attachment: &Attachment, gate: &Gate) {
 /// Polled rather than woken through the ring's descriptor: tokio's `AsyncFd` registers a
 /// raw descriptor only through an `unsafe` function now, and the workspace forbids `unsafe`;
 /// a look every 100 ms at a ring of 5,400 events loses nothing the bound keeps.
-pub(crate) async fn follow(
+pub(crate) async fn follow<H: Host>(
     attachment: Arc<Attachment>,
-    gate: Arc<Gate>,
+    host: Arc<H>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut ring = attachment.take_events();
@@ -161,14 +167,15 @@ pub(crate) async fn follow(
     loop {
         tokio::select! {
             _ = lists.tick() => {
-                let (syncing, of) = (Arc::clone(&attachment), Arc::clone(&gate));
-                if tokio::task::spawn_blocking(move || syncing.sync_lists_of(&of)).await.is_err() {
+                let (syncing, of) = (Arc::clone(&attachment), Arc::clone(&host));
+                let sync = move || syncing.sync_lists_of(of.filter(), of.now());
+                if tokio::task::spawn_blocking(sync).await.is_err() {
                     return;
                 }
             }
             _ = events.tick() => {
                 if let Some(ring) = ring.as_mut() {
-                    drain(ring, &attachment, &gate);
+                    drain(ring, &attachment, &*host);
                 }
             }
             _ = stopped.changed() => return,

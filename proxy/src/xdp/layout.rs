@@ -254,6 +254,14 @@ pub(crate) fn estimate(current: u64, previous: u64, at: Position, window: u64) -
     current + share(previous, at.remaining, window)
 }
 
+/// Bytes of the ring of drop events (`EVENT_RING_BYTES` in layout.h): about 5,400 events.
+pub(crate) const EVENT_RING_BYTES: u32 = 262_144;
+
+/// Slots of the `sampled` map (`SAMPLE_SLOTS` in layout.h): a key reports in the slot of the
+/// bits 32 to 43 of its hash.
+#[cfg(test)]
+pub(crate) const SAMPLE_SLOTS: u32 = 4096;
+
 /// Bytes of the `config` map's value.
 pub(crate) const CONFIG_BYTES: usize = 48;
 
@@ -567,11 +575,8 @@ mod tests {
             ("ALLOW_ENTRIES", crate::xdp::lists::ALLOW_ENTRIES as u64),
             ("LIST_COUNTED", 0),
             ("LIST_ALLOWED", 1),
-            ("SAMPLE_SLOTS", u64::from(crate::xdp::events::SAMPLE_SLOTS)),
-            (
-                "EVENT_RING_BYTES",
-                u64::from(crate::xdp::events::EVENT_RING_BYTES),
-            ),
+            ("SAMPLE_SLOTS", u64::from(SAMPLE_SLOTS)),
+            ("EVENT_RING_BYTES", u64::from(EVENT_RING_BYTES)),
         ] {
             let line = format!("#define {name} {value}");
             assert!(

@@ -27,6 +27,6 @@ mod tests;
 mod tests_lists_events;
 
 pub(crate) use attachment::{Attachment, rotate};
-pub(crate) use events::follow;
+pub(crate) use events::{Host, follow};
 pub(crate) use metrics::XdpMetrics;
 pub(crate) use program::XdpError;

@@ -15,8 +15,7 @@ use aya::programs::xdp::XdpLinkId;
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
-use super::events::EVENT_RING_BYTES;
-use super::layout::{self, BANKS, CONFIG_BYTES, Config, Level, PORT_WORDS};
+use super::layout::{self, BANKS, CONFIG_BYTES, Config, EVENT_RING_BYTES, Level, PORT_WORDS};
 
 /// The object `build.rs` compiled, or `None` when it found no clang.
 #[cfg(tollgate_xdp)]

@@ -10,8 +10,11 @@ use std::net::{IpAddr, Ipv6Addr};
 use aya::maps::{MapData, RingBuf};
 use tollgate_filter::{Cidr, ListKind};
 
-use super::events::{DropEvent, EVENT_RING_BYTES, SAMPLE_SLOTS};
-use super::layout::{self, Config, Geometry, LISTS_KEEP_V4, LISTS_V4, LISTS_V6, Level};
+use super::events::DropEvent;
+use super::layout::{
+    self, Config, EVENT_RING_BYTES, Geometry, LISTS_KEEP_V4, LISTS_V4, LISTS_V6, Level,
+    SAMPLE_SLOTS,
+};
 use super::lists::{ALLOW_ENTRIES, KernelLists};
 use super::program::{Program, Verdict};
 
