@@ -259,6 +259,14 @@ mod tests {
             hits_addend: 0,
         };
         let decide = || policy.decide(&request, Tick::ZERO).expect("valid");
+        let cluster = || {
+            policy
+                .explain(&request, Tick::ZERO)
+                .expect("valid")
+                .descriptors[0]
+                .cluster
+        };
+        assert_eq!(cluster(), Some(0), "in a cluster, below its threshold");
         for _ in 0..4 {
             assert_eq!(decide().code, Code::Ok);
         }
@@ -278,6 +286,15 @@ mod tests {
         let minute = Duration::from_secs(60);
         let seen = remote.seen.lock().unwrap().clone();
         assert_eq!(seen, [(4, 1, minute), (5, 1, minute)]);
+        // `explain` adds the rest as `decide` does, and reports nothing to it.
+        let why = policy.explain(&request, Tick::ZERO).expect("valid");
+        let key = &why.descriptors[0];
+        assert_eq!(
+            (key.estimate, key.cluster, key.over, why.code),
+            (6, Some(5), true, Code::OverLimit)
+        );
+        assert!(key.duration_until_reset > Some(Duration::ZERO));
+        assert_eq!(remote.seen.lock().unwrap().last(), Some(&(6, 0, minute)));
     }
 
     #[test]

@@ -239,7 +239,8 @@ pub(crate) fn restore(
         };
         let mut merged = 0;
         for window in &sketch.windows {
-            match rebuilt.merge_window(window, at) {
+            // The saved sketch's own front stays this one's (it has counted nothing yet).
+            match rebuilt.restore_window(window, at) {
                 Ok(()) => merged += 1,
                 Err(MergeError::WindowOutOfRange { .. }) => report.stale += 1,
                 Err(err) => report.dropped.push(format!(

@@ -209,6 +209,38 @@ impl RateSketch {
     /// [`MergeError::ShapeMismatch`] if the snapshot's shape differs from this sketch's;
     /// [`MergeError::WindowOutOfRange`] if its window is neither current nor previous at `now`.
     pub fn merge_window(&self, snapshot: &WindowSnapshot, now: Tick) -> Result<(), MergeError> {
+        self.add_window(snapshot, now, snapshot.fronts)
+    }
+
+    /// Puts back a window a sketch of the same shape exported (a state file's, at a restart):
+    /// as [`RateSketch::merge_window`], except that where this sketch has counted nothing in
+    /// that window yet (it was just built), the snapshot's own front becomes this sketch's
+    /// own rather than one merged in. Each key then reads what it read in the exported
+    /// sketch, and a key first seen after it reads as in a sketch never restarted: a merged
+    /// front adds the front weight to every key its window's front holds (that front may have
+    /// absorbed a first event of the key, and so may this sketch's own), which for a front
+    /// that is this sketch's own earlier life counts its first events twice.
+    ///
+    /// # Errors
+    /// As [`RateSketch::merge_window`].
+    pub fn restore_window(&self, snapshot: &WindowSnapshot, now: Tick) -> Result<(), MergeError> {
+        let window = snapshot.window;
+        let untouched = self.events.get(window) == 0 && self.merged_fronts.get(window) == 0;
+        let fronts = if untouched {
+            snapshot.fronts.saturating_sub(1)
+        } else {
+            snapshot.fronts
+        };
+        self.add_window(snapshot, now, fronts)
+    }
+
+    /// Adds `snapshot` into its window, counting `fronts` fronts merged into it.
+    fn add_window(
+        &self,
+        snapshot: &WindowSnapshot,
+        now: Tick,
+        fronts: u64,
+    ) -> Result<(), MergeError> {
         self.shape().check(&snapshot.shape)?;
         let current = self.window_index(now);
         if snapshot.window != current && Some(snapshot.window) != current.checked_sub(1) {
@@ -223,7 +255,7 @@ impl RateSketch {
         for (index, &bits) in snapshot.front.iter().enumerate() {
             self.front.merge_register(index, bits, snapshot.window);
         }
-        self.merged_fronts.add(snapshot.window, snapshot.fronts);
+        self.merged_fronts.add(snapshot.window, fronts);
         self.events.add(snapshot.window, snapshot.events);
         Ok(())
     }
@@ -263,6 +295,36 @@ mod tests {
         assert_eq!(a.stats(t).events_current, 600);
         // The merged window slides like a local one.
         assert!(a.estimate(&0u32.to_le_bytes(), Tick::from_nanos(150)) >= 15);
+    }
+
+    #[test]
+    fn a_restored_window_reads_as_saved_and_a_merged_one_adds_its_front() {
+        let saved = build(3);
+        let t = Tick::from_nanos(10);
+        let _ = saved.observe(b"once", 1, t);
+        for _ in 0..3 {
+            let _ = saved.observe(b"thrice", 1, t);
+        }
+        let snapshot = saved.export_window(saved.window_index(t));
+        let (restored, merged) = (build(3), build(3));
+        restored.restore_window(&snapshot, t).unwrap();
+        merged.merge_window(&snapshot, t).unwrap();
+        for key in [&b"once"[..], b"thrice", b"never"] {
+            assert_eq!(restored.estimate(key, t), saved.estimate(key, t), "{key:?}");
+        }
+        // Another node's front may have absorbed a first event of a key this one's also did.
+        assert_eq!(merged.estimate(b"once", t), saved.estimate(b"once", t) + 1);
+        // A key first seen after the restore reads as in the sketch that never stopped.
+        for sketch in [&saved, &restored] {
+            let _ = sketch.observe(b"new", 1, t);
+        }
+        assert_eq!(restored.estimate(b"new", t), saved.estimate(b"new", t));
+        assert_eq!(restored.estimate(b"new", t), 1);
+        // Into a window that has counted, a restore merges as any window does.
+        let busy = build(3);
+        let _ = busy.observe(b"other", 1, t);
+        busy.restore_window(&snapshot, t).unwrap();
+        assert_eq!(busy.estimate(b"once", t), merged.estimate(b"once", t));
     }
 
     #[test]

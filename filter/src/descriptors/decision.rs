@@ -114,7 +114,7 @@ pub struct DescriptorPolicy {
     pub(super) bounds: Bounds,
     /// The rest of a cluster, if this service is part of one (see
     /// [`DescriptorPolicy::with_remote`]).
-    remote: Option<Arc<dyn Remote>>,
+    pub(super) remote: Option<Arc<dyn Remote>>,
 }
 
 impl DescriptorPolicy {
@@ -464,11 +464,12 @@ struct Keyed<'a> {
 
 /// The rest of the cluster's count for the descriptor `key` (local estimate `local`, of which
 /// `weight` from this request) under a limit of `limit` per `unit`, when the key is a suspect
-/// (its local estimate at `remote.threshold()` of the limit); nothing otherwise. Out of line,
-/// as the address policy's: a service outside a cluster pays one branch.
+/// (its local estimate at `remote.threshold()` of the limit); nothing otherwise. With a
+/// `weight` of 0 (`/explain`) the rest is asked and nothing is reported. Out of line, as the
+/// address policy's: a service outside a cluster pays one branch.
 #[inline(never)]
-#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
-fn rest(
+#[allow(clippy::too_many_arguments)] // two call sites; a struct would only rename them
+pub(super) fn rest(
     remote: &dyn Remote,
     counter: &Counter,
     rule: RuleId,

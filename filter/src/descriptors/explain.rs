@@ -7,7 +7,7 @@ use tollgate_sketch::Tick;
 
 use super::bounds::Refusal;
 use super::config::DescriptorLimit;
-use super::decision::{Code, CurrentLimit, DescriptorPolicy, Outcome, back_under, key};
+use super::decision::{Code, CurrentLimit, DescriptorPolicy, Outcome, back_under, key, rest};
 use super::matcher::RuleIndex;
 use super::request::Request;
 use crate::policy::cap;
@@ -23,14 +23,19 @@ pub struct DescriptorExplanation {
     pub rule: Option<RuleIndex>,
     /// The limit, for a limited rule that is not replaced.
     pub limit: Option<CurrentLimit>,
-    /// Its key's estimate now, before the request (0 where nothing is counted).
+    /// Its key's estimate now, before the request, on this node (0 where nothing is
+    /// counted).
     pub estimate: u64,
+    /// What the rest of a cluster counted of the key, as `decide` adds it to `estimate` (0
+    /// while the key is below the cluster's suspect threshold); `None` outside a cluster or
+    /// where nothing is counted.
+    pub cluster: Option<u64>,
     /// The stated overcount of `estimate` (see [`DescriptorPolicy::overcount_bound`]).
     pub overcount_bound: u64,
     /// Whether the estimate reached the key's cap ([`crate::EXACT_MULTIPLE`] times the limit,
     /// plus one): the true count is at least the estimate then.
     pub capped: bool,
-    /// Whether the request, counted now, would pass the limit.
+    /// Whether the request, counted now, would pass the limit (the cluster's count included).
     pub over: bool,
     /// Over, in a shadow-mode rule: the service would answer OK and count it as shadowed.
     pub shadowed: bool,
@@ -61,6 +66,7 @@ impl DescriptorExplanation {
             rule,
             limit: None,
             estimate: 0,
+            cluster: None,
             overcount_bound: 0,
             capped: false,
             over: false,
@@ -161,8 +167,17 @@ impl DescriptorPolicy {
             let limit = u64::from(requests_per_unit);
             let cap = cap(limit);
             let estimate = counter.estimate_capped(&key, cap, now);
+            // As `decide` adds it; weight 0: the rest of the cluster is asked, nothing is
+            // reported to it.
+            let cluster = self.remote.as_ref().map(|remote| {
+                let rest = rest(
+                    &**remote, counter, rule.id, unit, &key, limit, estimate, 0, now,
+                );
+                rest.counted.saturating_add(rest.ahead)
+            });
+            let others = cluster.unwrap_or(0);
             // What `decide` compares: the estimate including this request.
-            let after = estimate.saturating_add(weight);
+            let after = estimate.saturating_add(others).saturating_add(weight);
             let over = after > limit;
             let shadowed = over && rule.shadow_mode;
             if over && !shadowed {
@@ -176,6 +191,7 @@ impl DescriptorPolicy {
                     unit,
                 }),
                 estimate,
+                cluster,
                 overcount_bound: counter.overcount_bound(now),
                 capped: estimate >= cap,
                 over,
@@ -187,13 +203,12 @@ impl DescriptorPolicy {
                 },
                 limit_remaining: u32::try_from(limit.saturating_sub(after)).unwrap_or(u32::MAX),
                 // Held 0: the explaining thread holds no credit of its own, so every
-                // thread's credit counts as requests would (never early). Others 0: what
-                // the rest of a cluster counted is not asked for here (see the estimate).
+                // thread's credit counts as requests would (never early).
                 duration_until_reset: Some(back_under(
                     counter,
                     &key,
                     0,
-                    0,
+                    others,
                     limit.saturating_sub(weight),
                     cap,
                     now,

@@ -1,6 +1,7 @@
 //! `/explain` for the rate-limit service's descriptors (`[rls]`): which rule a descriptor
-//! lands on, its limit and window, its key's estimate with the stated overcount bound, shadow
-//! mode, and what `ShouldRateLimit` would answer now, counting nothing.
+//! lands on, its limit and window, its key's estimate with the stated overcount bound and,
+//! in a cluster, what the other replicas counted, shadow mode, and what `ShouldRateLimit`
+//! would answer now, counting nothing.
 //!
 //! `GET /explain?domain=DOMAIN&descriptor=KEY:VALUE,KEY:VALUE[&descriptor=...][&hits_addend=N]`:
 //! a descriptor's entries in order, separated by `,`, each key from its value by the first
@@ -172,6 +173,7 @@ fn to_json(
             });
             if why.outcome == Outcome::Limited {
                 value["estimate"] = json!(why.estimate);
+                value["cluster"] = json!(why.cluster);
                 value["overcount_bound"] = json!(why.overcount_bound);
                 value["capped"] = json!(why.capped);
                 value["bound"] = json!(bound(why.capped));
@@ -250,9 +252,14 @@ fn to_text(
                         why.duration_until_reset.map_or(0, millis)
                     ),
                 };
+                // As the address `/explain` says a limit's: what the other replicas counted
+                // (0 below the cluster's suspect threshold), added to this one's estimate.
+                let cluster = why
+                    .cluster
+                    .map_or(String::new(), |c| format!(" + {c} from the cluster"));
                 let _ = writeln!(
                     body,
-                    "  estimate {}{} (overcount at most {}) -> {verdict}",
+                    "  estimate {}{} (overcount at most {}){cluster} -> {verdict}",
                     if why.capped { "at least " } else { "" },
                     why.estimate,
                     why.overcount_bound,
@@ -299,6 +306,29 @@ mod tests {
             ]
         );
         assert_eq!(descriptor_of("k:").unwrap().entries[0].value, "");
+    }
+
+    #[test]
+    fn the_cluster_count_is_said_in_text_and_json_only_in_a_cluster() {
+        let text = "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n";
+        let config = tollgate_filter::DescriptorConfig::parse(&[("api.yaml", text)]).unwrap();
+        let policy = DescriptorPolicy::new(&config, 1 << 20, None).unwrap();
+        let request = request_of("api", &["k:v"], None).unwrap();
+        let now = tollgate_sketch::Tick::from_nanos(1);
+        let mut why = policy.explain(&request, now).unwrap();
+        let said = |why: &tollgate_filter::RequestExplanation| {
+            (
+                to_text(&policy, &request, why.code, &why.descriptors),
+                to_json(&policy, &request, why.code, &why.descriptors),
+            )
+        };
+        let (alone, alone_json) = said(&why);
+        assert!(!alone.contains("cluster"), "{alone}");
+        assert_eq!(alone_json["descriptors"][0]["cluster"], Value::Null);
+        why.descriptors[0].cluster = Some(4);
+        let (text, json) = said(&why);
+        assert!(text.contains(") + 4 from the cluster -> "), "{text}");
+        assert_eq!(json["descriptors"][0]["cluster"], 4);
     }
 
     #[test]
