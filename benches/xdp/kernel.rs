@@ -192,17 +192,20 @@ impl Bed {
             .ok_or("no tollgate")?
             .try_into()?;
         program.load()?;
-        let mut config: Array<MapData, [u8; 40]> =
+        let mut config: Array<MapData, [u8; 48]> =
             Array::try_from(ebpf.take_map("config").ok_or("no config map")?)?;
         // struct config in layout.h: seed, window (ticks of 1,024 ns), width, fixed_tick (0:
-        // the program's clock), bank.
+        // the program's clock), bank, lists (0: no allow tries to look up).
         let window = u64::try_from(WINDOW.as_nanos())? >> 10;
-        let mut bytes = [0u8; 40];
-        for (chunk, word) in
-            bytes
-                .chunks_exact_mut(8)
-                .zip([0x0123_4567_89ab_cdef, window, u64::from(WIDTH), 0, 0])
-        {
+        let mut bytes = [0u8; 48];
+        for (chunk, word) in bytes.chunks_exact_mut(8).zip([
+            0x0123_4567_89ab_cdef,
+            window,
+            u64::from(WIDTH),
+            0,
+            0,
+            0,
+        ]) {
             chunk.copy_from_slice(&word.to_le_bytes());
         }
         config.set(0, bytes, 0)?;

@@ -393,6 +393,7 @@ impl Server {
             Arc::clone(gate),
             config.interfaces.clone(),
             listeners,
+            attachment.undropped(),
             stopped.clone(),
         )));
     }

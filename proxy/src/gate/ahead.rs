@@ -16,6 +16,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -25,20 +26,27 @@ use tokio::sync::watch;
 const SURVEY_EVERY: Duration = Duration::from_secs(1);
 
 /// What arrivals crossed the XDP program, while it is attached to every interface.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) struct Crossing {
     /// The listeners whose ports the program guards.
     pub(crate) listeners: Vec<String>,
     /// This host's own addresses (a source among them came over `lo`).
     pub(crate) local: Vec<IpAddr>,
+    /// Per family (IPv4, IPv6), whether the program counts without dropping (its allow lists
+    /// did not fit in the kernel): an arrival of that family is decided by the proxy under
+    /// every limit, or no one would enforce the kernel's.
+    pub(crate) undropped: Arc<[AtomicBool; 2]>,
 }
 
 impl Crossing {
     /// Whether an arrival on `listener` from `source` came in through the program.
     #[must_use]
     pub(crate) fn crossed(&self, listener: &str, source: IpAddr) -> bool {
+        // A dual-stack socket names an IPv4 peer as ::ffff:a.b.c.d; the program saw IPv4.
+        let source = source.to_canonical();
         !source.is_loopback()
             && !self.local.contains(&source)
+            && !self.undropped[usize::from(source.is_ipv6())].load(Ordering::SeqCst)
             && self.listeners.iter().any(|l| l == listener)
     }
 }
@@ -106,6 +114,7 @@ pub(crate) async fn follow(
     gate: Arc<super::Gate>,
     interfaces: Vec<String>,
     listeners: Vec<String>,
+    undropped: Arc<[AtomicBool; 2]>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut was: Option<Vec<String>> = None;
@@ -132,6 +141,7 @@ pub(crate) async fn follow(
             .set(survey.unattached.is_empty().then(|| Crossing {
                 listeners: listeners.clone(),
                 local: survey.local,
+                undropped: Arc::clone(&undropped),
             }));
         tokio::select! {
             () = tokio::time::sleep(SURVEY_EVERY) => {}
@@ -200,6 +210,7 @@ mod tests {
                 "2001:db8:9::1".parse().unwrap(),
                 "10.0.0.5".parse().unwrap(),
             ],
+            undropped: Arc::default(),
         };
         let crossed =
             |listener: &str, source: &str| crossing.crossed(listener, source.parse().unwrap());
@@ -210,6 +221,10 @@ mod tests {
         assert!(!crossed("dns", "127.0.0.2"));
         assert!(!crossed("dns", "2001:db8:9::1"));
         assert!(!crossed("dns", "10.0.0.5"));
+        // The same, named by a dual-stack socket.
+        assert!(!crossed("dns", "::ffff:127.0.0.2"));
+        assert!(!crossed("dns", "::ffff:10.0.0.5"));
+        assert!(crossed("dns", "::ffff:192.0.2.1"));
         // A listener whose port the program does not guard.
         assert!(!crossed("web", "192.0.2.1"));
         // Nothing crossed while the program is not on every interface.
@@ -219,6 +234,27 @@ mod tests {
         assert!(ahead.active() && ahead.crossed("dns", "192.0.2.1".parse().unwrap()));
         ahead.set(None);
         assert!(!ahead.active());
+    }
+
+    /// A family whose allow lists did not fit in the kernel is counted there but never
+    /// dropped: its arrivals are the proxy's to decide under every limit, from the moment the
+    /// program stops dropping them until it drops them again.
+    #[test]
+    fn a_family_the_program_does_not_drop_is_decided_by_the_proxy() {
+        let crossing = Crossing {
+            listeners: vec!["dns".into()],
+            local: Vec::new(),
+            undropped: Arc::default(),
+        };
+        let crossed = |source: &str| crossing.crossed("dns", source.parse().unwrap());
+        assert!(crossed("192.0.2.1") && crossed("2001:db8:77::1"));
+        crossing.undropped[1].store(true, Ordering::SeqCst);
+        assert!(crossed("192.0.2.1") && crossed("::ffff:192.0.2.1"));
+        assert!(!crossed("2001:db8:77::1"));
+        crossing.undropped[0].store(true, Ordering::SeqCst);
+        assert!(!crossed("192.0.2.1") && !crossed("::ffff:192.0.2.1"));
+        crossing.undropped[1].store(false, Ordering::SeqCst);
+        assert!(crossed("2001:db8:77::1"));
     }
 
     /// Through the gate: an arrival that crossed the program is not counted again under the
@@ -250,6 +286,7 @@ mod tests {
         gate.ahead().set(Some(Crossing {
             listeners: vec!["dns".into()],
             local: vec!["10.0.0.5".parse().unwrap()],
+            undropped: Arc::default(),
         }));
         let dns = metrics.listeners.listener("dns");
         let estimates = |addr: &str| -> Vec<u64> {

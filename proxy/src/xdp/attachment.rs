@@ -198,6 +198,12 @@ impl Attachment {
         self.lists.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Per family (IPv4, IPv6), whether the program counts without dropping because that
+    /// family's allow lists did not fit (see [`KernelLists::undropped`]).
+    pub(crate) fn undropped(&self) -> std::sync::Arc<[std::sync::atomic::AtomicBool; 2]> {
+        self.kernel_lists().undropped()
+    }
+
     /// Brings the allow tries in step with the lists `filter` decides by at `now`: its
     /// policy's and the run-time entries in force; cheap when they are those of the last
     /// call. The lists are read once the tries are held, so of two calls the later one reads

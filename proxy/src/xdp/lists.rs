@@ -18,6 +18,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tollgate_filter::{Cidr, ListEntry, ListKind};
 
@@ -97,6 +99,10 @@ pub(crate) struct KernelLists {
     left_out: [usize; 2],
     /// The `LISTS_*` bits in force.
     flags: u64,
+    /// Per family (IPv4, IPv6), whether the program counts it without dropping (`LISTS_KEEP_*`):
+    /// the proxy then enforces the kernel's limits for that family itself (see
+    /// [`KernelLists::undropped`]).
+    undropped: Arc<[AtomicBool; 2]>,
 }
 
 /// What a sync did.
@@ -121,7 +127,16 @@ impl KernelLists {
             held: BTreeMap::new(),
             left_out: [0; 2],
             flags: 0,
+            undropped: Arc::default(),
         }
+    }
+
+    /// Per family (IPv4, IPv6), whether the program counts its attempts without ever dropping
+    /// them, because that family's lists did not fit: the proxy's data path reads it for each
+    /// arrival, so that it does not leave to the kernel limits the kernel does not enforce.
+    /// It is raised before the program stops dropping and lowered only after it drops again.
+    pub(crate) fn undropped(&self) -> Arc<[AtomicBool; 2]> {
+        Arc::clone(&self.undropped)
     }
 
     /// The run-time entries last brought in (a reload brings in the file's new lists with
@@ -240,12 +255,24 @@ impl KernelLists {
     /// Writes `flags` into the program's config if they differ from those in force.
     fn set_flags(&mut self, program: &mut Program, flags: u64) -> Result<(), XdpError> {
         if flags != self.flags {
+            let kept = |flags: u64| [flags & LISTS_KEEP_V4 != 0, flags & LISTS_KEEP_V6 != 0];
+            let (before, after) = (kept(self.flags), kept(flags));
+            for (family, undropped) in self.undropped.iter().enumerate() {
+                if after[family] {
+                    undropped.store(true, Ordering::SeqCst);
+                }
+            }
             let config = program.config();
             program.configure(super::layout::Config {
                 lists: flags,
                 ..config
             })?;
             self.flags = flags;
+            for (family, undropped) in self.undropped.iter().enumerate() {
+                if before[family] && !after[family] {
+                    undropped.store(false, Ordering::SeqCst);
+                }
+            }
         }
         Ok(())
     }

@@ -256,6 +256,14 @@ fn lists_past_the_bound_keep_their_family_from_dropping() {
     let synced = lists.sync(&mut program, &allow, &[], &[]).unwrap().unwrap();
     assert_eq!((synced.held, synced.left_out), (3, [1, 0]));
     assert_eq!(program.config().lists, LISTS_V4 | LISTS_V6 | LISTS_KEEP_V4);
+    // The proxy reads the same: it decides IPv4 arrivals itself.
+    let undropped = lists.undropped();
+    let read = || {
+        undropped
+            .each_ref()
+            .map(|u| u.load(std::sync::atomic::Ordering::SeqCst))
+    };
+    assert_eq!(read(), [true, false]);
     // Every IPv4 source passes, counted (the one left out included); IPv6 is dropped as
     // before.
     for source in ["192.0.2.3", "203.0.113.1"] {
@@ -269,5 +277,6 @@ fn lists_past_the_bound_keep_their_family_from_dropping() {
     // Back within the bound: IPv4 drops again.
     lists.sync(&mut program, &allow[1..], &[], &[]).unwrap();
     assert_eq!(program.config().lists, LISTS_V4 | LISTS_V6);
+    assert_eq!(read(), [false, false]);
     assert_eq!(run(&program, "203.0.113.1"), Verdict::Drop);
 }
