@@ -135,6 +135,21 @@ fn table_exists() -> bool {
     table_named(TABLE)
 }
 
+/// Twelve datagrams from FLOODER to `proxy`'s front, each decided; the socket, to send more.
+async fn flood_twelve(proxy: &Proxy) -> tokio::net::UdpSocket {
+    let flooder = tokio::net::UdpSocket::bind(format!("{FLOODER}:0"))
+        .await
+        .unwrap();
+    for i in 0..12 {
+        flooder
+            .send_to(format!("d{i}").as_bytes(), proxy.front)
+            .await
+            .unwrap();
+    }
+    poll("the flood's 12 decisions", || decisions(proxy) == 12.0);
+    flooder
+}
+
 /// Every decision the proxy made on its listener (each one followed an accept).
 fn decisions(proxy: &Proxy) -> f64 {
     ["allowed", "throttled", "denied"]
@@ -339,16 +354,7 @@ async fn flood_udp() {
     .quiet()
     .start();
     let front = proxy.front;
-    let flooder = tokio::net::UdpSocket::bind(format!("{FLOODER}:0"))
-        .await
-        .unwrap();
-    for i in 0..12 {
-        flooder
-            .send_to(format!("d{i}").as_bytes(), front)
-            .await
-            .unwrap();
-    }
-    poll("the flood's 12 decisions", || decisions(&proxy) == 12.0);
+    let flooder = flood_twelve(&proxy).await;
     poll("the flooder in the kernel's set", || in_kernel(FLOODER));
     poll("the update counted", || {
         proxy.metric("tollgate_kernel_updates_total") >= 1.0
@@ -425,17 +431,7 @@ async fn xdp_fallback() {
         "{log}"
     );
     // The proxy counts every datagram, and its offender goes into the nftables set.
-    let front = proxy.front;
-    let flooder = tokio::net::UdpSocket::bind(format!("{FLOODER}:0"))
-        .await
-        .unwrap();
-    for i in 0..12 {
-        flooder
-            .send_to(format!("d{i}").as_bytes(), front)
-            .await
-            .unwrap();
-    }
-    poll("the flood's 12 decisions", || decisions(&proxy) == 12.0);
+    flood_twelve(&proxy).await;
     poll("the flooder in the kernel's set", || in_kernel(FLOODER));
     proxy.signal("TERM");
     assert!(proxy.wait_exit().success(), "{}", proxy.log());

@@ -177,15 +177,9 @@ fn spoofed_sources_meet_the_kernels_limit_in_generic_mode_too() {
     );
 }
 
-/// The test, with the program attached in `mode`; `name` is the test's, run again inside its
-/// namespaces.
-fn through_the_running_proxy(mode: &str, name: &str) {
-    if std::env::var_os(INSIDE).is_none() {
-        in_namespace(name);
-        return;
-    }
-    // tg0 here (the program on it), tg1 in the namespace tg_peer; /run/netns on a tmpfs of
-    // this mount namespace, so the named namespace goes with it.
+/// tg0 here (2001:db8:9::1, where the program goes), tg1 in the namespace tg_peer; /run/netns
+/// on a tmpfs of this mount namespace, so the named namespace goes with it.
+fn veth_pair() {
     sh(
         "mkdir -p /run/netns && mount -t tmpfs tollgate-test /run/netns && ip link set lo up \
         && ip netns add tg_peer && ip link add tg0 type veth peer name tg1 \
@@ -193,6 +187,16 @@ fn through_the_running_proxy(mode: &str, name: &str) {
         && ip link set tg0 up \
         && ip netns exec tg_peer sh -c 'ip link set lo up && ip link set tg1 up'",
     );
+}
+
+/// The test, with the program attached in `mode`; `name` is the test's, run again inside its
+/// namespaces.
+fn through_the_running_proxy(mode: &str, name: &str) {
+    if std::env::var_os(INSIDE).is_none() {
+        in_namespace(name);
+        return;
+    }
+    veth_pair();
     let xdp = format!(
         "[xdp]\ninterfaces = [\"tg0\"]\nmode = \"{mode}\"\nmemory = \"64KiB\"\nrequired = true\n"
     );

@@ -6,7 +6,7 @@
 
 use std::net::UdpSocket;
 
-use super::{INSIDE, attached, send_from, sh};
+use super::{INSIDE, attached, send_from, veth_pair};
 use crate::support::process::{Launch, Proxy};
 
 /// The listener the datagrams reach, on every address of the namespace.
@@ -74,13 +74,7 @@ fn an_attempt_is_counted_once_by_the_kernel_or_by_the_proxy() {
         );
         return;
     }
-    sh(
-        "mkdir -p /run/netns && mount -t tmpfs tollgate-test /run/netns && ip link set lo up \
-        && ip netns add tg_peer && ip link add tg0 type veth peer name tg1 \
-        && ip link set tg1 netns tg_peer && ip addr add 2001:db8:9::1/64 dev tg0 nodad \
-        && ip link set tg0 up \
-        && ip netns exec tg_peer sh -c 'ip link set lo up && ip link set tg1 up'",
-    );
+    veth_pair();
     let rest = format!(
         "[[listener]]\nname = \"v6\"\nlisten = \"[::]:{PORT}\"\nprotocol = \"udp\"\n\
          upstreams = [\"127.0.0.1:9\"]\n\n\
