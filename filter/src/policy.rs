@@ -793,6 +793,15 @@ impl Policy {
         decision
     }
 
+    /// [`Policy::peek`] for an event that would reach the policy through the counter ahead
+    /// of it: the limits that counter takes are left out, as [`Policy::decide_counted_ahead`]
+    /// leaves them out (the admin's `/explain` while the proxy's XDP program counts ahead).
+    pub fn peek_counted_ahead(&self, event: &Event, now: Tick) -> Decision {
+        let mut decision = Decision::of(Verdict::Allow);
+        self.judge_into::<false, true>(event, now, &[], &mut decision, true);
+        decision
+    }
+
     fn judge(&self, event: &Event, now: Tick, count: bool) -> Decision {
         let mut decision = Decision::of(Verdict::Allow);
         if count {

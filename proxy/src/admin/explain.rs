@@ -8,8 +8,8 @@ use std::time::Duration;
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use tollgate_filter::{
-    DenyReason, DurationText, Explanation, LimitExplanation, Listed, Policy, Source, Throttle,
-    Transport, Verdict,
+    DenyReason, DurationText, Event, Explanation, LimitExplanation, LimitRef, Listed, Policy,
+    Source, Throttle, Transport, Verdict,
 };
 use tollgate_sketch::Tick;
 
@@ -42,7 +42,9 @@ pub(crate) fn explain(
     };
     let policy = shared.filter().policy();
     let now = shared.now();
-    let why = policy.explain(Source::new(addr), transport, now);
+    let kernel = super::xdp::deciding_estimates(shared, addr);
+    let kernel = kernel.as_deref();
+    let why = explained(&policy, Source::new(addr), transport, now, kernel);
     // The kernel fast path's hold on the source, if `[kernel]` is on (what its updater last
     // committed; see `crate::kernel::View`).
     // The cluster node that added the run-time entry deciding, if it travels.
@@ -53,7 +55,7 @@ pub(crate) fn explain(
         .and_then(|entry| super::lists::origin(shared, entry));
     match format {
         Format::Json => {
-            let mut value = to_json(&policy, &why, now);
+            let mut value = to_json(&policy, &why, now, kernel);
             if let Some(node) = &node {
                 value["list"]["node"] = json!(node);
             }
@@ -62,7 +64,7 @@ pub(crate) fn explain(
             json(StatusCode::OK, &value)
         }
         Format::Text => {
-            let mut body = to_text(&policy, &why, now);
+            let mut body = to_text(&policy, &why, now, kernel);
             if let Some(node) = &node {
                 let _ = writeln!(body, "node     the list entry was added on node {node}");
             }
@@ -71,6 +73,29 @@ pub(crate) fn explain(
             text(StatusCode::OK, body)
         }
     }
+}
+
+/// [`Policy::explain`] for `source`; while the XDP program counts ahead for it (`kernel`:
+/// the kernel's estimates by prefix length), the limits the kernel takes are counted and
+/// decided there, so the proxy's own count under them (near 0) is left out of the decision
+/// (as the data path leaves it out, see [`Policy::decide_counted_ahead`]).
+fn explained(
+    policy: &Policy,
+    source: Source,
+    transport: Transport,
+    now: Tick,
+    kernel: Option<&[(u32, u64)]>,
+) -> Explanation {
+    let mut why = policy.explain(source, transport, now);
+    if kernel.is_some() {
+        let event = Event {
+            source: why.source,
+            transport,
+            bytes: 0,
+        };
+        why.decision = policy.peek_counted_ahead(&event, now);
+    }
+    why
 }
 
 /// The address in `source`, or a refusal naming what is wrong (`usage` when it is absent).
@@ -101,6 +126,46 @@ pub(crate) fn bound(capped: bool) -> &'static str {
 /// "at least " before a capped key's estimate, nothing before another.
 fn at_least(capped: bool) -> &'static str {
     if capped { "at least " } else { "" }
+}
+
+/// The kernel's estimate under `limit`, where the kernel counts and decides it for the
+/// source explained (`kernel`: its estimates by prefix length, from
+/// `xdp::deciding_estimates`; `None` while the proxy decides every limit itself), or `None`
+/// where the proxy does.
+fn by_kernel(
+    policy: &Policy,
+    why: &Explanation,
+    limit: &LimitExplanation,
+    kernel: Option<&[(u32, u64)]>,
+) -> Option<u64> {
+    let kernel = kernel?;
+    let rule = policy.rule(limit.at.rule)?;
+    if !policy
+        .counted_ahead()?
+        .takes(rule, &limit.limit, why.source.addr().is_ipv6())
+    {
+        return None;
+    }
+    let at = u32::from(limit.prefix.len());
+    kernel.iter().find(|(len, _)| *len == at).map(|(_, e)| *e)
+}
+
+/// The first limit, in file order, under which the kernel drops the source's next attempt
+/// (its estimate has reached the limit), with the kernel's estimate; `None` while a list
+/// decides for the source or the kernel drops nothing of it. The program runs before the
+/// proxy: its drop is the verdict.
+fn kernel_drop(
+    policy: &Policy,
+    why: &Explanation,
+    kernel: Option<&[(u32, u64)]>,
+) -> Option<(LimitRef, u64, u64)> {
+    if why.listed.is_some() {
+        return None;
+    }
+    why.rules.iter().flat_map(|r| &r.limits).find_map(|l| {
+        let estimate = by_kernel(policy, why, l, kernel)?;
+        (estimate >= l.limit.rate.count).then_some((l.at, estimate, l.limit.rate.count))
+    })
 }
 
 fn rule_name(policy: &Policy, index: usize) -> &str {
@@ -155,8 +220,11 @@ fn listed_json(listed: &Listed, now: Tick, unix_ms: u64) -> Value {
     value
 }
 
-fn limit_json(policy: &Policy, limit: &LimitExplanation) -> Value {
-    json!({
+/// A limit's JSON; `kernel`: the kernel's estimate where the kernel counts and decides the
+/// limit (its `estimate` and `over` are then the kernel's, the proxy's own count is
+/// `proxy_estimate`, and no `retry_after_ms` is said).
+fn limit_json(policy: &Policy, limit: &LimitExplanation, kernel: Option<u64>) -> Value {
+    let mut value = json!({
         "limit": limit.at.limit,
         "rate": limit.limit.rate.to_string(),
         "count": limit.limit.rate.count,
@@ -172,10 +240,19 @@ fn limit_json(policy: &Policy, limit: &LimitExplanation) -> Value {
         "retry_after_ms": limit.retry_after.map(millis),
         "capped": limit.capped,
         "bound": bound(limit.capped),
-    })
+        "counted_by": "proxy",
+    });
+    if let Some(estimate) = kernel {
+        value["counted_by"] = json!("kernel");
+        value["proxy_estimate"] = json!(limit.estimate);
+        value["estimate"] = json!(estimate);
+        value["over"] = json!(estimate >= limit.limit.rate.count);
+        value["retry_after_ms"] = Value::Null;
+    }
+    value
 }
 
-fn to_json(policy: &Policy, why: &Explanation, now: Tick) -> Value {
+fn to_json(policy: &Policy, why: &Explanation, now: Tick, kernel: Option<&[(u32, u64)]>) -> Value {
     let unix_ms = unix_ms_now();
     let rules: Vec<Value> = why
         .rules
@@ -193,7 +270,11 @@ fn to_json(policy: &Policy, why: &Explanation, now: Tick) -> Value {
                     "serving": p.left.is_some(),
                     "left_ms": p.left.map(millis),
                 })),
-                "limits": rule.limits.iter().map(|l| limit_json(policy, l)).collect::<Vec<_>>(),
+                "limits": rule
+                    .limits
+                    .iter()
+                    .map(|l| limit_json(policy, l, by_kernel(policy, why, l, kernel)))
+                    .collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -203,7 +284,17 @@ fn to_json(policy: &Policy, why: &Explanation, now: Tick) -> Value {
             Transport::Udp => "udp",
             _ => "tcp",
         },
-        "verdict": verdict_json(policy, &why.decision.verdict),
+        "verdict": match kernel_drop(policy, why, kernel) {
+            Some((at, estimate, limit)) => json!({
+                "verdict": "drop",
+                "by": "kernel",
+                "rule": rule_name(policy, at.rule),
+                "limit": at.limit,
+                "estimate": estimate,
+                "allowed": limit,
+            }),
+            None => verdict_json(policy, &why.decision.verdict),
+        },
         "shadow": why.decision.shadow.map(|t| throttle_json(policy, &t)),
         "list": why.listed.as_ref().map(|l| listed_json(l, now, unix_ms)),
         "rules": rules,
@@ -236,12 +327,17 @@ fn verdict_text(policy: &Policy, verdict: &Verdict) -> String {
     }
 }
 
-fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
-    let mut body = format!(
-        "source   {}\nverdict  {}\n",
-        why.source.addr(),
-        verdict_text(policy, &why.decision.verdict)
-    );
+fn to_text(policy: &Policy, why: &Explanation, now: Tick, kernel: Option<&[(u32, u64)]>) -> String {
+    let verdict = match kernel_drop(policy, why, kernel) {
+        Some((at, estimate, limit)) => format!(
+            "drop in the kernel (XDP) by rule {} limit {} (the kernel's estimate {estimate} of \
+             {limit}: it drops the next attempt)",
+            rule_name(policy, at.rule),
+            at.limit
+        ),
+        None => verdict_text(policy, &why.decision.verdict),
+    };
+    let mut body = format!("source   {}\nverdict  {verdict}\n", why.source.addr());
     if let Some(shadow) = why.decision.shadow {
         let _ = writeln!(
             body,
@@ -300,6 +396,30 @@ fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
             },
         }
         for limit in &rule.limits {
+            if let Some(estimate) = by_kernel(policy, why, limit, kernel) {
+                // The proxy's own count here is of arrivals that did not cross the program
+                // (another listener, a PROXY header): said only where there is any.
+                let own = match limit.estimate {
+                    0 => String::new(),
+                    own => format!(" (and {own} counted by the proxy, not through XDP)"),
+                };
+                let _ = writeln!(
+                    body,
+                    "  limit {} {:<12} counted as {}/{}: counted and decided by the kernel (XDP): \
+                     the kernel's estimate {estimate} of {}{own} -> {}",
+                    limit.at.limit,
+                    limit.limit.rate.to_string(),
+                    limit.network,
+                    limit.prefix.len(),
+                    limit.limit.rate.count,
+                    if estimate >= limit.limit.rate.count {
+                        "over (the kernel drops the next attempt)"
+                    } else {
+                        "within"
+                    }
+                );
+                continue;
+            }
             let cluster = limit
                 .cluster
                 .map_or(String::new(), |c| format!(" + {c} from the cluster"));
@@ -343,4 +463,92 @@ fn to_text(policy: &Policy, why: &Explanation, now: Tick) -> String {
         }
     }
     body
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tollgate_filter::{Config, CountedAhead, Filter};
+
+    use super::*;
+
+    /// While the kernel counts ahead for a source, a limit it takes is said to be the
+    /// kernel's, with the kernel's estimate, and the verdict follows the kernel's estimate,
+    /// not the proxy's own count under that limit; without it, today's lines.
+    #[test]
+    fn a_limit_the_kernel_takes_is_explained_by_the_kernels_estimate() {
+        let config = Config::parse(
+            "[[rule]]\nname = \"r\"\nlimits = [{ rate = \"5/10s\" }, { rate = \"9/1m\" }]\n",
+        )
+        .unwrap();
+        let filter = Filter::new(config).unwrap();
+        let ahead = CountedAhead {
+            window: Duration::from_secs(10),
+            ipv4: vec![32, 24],
+            ipv6: vec![128, 64, 48],
+        };
+        filter.count_ahead(Some(ahead), Tick::ZERO).unwrap();
+        let policy = filter.policy();
+        let source = Source::new("192.0.2.1".parse().unwrap());
+        let event = Event {
+            source,
+            transport: Transport::Udp,
+            bytes: 0,
+        };
+        // Counted by the proxy (before the program was on every interface, say): 7 of 5.
+        for _ in 0..7 {
+            let _ = policy.decide(&event, Tick::ZERO);
+        }
+        let explain = |kernel: Option<&[(u32, u64)]>| {
+            let why = explained(&policy, source, Transport::Udp, Tick::ZERO, kernel);
+            (
+                to_text(&policy, &why, Tick::ZERO, kernel),
+                to_json(&policy, &why, Tick::ZERO, kernel),
+            )
+        };
+
+        // The proxy decides every limit: its own count throttles.
+        let (text, json) = explain(None);
+        assert!(
+            text.contains("verdict  throttle by rule r limit 0"),
+            "{text}"
+        );
+        assert!(text.contains("192.0.2.1/32: estimate 7 "), "{text}");
+        assert_eq!(json["rules"][0]["limits"][0]["counted_by"], "proxy");
+
+        // The kernel counts 2 of 5: within, whatever the proxy counted before.
+        let (text, json) = explain(Some(&[(32, 2), (24, 2)]));
+        assert!(text.contains("verdict  allow\n"), "{text}");
+        assert!(
+            text.contains(
+                "192.0.2.1/32: counted and decided by the kernel (XDP): the kernel's estimate 2 \
+                 of 5 (and 7 counted by the proxy, not through XDP) -> within"
+            ),
+            "{text}"
+        );
+        // The one-minute limit is not the kernel's: the proxy's line as before.
+        assert!(text.contains("192.0.2.1/32: estimate 7 "), "{text}");
+        let limit = &json["rules"][0]["limits"][0];
+        assert_eq!(limit["counted_by"], "kernel", "{json}");
+        assert_eq!(limit["estimate"], 2, "{json}");
+        assert_eq!(limit["proxy_estimate"], 7, "{json}");
+        assert_eq!(limit["over"], false, "{json}");
+        assert_eq!(json["rules"][0]["limits"][1]["counted_by"], "proxy");
+        assert_eq!(json["verdict"]["verdict"], "allow", "{json}");
+
+        // The kernel counts 5 of 5: it drops the next attempt.
+        let (text, json) = explain(Some(&[(32, 5), (24, 5)]));
+        assert!(
+            text.contains(
+                "verdict  drop in the kernel (XDP) by rule r limit 0 (the kernel's estimate 5 of 5"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("of 5 (and 7 counted by the proxy, not through XDP) -> over"));
+        assert_eq!(json["verdict"]["verdict"], "drop", "{json}");
+        assert_eq!(json["verdict"]["by"], "kernel", "{json}");
+        assert_eq!(json["verdict"]["estimate"], 5, "{json}");
+        assert_eq!(json["rules"][0]["limits"][0]["over"], true, "{json}");
+    }
 }

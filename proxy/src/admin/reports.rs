@@ -14,17 +14,46 @@ use crate::shared::Shared;
 
 use super::kernel;
 
+/// The kernel's count under limit `l` of a source of one family (`ipv6`), if the filter
+/// leaves that limit to the kernel (`kernel`: the kernel's estimates by prefix length, from
+/// `xdp::ahead_estimates`; `None` while it leaves none).
+fn from_kernel(
+    policy: &Policy,
+    l: &LimitEstimate,
+    ipv6: bool,
+    kernel: Option<&[(u32, u64)]>,
+) -> Option<u64> {
+    let kernel = kernel?;
+    let rule = policy.rule(l.at.rule)?;
+    if !policy.counted_ahead()?.takes(rule, &l.limit, ipv6) {
+        return None;
+    }
+    let at = u32::from(l.prefix.len());
+    kernel.iter().find(|(len, _)| *len == at).map(|(_, e)| *e)
+}
+
 /// How far over its limits a source stands now: the largest estimate / limit of the limits
 /// that apply, and whether that key is past its cap (the factor is then a floor: the key is
-/// counted no further, see [`tollgate_filter::Throttle::capped`]). `None`: no limit applies.
-fn over(policy: &Policy, source: IpAddr, now: Tick) -> Option<(f64, bool)> {
+/// counted no further, see [`tollgate_filter::Throttle::capped`]). Under the limits the
+/// filter leaves to the kernel, the estimate is `/estimate`'s: the kernel's count (`kernel`,
+/// as [`from_kernel`] reads it) plus the proxy's own. `None`: no limit applies.
+fn over(
+    policy: &Policy,
+    source: IpAddr,
+    now: Tick,
+    kernel: Option<&[(u32, u64)]>,
+) -> Option<(f64, bool)> {
+    let ipv6 = Source::new(source).addr().is_ipv6();
     policy
         .estimates(Source::new(source), now)
         .iter()
         .map(|e| {
+            let estimate = e
+                .estimate
+                .saturating_add(from_kernel(policy, e, ipv6, kernel).unwrap_or(0));
             // Limits are at most MAX_LIMIT (well under 2^53): exact as f64.
             #[allow(clippy::cast_precision_loss)]
-            let factor = e.estimate as f64 / e.limit.rate.count.max(1) as f64;
+            let factor = estimate as f64 / e.limit.rate.count.max(1) as f64;
             (factor, e.capped)
         })
         .max_by(|a, b| a.0.total_cmp(&b.0))
@@ -49,7 +78,8 @@ pub(crate) fn top(shared: &Shared, format: Format, n: usize) -> Answer {
         let rows: Vec<_> = top
             .iter()
             .map(|o| {
-                let over = over(&policy, o.source, now);
+                let kernel = super::xdp::ahead_estimates(shared, o.source);
+                let over = over(&policy, o.source, now, kernel.as_deref());
                 json!({
                     "source": o.source.to_string(),
                     "rejected": o.count,
@@ -78,14 +108,20 @@ pub(crate) fn top(shared: &Shared, format: Format, n: usize) -> Answer {
             offender.source.to_string(),
             offender.count,
             offender.error,
-            over_text(over(&policy, offender.source, now)),
+            over_text(over(
+                &policy,
+                offender.source,
+                now,
+                super::xdp::ahead_estimates(shared, offender.source).as_deref()
+            )),
             kernel::top_column(shared, Some(offender.source)),
             offender.last
         );
     }
     let _ = writeln!(
         body,
-        "(ordered by rejections; over: estimate / limit now, >= past {}x: counted no further)",
+        "(ordered by rejections; over: estimate / limit now, the kernel's count added under the \
+         limits XDP takes, >= past {}x: counted no further)",
         EXACT_MULTIPLE
     );
     text(StatusCode::OK, body)
@@ -104,16 +140,7 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
     let found = policy.estimates(Source::new(addr), shared.now());
     let kernel = super::xdp::ahead_estimates(shared, addr);
     let ipv6 = Source::new(addr).addr().is_ipv6();
-    // The kernel's count under limit `l`, if the filter leaves it to the kernel.
-    let from_kernel = |l: &LimitEstimate| -> Option<u64> {
-        let kernel = kernel.as_ref()?;
-        let rule = policy.rule(l.at.rule)?;
-        if !policy.counted_ahead()?.takes(rule, &l.limit, ipv6) {
-            return None;
-        }
-        let at = u32::from(l.prefix.len());
-        kernel.iter().find(|(len, _)| *len == at).map(|(_, e)| *e)
-    };
+    let from_kernel = |l: &LimitEstimate| from_kernel(&policy, l, ipv6, kernel.as_deref());
     let rule = |index: usize| policy.rule(index).map_or("?", |r| r.name.as_str());
     let counted_as = |prefix: tollgate_filter::Prefix| {
         format!("{}/{}", Source::new(addr).masked(prefix), prefix.len())

@@ -87,6 +87,19 @@ pub(super) fn ahead_estimates(shared: &Shared, source: IpAddr) -> Option<Vec<(u3
     )
 }
 
+/// The kernel's estimates of `source` by prefix length, where its arrivals are counted and
+/// decided by the kernel under the limits it takes (see `gate::ahead::Ahead::left_to_kernel`):
+/// `None` without an attached program, for a source of this host or of a family the
+/// program does not drop, while the proxy counts every arrival itself, or when the cells
+/// cannot be read (`explain_lines` says so). `/explain` decides those limits by these.
+#[must_use]
+pub(super) fn deciding_estimates(shared: &Shared, source: IpAddr) -> Option<Vec<(u32, u64)>> {
+    if !shared.gate().ahead().left_to_kernel(source) {
+        return None;
+    }
+    ahead_estimates(shared, source)
+}
+
 /// Reads the kernel's counters into the metrics before a render.
 pub(super) fn refresh_metrics(shared: &Shared) {
     if let Some(xdp) = shared.reloader().xdp().get() {

@@ -42,12 +42,19 @@ impl Crossing {
     /// Whether an arrival on `listener` from `source` came in through the program.
     #[must_use]
     pub(crate) fn crossed(&self, listener: &str, source: IpAddr) -> bool {
+        self.comes_from_afar(source) && self.listeners.iter().any(|l| l == listener)
+    }
+
+    /// Whether `source`'s arrivals on a guarded listener cross the program and are left to
+    /// it under the limits the kernel takes: not from this host, and of a family the program
+    /// drops.
+    #[must_use]
+    fn comes_from_afar(&self, source: IpAddr) -> bool {
         // A dual-stack socket names an IPv4 peer as ::ffff:a.b.c.d; the program saw IPv4.
         let source = source.to_canonical();
         !source.is_loopback()
             && !self.local.contains(&source)
             && !self.undropped[usize::from(source.is_ipv6())].load(Ordering::SeqCst)
-            && self.listeners.iter().any(|l| l == listener)
     }
 }
 
@@ -66,6 +73,18 @@ impl Ahead {
             .load()
             .as_ref()
             .is_some_and(|c| c.crossed(listener, source))
+    }
+
+    /// Whether `source`'s arrivals on the guarded listeners are left to the program now under
+    /// the limits the kernel takes (counted and decided there, not here): the program is on
+    /// every interface, `source` is not one of this host's addresses and its family is
+    /// dropped by the program (the admin's `/explain`).
+    #[must_use]
+    pub(crate) fn left_to_kernel(&self, source: IpAddr) -> bool {
+        self.crossing
+            .load()
+            .as_ref()
+            .is_some_and(|c| c.comes_from_afar(source))
     }
 
     /// Whether arrivals are taken as having crossed the program now.
@@ -230,10 +249,18 @@ mod tests {
         // Nothing crossed while the program is not on every interface.
         let ahead = Ahead::default();
         assert!(!ahead.crossed("dns", "192.0.2.1".parse().unwrap()));
+        let left = |source: &str| ahead.left_to_kernel(source.parse().unwrap());
+        assert!(!left("192.0.2.1"));
         ahead.set(Some(crossing.clone()));
         assert!(ahead.active() && ahead.crossed("dns", "192.0.2.1".parse().unwrap()));
+        // `/explain`'s word: whatever the listener, a source of this host is the proxy's.
+        assert!(left("192.0.2.1") && left("::ffff:192.0.2.1") && left("2001:db8:77::1"));
+        assert!(!left("10.0.0.5") && !left("::1") && !left("::ffff:10.0.0.5"));
+        crossing.undropped[0].store(true, Ordering::SeqCst);
+        assert!(!left("192.0.2.1") && left("2001:db8:77::1"));
+        crossing.undropped[0].store(false, Ordering::SeqCst);
         ahead.set(None);
-        assert!(!ahead.active());
+        assert!(!ahead.active() && !left("192.0.2.1"));
     }
 
     /// A family whose allow lists did not fit in the kernel is counted there but never

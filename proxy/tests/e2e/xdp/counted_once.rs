@@ -1,7 +1,9 @@
 //! One attempt counted once: an attempt that came in through the XDP program is counted by
 //! the kernel only, under the limits the kernel takes, and one from this host (over `lo`)
 //! by the proxy, which did not cross the program; `/estimate` adds the two and names the
-//! kernel's estimate. Same namespace, veth pair and spoofed sender as the module's first
+//! kernel's estimate, and `/explain` says the kernel counts and decides that limit for a
+//! source whose arrivals cross the program (its verdict the kernel's drop once over), and
+//! `/top`'s over column reads the kernel's count. Same namespace, veth pair and spoofed sender as the module's first
 //! test, with a UDP listener on `[::]` that the datagrams reach.
 
 use std::net::UdpSocket;
@@ -128,4 +130,62 @@ fn an_attempt_is_counted_once_by_the_kernel_or_by_the_proxy() {
     assert_eq!(json["xdp"]["levels"][0]["level"], "/64", "{text}");
     assert_eq!(json["xdp"]["levels"][0]["estimate"], 10, "{text}");
     assert_eq!(json["xdp"]["levels"][0]["limit"], 50, "{text}");
+
+    // /explain: the limit the kernel takes is the kernel's to count and decide for a source
+    // whose arrivals cross the program, with the kernel's estimate; a source of this host
+    // keeps the proxy's line.
+    let text = body(&proxy, "/explain?source=2001:db8:77:5::1&transport=udp");
+    assert!(
+        text.contains(
+            "2001:db8:77:5::/64: counted and decided by the kernel (XDP): the kernel's \
+             estimate 10 of 50 -> within"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("verdict  allow\n"), "{text}");
+    let text = body(&proxy, "/explain?source=::1&transport=udp");
+    assert!(text.contains("counted as ::/64: estimate 3 "), "{text}");
+    let explain = |source: &str| -> serde_json::Value {
+        let text = body(
+            &proxy,
+            &format!("/explain?source={source}&transport=udp&format=json"),
+        );
+        serde_json::from_str(&text).expect("JSON")
+    };
+    let limit = explain("2001:db8:77:5::1")["rules"][0]["limits"][0].clone();
+    assert_eq!(limit["counted_by"], "kernel", "{limit}");
+    assert_eq!(limit["estimate"], 10, "{limit}");
+    assert_eq!(
+        explain("::1")["rules"][0]["limits"][0]["counted_by"],
+        "proxy"
+    );
+
+    // 45 more from the /64: the kernel lets 40 through (its limit of 50) and drops the rest;
+    // the proxy's own count under that limit stays 0, and /explain's verdict is the kernel's.
+    send_from("2001:db8:77:5", 11, 45, 1, PORT);
+    decided(&proxy, 55.0);
+    let text = body(&proxy, "/explain?source=2001:db8:77:5::1&transport=udp");
+    assert!(
+        text.contains("verdict  drop in the kernel (XDP) by rule per-net limit 0 (the kernel's"),
+        "{text}"
+    );
+    let json = explain("2001:db8:77:5::1");
+    assert_eq!(json["verdict"]["by"], "kernel", "{json}");
+    assert!(json["verdict"]["estimate"].as_u64() >= Some(50), "{json}");
+    assert_eq!(json["rules"][0]["limits"][0]["proxy_estimate"], 0, "{json}");
+
+    // /top names the /64 the kernel dropped (its drop event, read every 100 ms), and its
+    // over column reads the kernel's count, not the proxy's 0.
+    let deadline = std::time::Instant::now() + crate::support::BOUND;
+    let row = loop {
+        let text = body(&proxy, "/top?format=json");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let rows = json["top"].as_array().cloned().unwrap_or_default();
+        if let Some(row) = rows.into_iter().find(|r| r["source"] == "2001:db8:77:5::") {
+            break row;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(row["over"].as_f64() >= Some(1.0), "{row}");
 }
