@@ -16,7 +16,7 @@ use super::kernel;
 
 /// The kernel's count under limit `l` of a source of one family (`ipv6`), if the filter
 /// leaves that limit to the kernel (`kernel`: the kernel's estimates by prefix length, from
-/// `xdp::ahead_estimates`; `None` while it leaves none).
+/// `xdp::deciding_estimates`; `None` while it leaves none).
 fn from_kernel(
     policy: &Policy,
     l: &LimitEstimate,
@@ -78,7 +78,7 @@ pub(crate) fn top(shared: &Shared, format: Format, n: usize) -> Answer {
         let rows: Vec<_> = top
             .iter()
             .map(|o| {
-                let kernel = super::xdp::ahead_estimates(shared, o.source);
+                let kernel = super::xdp::deciding_estimates(shared, o.source);
                 let over = over(&policy, o.source, now, kernel.as_deref());
                 json!({
                     "source": o.source.to_string(),
@@ -112,7 +112,7 @@ pub(crate) fn top(shared: &Shared, format: Format, n: usize) -> Answer {
                 &policy,
                 offender.source,
                 now,
-                super::xdp::ahead_estimates(shared, offender.source).as_deref()
+                super::xdp::deciding_estimates(shared, offender.source).as_deref()
             )),
             kernel::top_column(shared, Some(offender.source)),
             offender.last
@@ -138,7 +138,7 @@ pub(crate) fn estimate(shared: &Shared, format: Format, source: Option<&str>) ->
     };
     let policy = shared.filter().policy();
     let found = policy.estimates(Source::new(addr), shared.now());
-    let kernel = super::xdp::ahead_estimates(shared, addr);
+    let kernel = super::xdp::deciding_estimates(shared, addr);
     let ipv6 = Source::new(addr).addr().is_ipv6();
     let from_kernel = |l: &LimitEstimate| from_kernel(&policy, l, ipv6, kernel.as_deref());
     let rule = |index: usize| policy.rule(index).map_or("?", |r| r.name.as_str());

@@ -67,15 +67,16 @@ pub(super) fn explain_json(shared: &Shared, source: IpAddr) -> serde_json::Value
     }
 }
 
-/// The kernel's estimates of `source` by prefix length, for adding to the proxy's own
-/// under the limits the filter leaves to the kernel (`tollgate_filter::CountedAhead`):
-/// `None` without an attached program, while the proxy counts every arrival itself (it is
-/// not on every interface: see [`crate::gate::ahead`]), or when its cells cannot be read
-/// (`explain_lines` says so).
+/// The kernel's estimates of `source` by prefix length, where its arrivals are counted and
+/// decided by the kernel under the limits it takes (see `gate::ahead::Ahead::left_to_kernel`):
+/// `None` without an attached program, for a source of this host or of a family the
+/// program does not drop, while the proxy counts every arrival itself, or when the cells
+/// cannot be read (`explain_lines` says so). `/explain` decides those limits by these,
+/// and `/estimate` and `/top` add them to the proxy's own count.
 #[must_use]
-pub(super) fn ahead_estimates(shared: &Shared, source: IpAddr) -> Option<Vec<(u32, u64)>> {
+pub(super) fn deciding_estimates(shared: &Shared, source: IpAddr) -> Option<Vec<(u32, u64)>> {
     let xdp = shared.reloader().xdp().get()?;
-    if !shared.gate().ahead().active() {
+    if !shared.gate().ahead().left_to_kernel(source) {
         return None;
     }
     let estimates = xdp.estimates(source).ok()?;
@@ -85,19 +86,6 @@ pub(super) fn ahead_estimates(shared: &Shared, source: IpAddr) -> Option<Vec<(u3
             .map(|e| (e.level.prefix(), e.estimate))
             .collect(),
     )
-}
-
-/// The kernel's estimates of `source` by prefix length, where its arrivals are counted and
-/// decided by the kernel under the limits it takes (see `gate::ahead::Ahead::left_to_kernel`):
-/// `None` without an attached program, for a source of this host or of a family the
-/// program does not drop, while the proxy counts every arrival itself, or when the cells
-/// cannot be read (`explain_lines` says so). `/explain` decides those limits by these.
-#[must_use]
-pub(super) fn deciding_estimates(shared: &Shared, source: IpAddr) -> Option<Vec<(u32, u64)>> {
-    if !shared.gate().ahead().left_to_kernel(source) {
-        return None;
-    }
-    ahead_estimates(shared, source)
 }
 
 /// Reads the kernel's counters into the metrics before a render.

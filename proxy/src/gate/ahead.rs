@@ -88,6 +88,7 @@ impl Ahead {
     }
 
     /// Whether arrivals are taken as having crossed the program now.
+    #[cfg(test)]
     #[must_use]
     pub(crate) fn active(&self) -> bool {
         self.crossing.load().is_some()
