@@ -59,7 +59,7 @@ use std::time::Instant;
 use clap::Parser;
 use tollgate_benches::exit::exit_code;
 use tollgate_benches::table::{median, number, render};
-use tollgate_benches::{machine, usage};
+use tollgate_benches::{cpu, machine, usage};
 use tollgate_sketch::MonotonicClock;
 
 use calls::{Allowed, Call};
@@ -301,14 +301,14 @@ impl<'a> Entry<'a> {
     /// it let through, and the growth of resident memory over the timed part.
     fn decide(&mut self, calls: &[Call], verdicts: &mut [bool]) -> Timing {
         let before = rss();
-        let cpu_before = on_cpu();
+        let cpu_before = cpu::thread_time();
         let started = Instant::now();
         for (call, verdict) in calls.iter().zip(verdicts.iter_mut()) {
             *verdict = self.contender.decide(*call);
         }
         let elapsed = started.elapsed();
         let cpu = cpu_before
-            .zip(on_cpu())
+            .zip(cpu::thread_time())
             .map(|(at, now)| now.saturating_sub(at));
         self.rss_growth += rss() - before;
         for (call, &passed) in calls.iter().zip(verdicts.iter()) {
@@ -321,7 +321,7 @@ impl<'a> Entry<'a> {
         let n = calls.len().max(1) as f64;
         Timing {
             wall: elapsed.as_nanos() as f64 / n,
-            cpu: cpu.map(|ns| ns as f64 / n),
+            cpu: cpu.map(|cpu| cpu.as_nanos() as f64 / n),
         }
     }
 }
@@ -342,16 +342,6 @@ impl std::fmt::Display for Timing {
             None => Ok(()),
         }
     }
-}
-
-/// This thread's time on a CPU so far, in nanoseconds (`/proc/thread-self/schedstat`).
-fn on_cpu() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// The medians of the wall and CPU figures of `timings`, as "wall / cpu".

@@ -19,6 +19,20 @@ use std::time::Duration;
 /// Clock ticks per second in `/proc/PID/stat`: USER_HZ, fixed at 100 in the Linux ABI.
 const TICKS_PER_SECOND: u64 = 100;
 
+/// The first field of a schedstat file (`/proc/thread-self/schedstat`, a thread's or a
+/// kernel thread's `/proc/PID/schedstat`): its time on a CPU so far, `None` where it cannot be
+/// read. A read costs a system call or two: outside timed loops only.
+pub fn schedstat(path: &str) -> Option<Duration> {
+    let text = fs::read_to_string(path).ok()?;
+    let nanos = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
+/// This thread's time on a CPU so far ([`schedstat`] of `/proc/thread-self/schedstat`).
+pub fn thread_time() -> Option<Duration> {
+    schedstat("/proc/thread-self/schedstat")
+}
+
 /// The CPU time spent so far by process `pid` and its descendants.
 ///
 /// A process that exits between listing and reading is skipped; an error only if `pid` itself

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pingora_limits::rate::{PROPORTIONAL_RATE_ESTIMATE_CALC_FN, Rate};
-use tollgate_benches::sizes;
+use tollgate_benches::{cpu, sizes};
 use tollgate_filter::{Decision, FRAME_BATCH, Filter, Verdict};
 use tollgate_sketch::{Builder, Clock, MonotonicClock, RateSketch};
 
@@ -191,17 +191,6 @@ pub(crate) struct Contended {
     pub(crate) updates: f64,
 }
 
-/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`, nanoseconds), `None`
-/// where it cannot be read. A read costs a system call or two: outside the timed loop only.
-fn on_cpu() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// `contender` over `slices`, one thread each, started together on a barrier: the wall time
 /// from the first thread leaving the barrier to the last one's end.
 pub(crate) fn run<T: Sync, C: Contender<T> + ?Sized>(
@@ -212,18 +201,18 @@ pub(crate) fn run<T: Sync, C: Contender<T> + ?Sized>(
     let barrier = Barrier::new(slices.len());
     #[cfg(tollgate_contention)]
     tollgate_sketch::contention::reset();
-    let spans: Vec<(Instant, Instant, Option<u64>)> = thread::scope(|scope| {
+    let spans: Vec<(Instant, Instant, Option<Duration>)> = thread::scope(|scope| {
         let workers: Vec<_> = slices
             .iter()
             .map(|slice| {
                 let barrier = &barrier;
                 scope.spawn(move || {
                     barrier.wait();
-                    let cpu = on_cpu();
+                    let cpu = cpu::thread_time();
                     let start = Instant::now();
                     contender.pass(slice, clock);
                     let end = Instant::now();
-                    let cpu = on_cpu()
+                    let cpu = cpu::thread_time()
                         .zip(cpu)
                         .map(|(end, start)| end.saturating_sub(start));
                     (start, end, cpu)
@@ -241,10 +230,10 @@ pub(crate) fn run<T: Sync, C: Contender<T> + ?Sized>(
     let elapsed = start
         .zip(end)
         .map_or(Duration::ZERO, |(start, end)| end - start);
-    let cpu: Option<u64> = spans.iter().map(|span| span.2).sum();
+    let cpu: Option<Duration> = spans.iter().map(|span| span.2).sum();
     Measured {
         per_second: events as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
-        cpu_nanos: cpu.map(|cpu| cpu as f64 / events.max(1) as f64),
+        cpu_nanos: cpu.map(|cpu| cpu.as_nanos() as f64 / events.max(1) as f64),
         contention: contended(contender.ours(), events),
     }
 }

@@ -44,7 +44,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use tollgate_benches::table::{median, number, render};
-use tollgate_benches::{exit, machine};
+use tollgate_benches::{cpu, exit, machine};
 use tollgate_filter::{Decision, FRAME_BATCH, Filter, Verdict};
 use tollgate_sketch::Tick;
 
@@ -176,17 +176,14 @@ pub(crate) struct Round {
     pub(crate) load: Option<Duration>,
 }
 
-/// This thread's time on a CPU.
+/// This thread's time on a CPU (zero where it cannot be read).
 pub(crate) fn thread_cpu() -> Duration {
-    schedstat("/proc/thread-self/schedstat")
+    cpu::thread_time().unwrap_or_default()
 }
 
-/// The first field of a schedstat file: time on a CPU, in nanoseconds.
+/// The time on a CPU in a schedstat file (zero where it cannot be read).
 pub(crate) fn schedstat(path: &str) -> Duration {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse().ok())
-        .map_or(Duration::ZERO, Duration::from_nanos)
+    cpu::schedstat(path).unwrap_or_default()
 }
 
 /// The user-space frame path: `frames` decided `FRAME_BATCH` at a time by a fresh filter.
