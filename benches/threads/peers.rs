@@ -189,6 +189,9 @@ pub(crate) struct Contended {
     /// Conservative updates: events that wrote the key's shared cells (credited events and
     /// events the front absorbed do not).
     pub(crate) updates: f64,
+    /// Of those, updates of keys counted far enough to reserve whose thread's table had no
+    /// free entry for them (see `tollgate_sketch::contention::Contention::blocked`).
+    pub(crate) blocked: f64,
 }
 
 /// `contender` over `slices`, one thread each, started together on a barrier: the wall time
@@ -246,6 +249,7 @@ fn contended(ours: bool, events: usize) -> Option<Contended> {
     ours.then(|| Contended {
         failed_swaps: per_event(counted.failed_swaps),
         updates: per_event(counted.updates),
+        blocked: per_event(counted.blocked),
     })
 }
 

@@ -15,6 +15,7 @@ struct Cell {
     cpu_nanos: Vec<f64>,
     failed_swaps: Vec<f64>,
     updates: Vec<f64>,
+    blocked: Vec<f64>,
 }
 
 /// One thread count at one memory size.
@@ -28,6 +29,8 @@ struct Row {
 const SWAPS: &str = "failed swaps/event";
 /// The end of a shared-writes column's name.
 const UPDATES: &str = "updates/event";
+/// The end of a blocked-reservations column's name.
+const BLOCKED: &str = "blocked/event";
 
 /// A row's figures: its memory, its thread count, then one figure a column (`None`: none).
 type Line = (String, usize, Vec<Option<f64>>);
@@ -90,6 +93,7 @@ impl Table {
                     cpu_nanos: Vec::new(),
                     failed_swaps: Vec::new(),
                     updates: Vec::new(),
+                    blocked: Vec::new(),
                 });
                 cells.last_mut().expect("just pushed")
             }
@@ -99,6 +103,7 @@ impl Table {
         if let Some(contended) = measured.contention {
             cell.failed_swaps.push(contended.failed_swaps);
             cell.updates.push(contended.updates);
+            cell.blocked.push(contended.blocked);
         }
     }
 
@@ -146,6 +151,9 @@ impl Table {
             for (name, _) in names.iter().filter(|(_, ours)| *ours) {
                 header.push(format!("{name} {UPDATES}"));
             }
+            for (name, _) in names.iter().filter(|(_, ours)| *ours) {
+                header.push(format!("{name} {BLOCKED}"));
+            }
         }
         let rows = self
             .rows
@@ -184,6 +192,9 @@ impl Table {
                     for cell in row.cells.iter().filter(|cell| cell.ours) {
                         line.push(median(&cell.updates));
                     }
+                    for cell in row.cells.iter().filter(|cell| cell.ours) {
+                        line.push(median(&cell.blocked));
+                    }
                 }
                 (row.memory.clone(), row.threads, line)
             })
@@ -194,11 +205,16 @@ impl Table {
     /// The table as aligned text under its title.
     pub(crate) fn text(&self) -> String {
         let (header, rows) = self.figures();
-        // Failed swaps and updates per event are fractions of one: four decimals.
+        // Failed swaps, updates and blocked updates per event are fractions of one: four
+        // decimals.
         let swaps: Vec<bool> = header
             .iter()
             .skip(2)
-            .map(|name| name.ends_with(SWAPS) || name.ends_with(UPDATES))
+            .map(|name| {
+                [SWAPS, UPDATES, BLOCKED]
+                    .iter()
+                    .any(|end| name.ends_with(end))
+            })
             .collect();
         let mut cells = vec![header];
         for (memory, threads, line) in rows {
@@ -326,16 +342,25 @@ mod tests {
             contention: Some(Contended {
                 failed_swaps: 0.25,
                 updates: 0.5,
+                blocked: 0.125,
             }),
         };
         table.record("2MiB", 2, "tollgate", true, &counted);
         table.record("2MiB", 2, "pingora", false, &measured(1e6));
         let (header, rows) = table.figures();
         assert_eq!(
-            header[header.len() - 2..],
-            [format!("tollgate {SWAPS}"), format!("tollgate {UPDATES}")]
+            header[header.len() - 3..],
+            [
+                format!("tollgate {SWAPS}"),
+                format!("tollgate {UPDATES}"),
+                format!("tollgate {BLOCKED}")
+            ]
         );
-        assert_eq!(rows[0].2[rows[0].2.len() - 2..], [Some(0.25), Some(0.5)]);
-        assert!(table.text().contains("0.2500"));
+        assert_eq!(
+            rows[0].2[rows[0].2.len() - 3..],
+            [Some(0.25), Some(0.5), Some(0.125)]
+        );
+        let text = table.text();
+        assert!(text.contains("0.2500") && text.contains("0.1250"));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! It counts the conservative updates attempted (one per counted event that reaches the
 //! counters), the compare-and-swaps that failed in them (each failure restarts its update),
-//! the reservations taken and the events answered from them (see `crate::reserve`). Failed
+//! the reservations taken, the events answered from them (see `crate::reserve`) and the
+//! updates of keys that could have reserved but found their thread's table set held. Failed
 //! swaps per observe is the number a 2-core machine can show of what many cores on one hot key
 //! suffer: every failure is a cache line lost to another core between a read and a write.
 //!
@@ -38,6 +39,9 @@ pub struct Contention {
     pub reserved: u64,
     /// Events answered from a reservation, writing nothing.
     pub credited: u64,
+    /// Updates of a key counted far enough to reserve that found no free entry in its
+    /// thread's table (other keys' live credits held its set): counted as they came.
+    pub blocked: u64,
 }
 
 /// One thread's counts.
@@ -47,6 +51,7 @@ struct Counters {
     failed_swaps: AtomicU64,
     reserved: AtomicU64,
     credited: AtomicU64,
+    blocked: AtomicU64,
 }
 
 /// Every thread's counters, each registered by its thread's first count.
@@ -84,6 +89,10 @@ pub(crate) fn credited() {
     bump(|c| &c.credited);
 }
 
+pub(crate) fn blocked() {
+    bump(|c| &c.blocked);
+}
+
 /// The counts summed over every thread since the last [`reset`].
 #[must_use]
 pub fn snapshot() -> Contention {
@@ -100,6 +109,7 @@ pub fn snapshot() -> Contention {
         failed_swaps: sum(|c| &c.failed_swaps),
         reserved: sum(|c| &c.reserved),
         credited: sum(|c| &c.credited),
+        blocked: sum(|c| &c.blocked),
     }
 }
 
@@ -107,7 +117,13 @@ pub fn snapshot() -> Contention {
 pub fn reset() {
     let threads = THREADS.lock().unwrap_or_else(PoisonError::into_inner);
     for c in threads.iter() {
-        for which in [&c.updates, &c.failed_swaps, &c.reserved, &c.credited] {
+        for which in [
+            &c.updates,
+            &c.failed_swaps,
+            &c.reserved,
+            &c.credited,
+            &c.blocked,
+        ] {
             // Relaxed: as in `bump`.
             which.store(0, Ordering::Relaxed);
         }

@@ -112,8 +112,10 @@
 //! A credit answers only events of its own sketch, key and window, so estimates still never
 //! fall below the truth; unspent credits are overcount, at most `P * estimate / 2^s` for `P`
 //! threads, and the events they stand for are tallied in `N` (so `eps * N` covers their
-//! collisions). Keys below `2^s` events in the window read exactly as without.
-//! [`Builder::reserve_shift`] sets `s` (default 8); `None` turns reservations off. The `reserve`
+//! collisions). Keys below `2^s` events in the window read exactly as without. A thread keeps
+//! its credits in a table of its own (256 entries, 8 KiB); where more keys are past `2^s` than
+//! it holds, an entry stays with its key for the window against colder keys, so the hottest
+//! keep theirs. [`Builder::reserve_shift`] sets `s` (default 8); `None` turns reservations off. The `reserve`
 //! module's source docs have the argument.
 //!
 //! # What the front buys

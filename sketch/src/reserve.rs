@@ -70,15 +70,23 @@ use std::cell::Cell;
 
 use crate::hash::KeyHash;
 
-/// Entries in a thread's table (2 KiB): one per hot key the thread counts at once, in sets of
-/// [`WAYS`] chosen by the key's hash. A key whose set is held by other keys' live credits is
-/// counted as it comes, never lost. Measured with the contention example, 16 hot keys on 16
-/// direct-mapped entries: a third of the observes still wrote (keys sharing an entry block
-/// each other while a credit is live); see the commit that made it 64 in sets of 2.
-const SLOTS: usize = 64;
+/// Entries in a thread's table (8 KiB): one per hot key the thread counts at once, in sets of
+/// [`WAYS`] chosen by the key's hash. A key whose set is held by other keys' credits is counted
+/// as it comes, never lost, but then it writes its shared cells on every event: on a skewed
+/// stream with more keys past `2^s` than entries, that is where the bouncing lines come back.
+/// Measured with the threads bench's Zipf stream (benches/README.md, "blocked/event"): at 64
+/// entries in sets of 2, 0.22 (one thread) to 0.38 (16 threads) of all events were such
+/// updates, a third of them of keys past 4,096 events; at 256 in sets of 4, with the rule of
+/// [`free_for_another`], 0.05 to 0.14, and almost none of keys past 4,096.
+const SLOTS: usize = 256;
 
-/// Entries per set: a key may take either of its set's entries.
-const WAYS: usize = 2;
+/// Entries per set: a key may take any of its set's entries. Four entries of 32 bytes: one
+/// set is two cache lines of the table, which is aligned to them.
+const WAYS: usize = 4;
+
+/// A thread's table: [`SLOTS`] entries, each set on lines of its own.
+#[repr(align(128))]
+struct Table([Cell<Entry>; SLOTS]);
 
 /// A credit: `credit` events of the key of hash `hash` in window `window` of sketch `sketch`,
 /// counted in its cells already.
@@ -89,6 +97,9 @@ struct Entry {
     hash: u64,
     window: u64,
     credit: u32,
+    /// The key's count when it last reserved here: how hot it was (see
+    /// [`free_for_another`]).
+    count: u32,
 }
 
 impl Entry {
@@ -97,6 +108,7 @@ impl Entry {
         hash: 0,
         window: 0,
         credit: 0,
+        count: 0,
     };
 }
 
@@ -104,21 +116,21 @@ impl Entry {
 std::thread_local! {
     // Const-initialised and without a destructor: a thread's first use registers nothing, and
     // every access is an offset from the thread pointer.
-    static TABLE: [Cell<Entry>; SLOTS] = const { [const { Cell::new(Entry::EMPTY) }; SLOTS] };
+    static TABLE: Table = const { Table([const { Cell::new(Entry::EMPTY) }; SLOTS]) };
 }
 
 // Under loom each model thread has its own table, as real threads do, and a fresh one per
 // execution.
 #[cfg(loom)]
 loom::thread_local! {
-    static TABLE: [Cell<Entry>; SLOTS] = std::array::from_fn(|_| Cell::new(Entry::EMPTY));
+    static TABLE: Table = Table(std::array::from_fn(|_| Cell::new(Entry::EMPTY)));
 }
 
 /// The first entry of the set of the key of `hash`, from the hash's top bits, which no cell
 /// index depends on alone.
 #[inline(always)]
 fn set(hash: KeyHash) -> usize {
-    // The top 5 bits, times 2: at most SLOTS - WAYS.
+    // The top 6 bits, times 4: at most SLOTS - WAYS.
     ((hash.as_u64() >> (64 - (SLOTS / WAYS).trailing_zeros())) as usize) * WAYS
 }
 
@@ -134,9 +146,29 @@ pub(crate) struct Claim {
     pub(crate) entry: Option<u8>,
 }
 
+/// Whether a key of sketch `sketch` counted to `count` in `window` may take `entry`, another
+/// key's: an empty entry, another sketch's spent one, this sketch's of an older window, or this
+/// sketch's spent one of `window` whose key was counted to less than `count` when it last
+/// reserved there. So a spent entry stays with its key for the window against colder keys:
+/// keys just past `2^s` hold credits of one or two events, spend them and reserve again, and
+/// under the first-free rule they took the entries that hotter keys left spent for an event,
+/// and then held them live (measured: the hottest keys blocked on 0.07 of all events at 16
+/// threads with 256 entries, 0.014 with this rule; see [`SLOTS`]). Live credits are never
+/// taken whatever the count (see [`claim`]).
+#[inline(always)]
+fn free_for_another(entry: Entry, sketch: u64, window: u64, count: u32) -> bool {
+    if entry.sketch == sketch {
+        entry.window < window
+            || (entry.window == window && entry.credit == 0 && count > entry.count)
+    } else {
+        entry.credit == 0
+    }
+}
+
 /// Takes up to `weight` events from this thread's credit for the key of `hash` in `window` of
 /// sketch `sketch` (none if its set holds no credit of that key, window and sketch), and says
-/// which entry, if any, may hold a new reservation of the key.
+/// which entry, if any, may hold a new reservation of the key, counted to `count` with this
+/// event (see [`free_for_another`]).
 ///
 /// A credit smaller than the event is used up, the rest of the event counted: a credit is
 /// never replaced while it holds anything for its window, so each thread holds at most one
@@ -150,18 +182,11 @@ pub(crate) struct Claim {
 /// gone quiet, a dropped sketch) only stops the keys of that set reserving on this thread:
 /// they are counted as they come.
 #[inline(always)]
-pub(crate) fn claim(sketch: u64, hash: KeyHash, window: u64, weight: u32) -> Claim {
-    let free = |entry: Entry| {
-        if entry.sketch == sketch {
-            entry.window < window || (entry.window == window && entry.credit == 0)
-        } else {
-            entry.credit == 0
-        }
-    };
+pub(crate) fn claim(sketch: u64, hash: KeyHash, window: u64, weight: u32, count: u32) -> Claim {
     TABLE.with(|table| {
         let first = set(hash);
         let (mut taken, mut own, mut spare) = (0, None, None);
-        for (index, cell) in table[first..first + WAYS].iter().enumerate() {
+        for (index, cell) in table.0[first..first + WAYS].iter().enumerate() {
             let mut entry = cell.get();
             if entry.sketch == sketch && entry.hash == hash.as_u64() {
                 if entry.window == window && entry.credit != 0 {
@@ -169,8 +194,10 @@ pub(crate) fn claim(sketch: u64, hash: KeyHash, window: u64, weight: u32) -> Cla
                     entry.credit -= taken;
                     cell.set(entry);
                 }
-                own = Some((index, free(entry)));
-            } else if spare.is_none() && free(entry) {
+                // The key's own entry: free for it once spent, or from an older window.
+                let free = entry.window < window || (entry.window == window && entry.credit == 0);
+                own = Some((index, free));
+            } else if spare.is_none() && free_for_another(entry, sketch, window, count) {
                 spare = Some(index);
             }
         }
@@ -186,16 +213,17 @@ pub(crate) fn claim(sketch: u64, hash: KeyHash, window: u64, weight: u32) -> Cla
 }
 
 /// Gives this thread `credit` events of the key of `hash` in `window` of sketch `sketch`,
-/// which the caller has just counted in the key's cells, in `entry`: one a [`claim`] of the
-/// key gave, with nothing in between.
+/// which the caller has just counted in the key's cells (to `count`, the credit included), in
+/// `entry`: one a [`claim`] of the key gave, with nothing in between.
 #[inline]
-pub(crate) fn hold(entry: u8, sketch: u64, hash: KeyHash, window: u64, credit: u32) {
+pub(crate) fn hold(entry: u8, sketch: u64, hash: KeyHash, window: u64, credit: u32, count: u32) {
     TABLE.with(|table| {
-        table[usize::from(entry)].set(Entry {
+        table.0[usize::from(entry)].set(Entry {
             sketch,
             hash: hash.as_u64(),
             window,
             credit,
+            count,
         });
     });
 }
@@ -207,7 +235,7 @@ pub(crate) fn hold(entry: u8, sketch: u64, hash: KeyHash, window: u64, credit: u
 pub(crate) fn held(sketch: u64, hash: KeyHash, window: u64) -> u32 {
     TABLE.with(|table| {
         let first = set(hash);
-        table[first..first + WAYS]
+        table.0[first..first + WAYS]
             .iter()
             .map(Cell::get)
             .find(|entry| {
@@ -309,55 +337,100 @@ impl Reserve {
 mod tests {
     use super::*;
 
-    /// Holds a credit for the key where a claim of it says it may.
-    fn give(sketch: u64, hash: KeyHash, window: u64, credit: u32) {
-        let entry = claim(sketch, hash, window, 0).entry.expect("a free entry");
-        hold(entry, sketch, hash, window, credit);
+    /// Holds a credit for the key where a claim of it says it may, as an update that counted
+    /// it to `count` would.
+    fn give(sketch: u64, hash: KeyHash, window: u64, credit: u32, count: u32) {
+        let entry = claim(sketch, hash, window, 0, count)
+            .entry
+            .expect("a free entry");
+        hold(entry, sketch, hash, window, credit, count);
+    }
+
+    /// `n` distinct keys of one set of the table.
+    fn one_set(n: usize) -> Vec<KeyHash> {
+        let mut keys = (0..100_000u32).map(|i| KeyHash::of(2, &i.to_le_bytes()));
+        let first = keys.next().expect("a key");
+        let mut same: Vec<KeyHash> = keys.filter(|k| set(*k) == set(first)).take(n - 1).collect();
+        same.insert(0, first);
+        assert_eq!(same.len(), n);
+        same
     }
 
     #[test]
     fn a_credit_answers_its_own_key_window_and_sketch_only() {
         let (hash, other) = (KeyHash::of(1, b"a"), KeyHash::of(1, b"b"));
-        let taken = |sketch, hash, window, weight| claim(sketch, hash, window, weight).taken;
-        give(7, hash, 3, 5);
+        let taken = |sketch, hash, window, weight| claim(sketch, hash, window, weight, 300).taken;
+        give(7, hash, 3, 5, 300);
         assert_eq!(taken(8, hash, 3, 1), 0, "another sketch");
         assert_eq!(taken(7, hash, 4, 1), 0, "the next window");
         assert_eq!(taken(7, other, 3, 1), 0, "another key");
         assert_eq!(taken(7, hash, 3, 0), 0, "no weight");
         assert_eq!(taken(7, hash, 3, 2), 2);
         // A live credit: the key may not reserve again, nor for an older window.
-        assert_eq!(claim(7, hash, 3, 0).entry, None);
-        assert_eq!(claim(7, hash, 2, 0).entry, None);
+        assert_eq!(claim(7, hash, 3, 0, 300).entry, None);
+        assert_eq!(claim(7, hash, 2, 0, 300).entry, None);
         assert!(
-            claim(7, hash, 4, 0).entry.is_some(),
+            claim(7, hash, 4, 0, 300).entry.is_some(),
             "an older window's credit is dead"
         );
         // A larger event uses the rest up, and then the key's own entry is free.
-        let own = claim(7, hash, 3, 9);
+        let own = claim(7, hash, 3, 9, 300);
         assert_eq!(own.taken, 3);
         assert!(own.entry.is_some());
         assert_eq!(taken(7, hash, 3, 1), 0, "spent");
         // A newer window's credit, even spent, keeps a lagging tick from reserving again.
-        give(7, hash, 5, 1);
+        give(7, hash, 5, 1, 300);
         assert_eq!(taken(7, hash, 5, 1), 1);
-        assert_eq!(claim(7, hash, 4, 0).entry, None);
+        assert_eq!(claim(7, hash, 4, 0, 300).entry, None);
     }
 
     #[test]
     fn live_credits_of_other_keys_are_never_replaced() {
-        // Three keys of one set: two hold live credits, the third finds no free entry.
-        let mut keys = (0..10_000u32).map(|i| KeyHash::of(2, &i.to_le_bytes()));
-        let first = keys.next().expect("a key");
-        let mut same = keys.filter(|k| set(*k) == set(first));
-        let (second, third) = (same.next().expect("a key"), same.next().expect("a key"));
-        give(9, first, 1, 4);
-        give(9, second, 1, 4);
-        assert_eq!(claim(9, third, 1, 1).entry, None, "both entries live");
-        assert_eq!(claim(10, third, 1, 1).entry, None, "another sketch neither");
-        // Once one is spent, its entry is free for the third key.
-        assert_eq!(claim(9, first, 1, 4).taken, 4);
-        assert!(claim(9, third, 1, 1).entry.is_some());
-        assert_eq!(claim(9, second, 1, 4).taken, 4, "untouched");
+        // A set's every entry holds a live credit: one key more finds no free entry, however
+        // hot, in this sketch or another.
+        let keys = one_set(WAYS + 1);
+        let (holders, late) = (&keys[..WAYS], keys[WAYS]);
+        for &key in holders {
+            give(9, key, 1, 4, 1_000);
+        }
+        assert_eq!(
+            claim(9, late, 1, 1, u32::MAX).entry,
+            None,
+            "every entry live"
+        );
+        assert_eq!(
+            claim(10, late, 1, 1, u32::MAX).entry,
+            None,
+            "another sketch neither"
+        );
+        // Once one is spent, a hotter key may take its entry.
+        assert_eq!(claim(9, holders[0], 1, 4, 1_000).taken, 4);
+        assert!(claim(9, late, 1, 1, 1_001).entry.is_some());
+        for &key in &holders[1..] {
+            assert_eq!(claim(9, key, 1, 4, 1_000).taken, 4, "untouched");
+        }
+    }
+
+    /// The rule of `free_for_another`: a spent entry of this sketch's window stays with its key
+    /// against keys counted no further than it was; a hotter key, another sketch's key (the
+    /// entry is spent) or any key in a later window may take it.
+    #[test]
+    fn a_spent_entry_stays_with_its_key_against_colder_keys() {
+        let keys = one_set(WAYS + 1);
+        let (holders, late) = (&keys[..WAYS], keys[WAYS]);
+        for &key in holders {
+            give(11, key, 1, 1, 5_000);
+            assert_eq!(claim(11, key, 1, 1, 5_000).taken, 1, "spent");
+        }
+        assert_eq!(claim(11, late, 1, 1, 300).entry, None, "colder");
+        assert_eq!(claim(11, late, 1, 1, 5_000).entry, None, "as hot");
+        assert!(claim(11, late, 1, 1, 5_001).entry.is_some(), "hotter");
+        assert!(claim(12, late, 1, 1, 1).entry.is_some(), "another sketch");
+        assert!(claim(11, late, 2, 1, 1).entry.is_some(), "a later window");
+        // The owners themselves reserve again in their own entries.
+        for &key in holders {
+            assert!(claim(11, key, 1, 1, 5_001).entry.is_some());
+        }
     }
 
     #[test]

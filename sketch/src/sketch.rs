@@ -215,7 +215,8 @@ impl RateSketch {
             let reserve = Reserve::NONE;
             return Some(Event { weight, reserve });
         }
-        let claim = crate::reserve::claim(self.id, hash, at.index, weight);
+        let count = read.current.saturating_add(weight);
+        let claim = crate::reserve::claim(self.id, hash, at.index, weight, count);
         let reserve = match claim.entry {
             Some(entry) => reserve.held_in(entry),
             None => Reserve::NONE,
@@ -224,6 +225,10 @@ impl RateSketch {
             #[cfg(tollgate_contention)]
             crate::contention::credited();
             return None;
+        }
+        #[cfg(tollgate_contention)]
+        if claim.entry.is_none() {
+            crate::contention::blocked();
         }
         Some(Event {
             weight: weight - claim.taken,
@@ -636,7 +641,14 @@ impl RateSketch {
         };
         if reserved != 0 {
             // After the update that counted it: the credit answers only events the cells hold.
-            crate::reserve::hold(reserve.entry(), self.id, hash, at.index, reserved);
+            crate::reserve::hold(
+                reserve.entry(),
+                self.id,
+                hash,
+                at.index,
+                reserved,
+                counts.current,
+            );
             #[cfg(tollgate_contention)]
             crate::contention::reserved();
         }

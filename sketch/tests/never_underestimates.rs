@@ -265,6 +265,45 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn many_keys_read_at_most_their_reservations_above_the_truth(
+        steps in prop::collection::vec(
+            (0..1_000u16, prop_oneof![3 => Just(1u64), 1 => 1..8u64], 0..2u64),
+            1..3_000,
+        ),
+        keys in prop_oneof![Just(8u16), 1..1_000u16],
+        shift in 1u32..=3,
+    ) {
+        // The bound above with up to a thousand keys reserving on one thread: more than its
+        // table's entries, so keys share sets, take each other's spent entries, and find them
+        // held. However the table hands its entries out, a key holds at most one unspent
+        // credit per window, so each reads at most `estimate / 2^s` (+ 1) above its truth. A
+        // roomy sketch: the keys' cells do not collide in every row. Steps of 0 or 1 ns: the
+        // keys' counts grow over one to three windows, where credits are large.
+        let sketch = RateSketch::builder()
+            .window(Duration::from_nanos(WINDOW))
+            .front_share(0.0)
+            .reserve_shift(Some(shift))
+            .memory_bytes(1 << 22)
+            .seed(42)
+            .build()
+            .expect("valid test shape");
+        let mut oracle = Oracle::default();
+        let mut now = 0;
+        for (key, weight, offset) in steps {
+            let key = key % keys;
+            now += offset;
+            oracle.observe(key, weight, now);
+            let truth = oracle.estimate(key, now);
+            let estimate = sketch.observe(&key.to_le_bytes(), weight, Tick::from_nanos(now));
+            let bound = truth + estimate.div_ceil(1 << shift) + 1;
+            prop_assert!(
+                (truth..=bound).contains(&estimate),
+                "key {key}: {estimate} outside {truth}..={bound} (shift {shift})"
+            );
+        }
+    }
 }
 
 #[test]
