@@ -75,9 +75,9 @@ use crate::hash::KeyHash;
 /// as it comes, never lost, but then it writes its shared cells on every event: on a skewed
 /// stream with more keys past `2^s` than entries, that is where the bouncing lines come back.
 /// Measured with the threads bench's Zipf stream (benches/README.md, "blocked/event"): at 64
-/// entries in sets of 2, 0.22 (one thread) to 0.38 (16 threads) of all events were such
-/// updates, a third of them of keys past 4,096 events; at 256 in sets of 4, with the rule of
-/// [`free_for_another`], 0.05 to 0.14, and almost none of keys past 4,096.
+/// entries in sets of 2, 0.28 to 0.39 of all events (1 to 16 threads) were such updates, up to
+/// half of them of keys past 4,096 events; at 256 in sets of 4, with the rule of
+/// [`free_for_another`], 0.05 to 0.16, and almost none of keys past 4,096.
 const SLOTS: usize = 256;
 
 /// Entries per set: a key may take any of its set's entries. Four entries of 32 bytes: one
