@@ -197,6 +197,9 @@ pub(crate) fn claim(sketch: u64, hash: KeyHash, window: u64, weight: u32, count:
                 // The key's own entry: free for it once spent, or from an older window.
                 let free = entry.window < window || (entry.window == window && entry.credit == 0);
                 own = Some((index, free));
+                // A key has one entry in its set at most, and its own entry decides: the rest
+                // of the set (for a set of four, its second line) need not be read.
+                break;
             } else if spare.is_none() && free_for_another(entry, sketch, window, count) {
                 spare = Some(index);
             }
