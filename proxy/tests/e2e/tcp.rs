@@ -109,7 +109,7 @@ async fn a_prefix_limit_catches_many_addresses_of_one_slash_24() {
 #[tokio::test]
 async fn an_unreachable_upstream_closes_fast_and_is_counted() {
     let down = closed_port().await;
-    let text = config(down, "limits = [{ rate = \"100/60s\" }]").replace(
+    let text = config(down.address(), "limits = [{ rate = \"100/60s\" }]").replace(
         "listen = \"127.0.0.1:0\"",
         "listen = \"127.0.0.1:0\"\nretries = 1\nbackoff = \"5ms\"",
     );

@@ -64,10 +64,36 @@ pub(crate) async fn udp_echo_upstream() -> SocketAddr {
     address
 }
 
-/// An address nothing listens on (bound, then released).
-pub(crate) async fn closed_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap()
+/// An address nothing listens on, for as long as the value lives: a socket bound to it and
+/// never listening, so a connection there is refused and no other test's listener can take the
+/// port meanwhile. (A port bound and released was once taken by a concurrent test's echo
+/// server, and the "unreachable" upstream answered.)
+pub(crate) struct ClosedPort {
+    _held: TcpSocket,
+    address: SocketAddr,
+}
+
+impl ClosedPort {
+    pub(crate) fn address(&self) -> SocketAddr {
+        self.address
+    }
+}
+
+impl std::fmt::Display for ClosedPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.address.fmt(f)
+    }
+}
+
+/// A [`ClosedPort`] on loopback.
+pub(crate) async fn closed_port() -> ClosedPort {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let address = socket.local_addr().unwrap();
+    ClosedPort {
+        _held: socket,
+        address,
+    }
 }
 
 /// `[admin]` lines for no admin endpoint.
