@@ -210,12 +210,13 @@ impl RateSketch {
         // that or later) and reserves nothing now: counted with no look at the table. (A read
         // that missed a credit only counts the event again: never unsafe.) Most keys of a
         // skewed stream are such: the test keeps the table off their path.
-        if !reserve.reaches(read.current.saturating_add(weight)) || weight == 0 {
+        // The key's count with this event, as the table weighs keys (see `crate::reserve`).
+        let count = read.current.saturating_add(weight);
+        if !reserve.reaches(count) || weight == 0 {
             // An event of no weight is counted as ever: its first sighting marks the front.
             let reserve = Reserve::NONE;
             return Some(Event { weight, reserve });
         }
-        let count = read.current.saturating_add(weight);
         let claim = crate::reserve::claim(self.id, hash, at.index, weight, count);
         let reserve = match claim.entry {
             Some(entry) => reserve.held_in(entry),
